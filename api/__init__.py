@@ -1,0 +1,1 @@
+"""runsink's HTTP API: the agent-facing answers, as the contract writes them."""

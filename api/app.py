@@ -1,0 +1,54 @@
+"""create_app: the Starlette application over a started runtime."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from api.errors import error_response, internal_error, runsink_error, validation_error
+from api.middleware import EdgeMiddleware
+from api.routes import ROUTES
+from sink.errors import RunsinkError
+from sink.runtime import Runtime
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 405:
+        return error_response(405, "method_not_allowed", "this endpoint does not take that method")
+    if exc.status_code == 404:
+        return error_response(404, "not_found", "no such endpoint")
+    return error_response(exc.status_code, "invalid_request", str(exc.detail))
+
+
+async def _runsink_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RunsinkError)
+    return runsink_error(request, exc)
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ValidationError)
+    return validation_error(request, exc)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    return internal_error(request, exc)
+
+
+def create_app(runtime: Runtime, extra_routes: list[Any] | None = None) -> Any:
+    app = Starlette(
+        routes=[*ROUTES, *(extra_routes or [])],
+        exception_handlers={
+            HTTPException: _http_error,
+            RunsinkError: _runsink_error,
+            ValidationError: _validation_error,
+            Exception: _unexpected,
+        },
+    )
+    app.state.runtime = runtime
+    return EdgeMiddleware(app, runtime.metrics, runtime.settings.api_token)

@@ -1,0 +1,88 @@
+"""Errors become HTTP replies here, and only here: one table, class -> (status, code)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from api.schemas import ErrorBody, ErrorOut, RefusalOut
+from sink import errors
+from sink.logs import error as log_error
+
+# Most specific first: the first matching class wins.
+TABLE: list[tuple[type[errors.RunsinkError], int, str]] = [
+    (errors.InvalidCursor, 400, "invalid_cursor"),
+    (errors.UnknownPolicy, 400, "unknown_policy"),
+    (errors.InvalidRequest, 422, "invalid_request"),
+    (errors.NotFound, 404, "not_found"),
+    (errors.FaultsDisabled, 404, "not_found"),
+    (errors.IdempotencyKeyConflict, 409, "idempotency_key_conflict"),
+    (errors.PolicyForbids, 409, "policy_forbids"),
+    (errors.EvidenceReleased, 410, "evidence_released"),
+    (errors.Unauthorized, 401, "unauthorized"),
+    (errors.CircuitOpen, 503, "circuit_open"),
+    (errors.ProviderTimeout, 503, "provider_timeout"),
+    (errors.ProviderTrouble, 503, "provider_error"),
+]
+
+_REFUSAL_STATUS = {"wrong_run": 403, "claimed_by_other_run": 409}
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    details: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body = ErrorOut(error=ErrorBody(code=code, message=message, details=details or {}))
+    return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
+
+
+def trace_of(request: Request) -> str:
+    trace: str = request.scope.get("runsink.trace_id") or request.scope["runsink.fallback_trace"]
+    return trace
+
+
+def runsink_error(request: Request, exc: errors.RunsinkError) -> Response:
+    if isinstance(exc, errors.OwnershipRefused):
+        refusal = RefusalOut(
+            status="blocked",
+            reason=exc.reason,
+            next_action="stop",
+            retry_after=None,
+            trace_id=trace_of(request),
+            error=ErrorBody(code=exc.reason, message=exc.message, details={}),
+        )
+        return JSONResponse(
+            refusal.model_dump(mode="json"), status_code=_REFUSAL_STATUS[exc.reason]
+        )
+    for cls, status, code in TABLE:
+        if isinstance(exc, cls):
+            headers = None
+            if status == 503:
+                retry_after = exc.retry_after if isinstance(exc, errors.CircuitOpen) else 1.0
+                headers = {"Retry-After": str(max(1, math.ceil(retry_after)))}
+            return error_response(status, code, exc.message, exc.details, headers)
+    return internal_error(request, exc)
+
+
+def validation_error(request: Request, exc: ValidationError) -> Response:
+    problems = [
+        {"field": ".".join(str(p) for p in e["loc"]) or "(body)", "problem": e["msg"]}
+        for e in exc.errors(include_url=False, include_input=False)
+    ]
+    first = problems[0] if problems else {"field": "(body)", "problem": "invalid"}
+    return error_response(
+        422, "invalid_request", f"{first['field']}: {first['problem']}", {"errors": problems}
+    )
+
+
+def internal_error(request: Request, exc: BaseException) -> Response:
+    # Never a stack trace on the wire; the log keeps the class name only (no content).
+    log_error("internal_error", error=type(exc).__name__, trace_id=trace_of(request))
+    return error_response(500, "internal_error", "the server failed; the request can be retried")

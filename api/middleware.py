@@ -1,0 +1,147 @@
+"""One pure ASGI middleware for what every request shares.
+
+Trace ids (W3C ``traceparent`` or ``X-Trace-Id``), the bearer token, a request
+body cap, safe default headers, the access log line and the latency metric. Pure
+ASGI rather than ``BaseHTTPMiddleware``, so long-polls stream and cancel cleanly.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+import time
+from typing import Any
+
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.errors import error_response
+from sink import ids
+from sink.logs import log
+from sink.metrics import Metrics
+
+MAX_BODY_BYTES = 1024 * 1024
+
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")
+_TRACE_ID = re.compile(r"[A-Za-z0-9-]{1,64}")
+_OPEN_PATHS = ("/healthz", "/readyz")
+_SAFE_HEADERS = [
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
+    (b"cache-control", b"no-store"),
+]
+
+
+def explicit_trace(headers: Headers) -> str | None:
+    """The caller's trace: traceparent first, then X-Trace-Id; anything else starts a new one."""
+    parent = headers.get("traceparent")
+    if parent:
+        found = _TRACEPARENT.fullmatch(parent.strip().lower())
+        if found and found.group(1) != "0" * 32:
+            return found.group(1)
+    given = headers.get("x-trace-id")
+    if given and _TRACE_ID.fullmatch(given):
+        return given
+    return None
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class EdgeMiddleware:
+    def __init__(self, app: ASGIApp, metrics: Metrics, api_token: str | None) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.token = api_token.encode() if api_token else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        headers = Headers(scope=scope)
+        explicit = explicit_trace(headers)
+        scope["runsink.explicit_trace"] = explicit
+        scope["runsink.fallback_trace"] = explicit or ids.new_trace_id()
+        status_seen = {"status": 500}
+
+        async def send_wrapped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status_seen["status"] = message["status"]
+                out = MutableHeaders(scope=message)
+                trace = scope.get("runsink.trace_id") or scope["runsink.fallback_trace"]
+                out["x-trace-id"] = trace
+                for name, value in _SAFE_HEADERS:
+                    if name.decode() not in out:
+                        out.raw.append((name, value))
+            await send(message)
+
+        path: str = scope["path"]
+        try:
+            if (
+                self.token is not None
+                and not path.startswith(_OPEN_PATHS)
+                and not self._authorised(headers)
+            ):
+                response = error_response(
+                    401,
+                    "unauthorized",
+                    "missing or wrong bearer token",
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+                await response(scope, receive, send_wrapped)
+                return
+            length = headers.get("content-length")
+            if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+                response = error_response(
+                    413, "invalid_request", f"the request body is over {MAX_BODY_BYTES} bytes"
+                )
+                await response(scope, receive, send_wrapped)
+                return
+            await self.app(scope, _capped(receive), send_wrapped)
+        finally:
+            elapsed = time.perf_counter() - started
+            route = _route_template(scope)
+            self.metrics.http(route, scope["method"], status_seen["status"], elapsed)
+            log(
+                "http_request",
+                method=scope["method"],
+                route=route,
+                status=status_seen["status"],
+                latency_ms=round(elapsed * 1000, 3),
+                trace_id=scope.get("runsink.trace_id") or scope["runsink.fallback_trace"],
+                run_id=scope.get("runsink.run_id"),
+                inbox_id=scope.get("runsink.inbox_id"),
+            )
+
+    def _authorised(self, headers: Headers) -> bool:
+        assert self.token is not None
+        given = headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        return hmac.compare_digest(token.strip().encode(), self.token)
+
+
+def _capped(receive: Receive) -> Receive:
+    seen = 0
+
+    async def wrapped() -> Message:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > MAX_BODY_BYTES:
+                raise BodyTooLarge()
+        return message
+
+    return wrapped
+
+
+def _route_template(scope: Scope) -> str:
+    route: Any = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else "unmatched"

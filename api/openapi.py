@@ -1,0 +1,373 @@
+"""The OpenAPI 3.1 document, generated from the wire models (JSON Schema 2020-12)."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from api import schemas as s
+from sink import __version__
+
+_MODELS: list[type[BaseModel]] = [
+    s.CreateInboxIn,
+    s.WaitIn,
+    s.ClaimIn,
+    s.FaultIn,
+    s.EnvelopeOut,
+    s.ErrorOut,
+    s.RefusalOut,
+    s.MessageListOut,
+    s.MessageOut,
+    s.RunReportOut,
+    s.UnroutedOut,
+    s.FaultOut,
+    s.FaultListOut,
+    s.HealthOut,
+    s.ReadyOut,
+]
+
+_ERRORS = {
+    "400": "invalid_cursor or unknown_policy",
+    "401": "unauthorized (when the server has an API token)",
+    "404": "not_found",
+    "409": "idempotency_key_conflict or policy_forbids",
+    "410": "evidence_released",
+    "413": "the request body is too large",
+    "422": "invalid_request",
+    "503": "provider_timeout, provider_error or circuit_open (with Retry-After)",
+}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(name: str, description: str, example: Any = None) -> dict[str, Any]:
+    media: dict[str, Any] = {"schema": _ref(name)}
+    if example is not None:
+        media["example"] = example
+    return {"description": description, "content": {"application/json": media}}
+
+
+def _errors(*codes: str) -> dict[str, Any]:
+    return {code: _json("ErrorOut", _ERRORS[code]) for code in codes}
+
+
+_ENVELOPE_EXAMPLE = {
+    "state": "waiting",
+    "status": "retryable",
+    "next_action": "wait_for_message",
+    "reason": "evidence_not_found",
+    "inbox_id": "ib_abcdefghijklmnopqrst",
+    "run_id": "ci-1842",
+    "purpose": "signup-check",
+    "address": "rabcdefghijklmnopqrst@sink.test",
+    "expires_at": "2026-10-21T02:30:00.000Z",
+    "attempt": 3,
+    "remaining_attempts": 9,
+    "retry_after": 2.0,
+    "next_poll_at": "2026-10-21T02:21:02.000Z",
+    "cursor": "c1_aWJfYWJjZGVmZ2hpamtsbW5vcHFyc3QuMA",
+    "message": None,
+    "claim": None,
+    "last_error": None,
+    "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+}
+
+_RUN_HEADER = {
+    "name": "X-Run-Id",
+    "in": "header",
+    "required": False,
+    "description": "The calling run; a run that does not own the resource gets 403 wrong_run.",
+    "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"},
+}
+_TRACE_HEADERS = [
+    {"name": "traceparent", "in": "header", "required": False, "schema": {"type": "string"}},
+    {"name": "X-Trace-Id", "in": "header", "required": False, "schema": {"type": "string"}},
+]
+
+
+def _path_id(name: str, pattern: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "pattern": pattern},
+    }
+
+
+_INBOX = _path_id("inbox_id", "^ib_[a-z2-7]{20}$")
+_MESSAGE = _path_id("message_id", "^msg_[a-z2-7]{24}$")
+_RUN = _path_id("run_id", "^[A-Za-z0-9._:-]{1,128}$")
+
+
+def _envelope(description: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    responses = {"200": _json("EnvelopeOut", description, _ENVELOPE_EXAMPLE)}
+    responses.update(extra or {})
+    return responses
+
+
+def _paths() -> dict[str, Any]:
+    refusal = {
+        "403": _json("RefusalOut", "wrong_run: the named run does not own this"),
+    }
+    return {
+        "/v1/inboxes": {
+            "post": {
+                "operationId": "create_inbox",
+                "summary": "Create (or replay) a leased inbox for one run and purpose",
+                "parameters": [
+                    {
+                        "name": "Idempotency-Key",
+                        "in": "header",
+                        "required": False,
+                        "schema": {"type": "string"},
+                    },
+                    *_TRACE_HEADERS,
+                ],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("CreateInboxIn")}},
+                },
+                "responses": {
+                    "201": _json("EnvelopeOut", "created"),
+                    "200": _json(
+                        "EnvelopeOut", "replay of a live inbox (Idempotent-Replayed: true)"
+                    ),
+                    **_errors("400", "401", "409", "413", "422"),
+                },
+            }
+        },
+        "/v1/inboxes/{inbox_id}": {
+            "get": {
+                "operationId": "get_inbox",
+                "summary": "The envelope as of now (spends no budget, never scans)",
+                "parameters": [_INBOX, *_TRACE_HEADERS],
+                "responses": _envelope("the inbox's envelope", _errors("401", "404")),
+            }
+        },
+        "/v1/inboxes/{inbox_id}/wait": {
+            "post": {
+                "operationId": "wait_for_message",
+                "summary": "Long-poll for a matching message beyond the cursor (spends one poll)",
+                "parameters": [_INBOX, _RUN_HEADER, *_TRACE_HEADERS],
+                "requestBody": {
+                    "required": False,
+                    "content": {"application/json": {"schema": _ref("WaitIn")}},
+                },
+                "responses": _envelope(
+                    "waiting, received, expired, too_early, circuit_open or provider trouble",
+                    {**refusal, **_errors("400", "401", "404", "413", "422", "503")},
+                ),
+            }
+        },
+        "/v1/inboxes/{inbox_id}/messages": {
+            "get": {
+                "operationId": "list_messages",
+                "summary": "The inbox's deliveries after a cursor, oldest first",
+                "parameters": [
+                    _INBOX,
+                    _RUN_HEADER,
+                    {
+                        "name": "after",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "string"},
+                    },
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 500},
+                    },
+                ],
+                "responses": {
+                    "200": _json("MessageListOut", "a page of messages"),
+                    **refusal,
+                    **_errors("400", "401", "404", "422"),
+                },
+            }
+        },
+        "/v1/messages/{message_id}": {
+            "get": {
+                "operationId": "read_message",
+                "summary": "Read a message (consumes nothing)",
+                "parameters": [_MESSAGE, _RUN_HEADER, *_TRACE_HEADERS],
+                "responses": {
+                    "200": _json("MessageOut", "the message; bodies are null after release"),
+                    **refusal,
+                    **_errors("401", "404", "422", "503"),
+                },
+            }
+        },
+        "/v1/messages/{message_id}/raw": {
+            "get": {
+                "operationId": "raw_message",
+                "summary": "The exact bytes received (after dot-unstuffing)",
+                "parameters": [_MESSAGE, _RUN_HEADER],
+                "responses": {
+                    "200": {
+                        "description": "the raw message",
+                        "content": {"message/rfc822": {"schema": {"type": "string"}}},
+                    },
+                    **refusal,
+                    **_errors("401", "404", "410", "422", "503"),
+                },
+            }
+        },
+        "/v1/messages/{message_id}/claim": {
+            "post": {
+                "operationId": "claim_message",
+                "summary": "Consume a message once, for its run",
+                "parameters": [_MESSAGE, *_TRACE_HEADERS],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("ClaimIn")}},
+                },
+                "responses": {
+                    "200": _json("EnvelopeOut", "claimed, or already claimed by this run"),
+                    "409": {
+                        "description": "claimed_by_other_run (RefusalOut), or lease_expired (envelope)",
+                        "content": {
+                            "application/json": {
+                                "schema": {"oneOf": [_ref("RefusalOut"), _ref("EnvelopeOut")]}
+                            }
+                        },
+                    },
+                    **refusal,
+                    **_errors("401", "404", "413", "422"),
+                },
+            }
+        },
+        "/v1/runs/{run_id}": {
+            "get": {
+                "operationId": "get_run_report",
+                "summary": "The run's inboxes and its ordered event log",
+                "parameters": [_RUN],
+                "responses": {
+                    "200": _json("RunReportOut", "the run report"),
+                    **_errors("401", "404", "422"),
+                },
+            },
+            "delete": {
+                "operationId": "release_run",
+                "summary": "Release the run's evidence now (idempotent)",
+                "parameters": [_RUN],
+                "responses": {"204": {"description": "released"}, **_errors("401", "422")},
+            },
+        },
+        "/v1/unrouted": {
+            "get": {
+                "operationId": "list_unrouted",
+                "summary": "Mail for our domain with no inbox, newest first (no bodies)",
+                "parameters": [
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 500},
+                    }
+                ],
+                "responses": {
+                    "200": _json("UnroutedOut", "unrouted mail"),
+                    **_errors("401", "422"),
+                },
+            }
+        },
+        "/v1/faults": {
+            "post": {
+                "operationId": "add_fault",
+                "summary": "Inject a fault (only with --enable-faults)",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("FaultIn")}},
+                },
+                "responses": {
+                    "201": _json("FaultOut", "the fault"),
+                    **_errors("401", "404", "413", "422"),
+                },
+            },
+            "get": {
+                "operationId": "list_faults",
+                "summary": "The injected faults",
+                "responses": {"200": _json("FaultListOut", "the faults"), **_errors("401", "404")},
+            },
+            "delete": {
+                "operationId": "clear_faults",
+                "summary": "Clear every injected fault",
+                "responses": {"204": {"description": "cleared"}, **_errors("401", "404")},
+            },
+        },
+        "/healthz": {
+            "get": {
+                "operationId": "healthz",
+                "summary": "Liveness",
+                "responses": {"200": _json("HealthOut", "alive")},
+            }
+        },
+        "/readyz": {
+            "get": {
+                "operationId": "readyz",
+                "summary": "Readiness (the store answers)",
+                "responses": {
+                    "200": _json("ReadyOut", "ready"),
+                    "503": _json("ReadyOut", "not ready"),
+                },
+            }
+        },
+        "/metrics": {
+            "get": {
+                "operationId": "metrics",
+                "summary": "Prometheus metrics",
+                "responses": {
+                    "200": {
+                        "description": "text exposition format",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    }
+                },
+            }
+        },
+        "/openapi.json": {
+            "get": {
+                "operationId": "openapi",
+                "summary": "This document",
+                "responses": {
+                    "200": {
+                        "description": "OpenAPI 3.1",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    }
+                },
+            }
+        },
+    }
+
+
+@cache
+def openapi_document() -> dict[str, Any]:
+    _, definitions = models_json_schema(
+        [
+            (model, "serialization" if model.__name__.endswith("Out") else "validation")
+            for model in _MODELS
+        ],
+        ref_template="#/components/schemas/{model}",
+    )
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "runsink",
+            "version": __version__,
+            "description": (
+                "An SMTP sink with run-scoped, leased inboxes. Every agent-facing answer is an "
+                "envelope with an explicit state, status and next_action."
+            ),
+        },
+        "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
+        "paths": _paths(),
+        "components": {
+            "schemas": definitions.get("$defs", {}),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }

@@ -1,0 +1,388 @@
+"""The HTTP endpoints. The route table at the bottom fits on one screen."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import re
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from api.errors import error_response
+from api.middleware import BodyTooLarge
+from api.openapi import openapi_document
+from api.schemas import ClaimIn, CreateInboxIn, FaultIn, FaultListOut, MatchIn, WaitIn
+from api.views import (
+    envelope_out,
+    fault_out,
+    message_list_out,
+    message_out,
+    run_report_out,
+    unrouted_out,
+)
+from sink import clock
+from sink.agent import Agent, CreateRequest, WaitRequest
+from sink.envelope import Envelope
+from sink.errors import FaultsDisabled, InvalidRequest, NotFound, StorageError
+from sink.faults import FaultSpec
+from sink.inbox import Match
+from sink.runtime import Runtime
+
+M = TypeVar("M", bound=BaseModel)
+
+_INBOX_ID = re.compile(r"ib_[a-z2-7]{20}")
+_MESSAGE_ID = re.compile(r"msg_[a-z2-7]{24}")
+_RUN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+
+
+# -- helpers ---------------------------------------------------------------------
+
+
+def _runtime(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+def _agent(request: Request) -> Agent:
+    agent = _runtime(request).agent
+    assert agent is not None, "the runtime is not started"
+    return agent
+
+
+async def _json_body(request: Request, required: bool = True) -> Any:
+    try:
+        raw = await request.body()
+    except BodyTooLarge as exc:
+        raise InvalidRequest("the request body is too large") from exc
+    if not raw.strip():
+        if required:
+            raise InvalidRequest("a JSON object body is required")
+        return {}
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"the body is not valid JSON ({exc.__class__.__name__})") from exc
+
+
+def _model(model: type[M], body: Any) -> M:
+    if not isinstance(body, dict):
+        raise InvalidRequest("the body must be a JSON object")
+    return model.model_validate(body)
+
+
+def _match(given: MatchIn | None) -> Match:
+    if given is None:
+        return Match()
+    return Match(
+        subject_contains=given.subject_contains,
+        from_contains=given.from_contains,
+        body_contains=given.body_contains,
+        max_age_s=given.max_age_s,
+    )
+
+
+def _inbox_id(request: Request) -> str:
+    inbox_id: str = request.path_params["inbox_id"]
+    if not _INBOX_ID.fullmatch(inbox_id):
+        raise NotFound(f"no inbox {inbox_id[:64]!r}")
+    request.scope["runsink.inbox_id"] = inbox_id
+    return inbox_id
+
+
+def _message_id(request: Request) -> str:
+    message_id: str = request.path_params["message_id"]
+    if not _MESSAGE_ID.fullmatch(message_id):
+        raise NotFound(f"no message {message_id[:64]!r}")
+    return message_id
+
+
+def _run_id_param(value: str | None, where: str) -> str | None:
+    if value is None:
+        return None
+    if not _RUN_ID.fullmatch(value):
+        raise InvalidRequest(f"{where}: a run_id is 1-128 chars of A-Za-z0-9._:-", {"field": where})
+    return value
+
+
+def _caller_run(request: Request, body_run: str | None = None) -> str | None:
+    header = _run_id_param(request.headers.get("x-run-id"), "X-Run-Id")
+    query = _run_id_param(request.query_params.get("run_id"), "run_id")
+    given = [r for r in (body_run, header, query) if r is not None]
+    if len(set(given)) > 1:
+        raise InvalidRequest("the run is named twice, differently (body, X-Run-Id, ?run_id)")
+    run = given[0] if given else None
+    if run is not None:
+        request.scope["runsink.run_id"] = run
+    return run
+
+
+def _int_query(request: Request, name: str, default: int, low: int, high: int) -> int:
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    if not text.isdigit() or not low <= int(text) <= high:
+        raise InvalidRequest(
+            f"{name}: expected a whole number from {low} to {high}", {"field": name}
+        )
+    return int(text)
+
+
+def _envelope_response(
+    envelope: Envelope, request: Request, extra: dict[str, str] | None = None
+) -> Response:
+    request.scope["runsink.trace_id"] = envelope.trace_id
+    request.scope["runsink.run_id"] = envelope.run_id
+    request.scope["runsink.inbox_id"] = envelope.inbox_id
+    headers = dict(extra or {})
+    if envelope.retry_after is not None:
+        headers["Retry-After"] = str(math.ceil(envelope.retry_after))
+    body = envelope_out(envelope).model_dump(mode="json")
+    return JSONResponse(body, status_code=envelope.http_status, headers=headers)
+
+
+def _model_response(model: BaseModel, status: int = 200) -> JSONResponse:
+    return JSONResponse(model.model_dump(mode="json"), status_code=status)
+
+
+def _explicit_trace(request: Request) -> str | None:
+    trace: str | None = request.scope.get("runsink.explicit_trace")
+    return trace
+
+
+# -- inboxes -----------------------------------------------------------------------
+
+
+async def create_inbox(request: Request) -> Response:
+    body = await _json_body(request)
+    given = _model(CreateInboxIn, body)
+    key = request.headers.get("idempotency-key")
+    if key is not None and not _IDEMPOTENCY_KEY.fullmatch(key):
+        raise InvalidRequest("Idempotency-Key: 1-255 printable ASCII characters, no spaces")
+    request.scope["runsink.run_id"] = given.run_id
+    created = await _agent(request).create(
+        CreateRequest(
+            run_id=given.run_id,
+            purpose=given.purpose,
+            ttl_s=given.ttl_s,
+            poll_budget=given.poll_budget,
+            policy=given.policy,
+            match=_match(given.match),
+        ),
+        body,
+        key,
+        _explicit_trace(request),
+    )
+    envelope = created.envelope
+    if created.replayed:
+        return _envelope_response(envelope, request, {"Idempotent-Replayed": "true"})
+    return _envelope_response(_with_status(envelope, 201), request)
+
+
+def _with_status(envelope: Envelope, status: int) -> Envelope:
+    from dataclasses import replace
+
+    return replace(envelope, http_status=status)
+
+
+async def get_inbox(request: Request) -> Response:
+    inbox_id = _inbox_id(request)
+    envelope = await _agent(request).get(inbox_id, _explicit_trace(request))
+    return _envelope_response(envelope, request)
+
+
+async def wait_for_message(request: Request) -> Response:
+    inbox_id = _inbox_id(request)
+    given = _model(WaitIn, await _json_body(request, required=False))
+    run_id = _caller_run(request, given.run_id)
+    wait = WaitRequest(
+        timeout_s=given.timeout_s or 0.0,
+        cursor=given.cursor,
+        match=_match(given.match) if given.match is not None else None,
+        run_id=run_id,
+    )
+    work = asyncio.ensure_future(_agent(request).wait(inbox_id, wait, _explicit_trace(request)))
+    gone = asyncio.ensure_future(_client_gone(request))
+    try:
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if not work.done():
+        # The client went away: end the long-poll; nothing is recorded for it.
+        work.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await work
+        return Response(status_code=499)
+    return _envelope_response(work.result(), request)
+
+
+async def _client_gone(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def list_messages(request: Request) -> Response:
+    inbox_id = _inbox_id(request)
+    limit = _int_query(request, "limit", 50, 1, 500)
+    run_id = _caller_run(request)
+    page = await _agent(request).messages(
+        inbox_id, request.query_params.get("after"), limit, run_id
+    )
+    return _model_response(message_list_out(page))
+
+
+# -- messages ------------------------------------------------------------------------
+
+
+async def read_message(request: Request) -> Response:
+    message_id = _message_id(request)
+    result = await _agent(request).read(message_id, _caller_run(request), _explicit_trace(request))
+    return _model_response(message_out(result))
+
+
+async def raw_message(request: Request) -> Response:
+    message_id = _message_id(request)
+    raw = await _agent(request).raw(message_id, _caller_run(request))
+    return Response(
+        raw,
+        media_type="message/rfc822",
+        headers={"Content-Disposition": f'attachment; filename="{message_id}.eml"'},
+    )
+
+
+async def claim_message(request: Request) -> Response:
+    message_id = _message_id(request)
+    given = _model(ClaimIn, await _json_body(request))
+    run_id = _caller_run(request, given.run_id)
+    assert run_id is not None
+    envelope = await _agent(request).claim(message_id, run_id, _explicit_trace(request))
+    return _envelope_response(envelope, request)
+
+
+# -- runs ----------------------------------------------------------------------------
+
+
+def _run_path(request: Request) -> str:
+    run_id: str = request.path_params["run_id"]
+    _run_id_param(run_id, "run_id")
+    request.scope["runsink.run_id"] = run_id
+    return run_id
+
+
+async def run_report(request: Request) -> Response:
+    report = await _agent(request).run_report(_run_path(request))
+    return _model_response(run_report_out(report))
+
+
+async def release_run(request: Request) -> Response:
+    await _agent(request).release(_run_path(request), _explicit_trace(request))
+    return Response(status_code=204)
+
+
+async def unrouted(request: Request) -> Response:
+    limit = _int_query(request, "limit", 50, 1, 500)
+    return _model_response(unrouted_out(await _agent(request).unrouted(limit)))
+
+
+# -- faults ----------------------------------------------------------------------------
+
+
+def _faults(request: Request) -> Any:
+    registry = _runtime(request).faults
+    if registry is None:
+        raise FaultsDisabled("fault injection is off (start with --enable-faults)")
+    return registry
+
+
+async def add_fault(request: Request) -> Response:
+    registry = _faults(request)
+    given = _model(FaultIn, await _json_body(request))
+    spec = FaultSpec(
+        target=given.target,
+        mode=given.mode,
+        count=given.count,
+        probability=given.probability,
+        delay_s=given.delay_s,
+        run_id=given.run_id,
+    )
+    from sink.faults import FaultSpecError
+
+    try:
+        fault = registry.add(spec, clock.now())
+    except FaultSpecError as exc:
+        raise InvalidRequest(f"{exc.field}: {exc.message}", {"field": exc.field}) from exc
+    return _model_response(fault_out(fault), 201)
+
+
+async def list_faults(request: Request) -> Response:
+    registry = _faults(request)
+    return _model_response(FaultListOut(faults=[fault_out(f) for f in registry.list()]))
+
+
+async def clear_faults(request: Request) -> Response:
+    _faults(request).clear()
+    return Response(status_code=204)
+
+
+# -- service -------------------------------------------------------------------------------
+
+
+async def healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    try:
+        await asyncio.wait_for(_runtime(request).store.ping(), 2.0)
+    except (StorageError, TimeoutError):
+        return JSONResponse({"status": "unavailable", "store": "unavailable"}, status_code=503)
+    if _runtime(request).stopping.is_set():
+        return JSONResponse({"status": "unavailable", "store": "ok"}, status_code=503)
+    return JSONResponse({"status": "ready", "store": "ok"})
+
+
+async def metrics(request: Request) -> Response:
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    return Response(_runtime(request).metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+
+async def openapi(request: Request) -> Response:
+    return JSONResponse(openapi_document())
+
+
+async def not_found(request: Request, exc: Exception) -> Response:
+    return error_response(404, "not_found", "no such endpoint")
+
+
+def validation_problem(exc: ValidationError) -> None:  # pragma: no cover - documented in errors
+    raise exc
+
+
+ROUTES = [
+    Route("/v1/inboxes", create_inbox, methods=["POST"]),
+    Route("/v1/inboxes/{inbox_id}", get_inbox, methods=["GET"]),
+    Route("/v1/inboxes/{inbox_id}/wait", wait_for_message, methods=["POST"]),
+    Route("/v1/inboxes/{inbox_id}/messages", list_messages, methods=["GET"]),
+    Route("/v1/messages/{message_id}", read_message, methods=["GET"]),
+    Route("/v1/messages/{message_id}/raw", raw_message, methods=["GET"]),
+    Route("/v1/messages/{message_id}/claim", claim_message, methods=["POST"]),
+    Route("/v1/runs/{run_id}", run_report, methods=["GET"]),
+    Route("/v1/runs/{run_id}", release_run, methods=["DELETE"]),
+    Route("/v1/unrouted", unrouted, methods=["GET"]),
+    Route("/v1/faults", add_fault, methods=["POST"]),
+    Route("/v1/faults", list_faults, methods=["GET"]),
+    Route("/v1/faults", clear_faults, methods=["DELETE"]),
+    Route("/healthz", healthz, methods=["GET"]),
+    Route("/readyz", readyz, methods=["GET"]),
+    Route("/metrics", metrics, methods=["GET"]),
+    Route("/openapi.json", openapi, methods=["GET"]),
+]

@@ -1,0 +1,269 @@
+"""The wire contract as pydantic models, and only the wire contract.
+
+Requests are strict (no silent coercion of "5" into 5, unknown fields refused) so
+an agent's typo gets a 422 that names the field instead of being ignored.
+Responses are built through these models, so the OpenAPI document and the bytes
+on the wire cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+RunId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
+Purpose = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,64}$")]
+PolicyName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,64}$")]
+Needle = Annotated[str, StringConstraints(min_length=1, max_length=512)]
+
+State = Literal["created", "waiting", "received", "expired"]
+StatusT = Literal["completed", "retryable", "blocked"]
+NextAction = Literal[
+    "wait_for_message",
+    "claim_message",
+    "proceed",
+    "wait_then_retry",
+    "verify_trigger",
+    "create_new_inbox",
+    "stop",
+]
+Reason = Literal[
+    "evidence_not_found",
+    "evidence_mismatch",
+    "provider_timeout",
+    "provider_error",
+    "circuit_open",
+    "too_early",
+    "lease",
+    "timeout",
+    "already_claimed",
+    "claimed_by_other_run",
+    "wrong_run",
+    "lease_expired",
+]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class MatchIn(_Request):
+    """Literal, case-insensitive substrings (never regex); all optional."""
+
+    subject_contains: Needle | None = None
+    from_contains: Needle | None = None
+    body_contains: Needle | None = None
+    max_age_s: Annotated[int, Field(ge=0, le=10**9)] | None = None
+
+
+class CreateInboxIn(_Request):
+    run_id: RunId
+    purpose: Purpose
+    ttl_s: Annotated[int, Field(ge=1, le=10**9)] | None = None
+    poll_budget: Annotated[int, Field(ge=1, le=10**6)] | None = None
+    policy: PolicyName | None = None
+    match: MatchIn | None = None
+
+
+class WaitIn(_Request):
+    timeout_s: Annotated[float, Field(ge=0, le=86400, allow_inf_nan=False)] | None = None
+    cursor: Annotated[str, StringConstraints(max_length=256)] | None = None
+    match: MatchIn | None = None
+    run_id: RunId | None = None
+
+
+class ClaimIn(_Request):
+    run_id: RunId
+
+
+class FaultIn(_Request):
+    target: Literal["wait", "read", "claim", "smtp.connect", "smtp.rcpt", "smtp.data"]
+    mode: Literal["timeout", "error", "delay"]
+    count: Annotated[int, Field(ge=1, le=10**6)] | None = None
+    probability: Annotated[float, Field(gt=0, le=1)] | None = None
+    delay_s: Annotated[float, Field(gt=0, le=60)] | None = None
+    run_id: RunId | None = None
+
+
+# -- responses -----------------------------------------------------------------------
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+
+class MessageRef(_Response):
+    message_id: str
+    subject: str
+    from_: str = Field(alias="from")
+    received_at: str
+
+
+class ClaimOut(_Response):
+    claim_id: str
+    message_id: str
+    run_id: str
+    claimed_at: str
+
+
+class EnvelopeOut(_Response):
+    """Every agent-facing answer: the state, what the call did, and what to do next."""
+
+    state: State
+    status: StatusT
+    next_action: NextAction
+    reason: Reason | None
+    inbox_id: str
+    run_id: str
+    purpose: str
+    address: str
+    expires_at: str
+    attempt: int
+    remaining_attempts: int
+    retry_after: float | None
+    next_poll_at: str | None
+    cursor: str
+    message: MessageRef | None
+    claim: ClaimOut | None
+    last_error: str | None
+    trace_id: str
+
+
+class ErrorBody(_Response):
+    code: str
+    message: str
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class ErrorOut(_Response):
+    error: ErrorBody
+
+
+class RefusalOut(_Response):
+    """An ownership refusal: nothing of the other run's inbox or mail."""
+
+    status: Literal["blocked"]
+    reason: Literal["wrong_run", "claimed_by_other_run"]
+    next_action: Literal["stop"]
+    retry_after: None
+    trace_id: str
+    error: ErrorBody
+
+
+class MessageListItem(_Response):
+    message_id: str
+    subject: str
+    from_: str = Field(alias="from")
+    received_at: str
+    size: int
+    claimed: bool
+
+
+class MessageListOut(_Response):
+    messages: list[MessageListItem]
+    next_cursor: str
+    has_more: bool
+
+
+class AttachmentOut(_Response):
+    filename: str
+    content_type: str
+    size: int
+    sha256: str
+
+
+class SmtpEnvelopeOut(_Response):
+    mail_from: str
+    rcpt_to: list[str]
+
+
+class MessageOut(_Response):
+    message_id: str
+    inbox_id: str
+    headers: dict[str, list[str]] | None
+    from_: str = Field(alias="from")
+    to: list[str]
+    cc: list[str]
+    subject: str
+    date: str | None
+    text: str | None
+    html: str | None
+    attachments: list[AttachmentOut]
+    links: list[str]
+    codes: list[str]
+    envelope: SmtpEnvelopeOut
+    size: int
+    claimed: bool
+    received_at: str
+    released_at: str | None
+
+
+class RunInboxOut(_Response):
+    inbox_id: str
+    purpose: str
+    address: str
+    policy: str
+    state: State
+    reason: str | None
+    reserved_at: str
+    expires_at: str
+    attempt: int
+    remaining_attempts: int
+    last_poll_at: str | None
+    last_poll_latency_ms: float | None
+    accepted_message_id: str | None
+    last_change_reason: str | None
+    evidence_release_at: str | None
+    released_at: str | None
+
+
+class RunEventOut(_Response):
+    at: str
+    type: str
+    inbox_id: str | None
+    message_id: str | None = None
+    detail: dict[str, Any]
+
+
+class RunReportOut(_Response):
+    run_id: str
+    inboxes: list[RunInboxOut]
+    events: list[RunEventOut]
+
+
+class UnroutedItem(_Response):
+    rcpt: str
+    mail_from: str
+    received_at: str
+    size: int
+
+
+class UnroutedOut(_Response):
+    unrouted: list[UnroutedItem]
+
+
+class FaultOut(_Response):
+    fault_id: str
+    target: str
+    mode: str
+    count: int | None
+    remaining: int | None
+    probability: float | None
+    delay_s: float | None
+    run_id: str | None
+    hits: int
+    created_at: str
+
+
+class FaultListOut(_Response):
+    faults: list[FaultOut]
+
+
+class HealthOut(_Response):
+    status: Literal["ok"]
+
+
+class ReadyOut(_Response):
+    status: Literal["ready", "unavailable"]
+    store: Literal["ok", "unavailable"]

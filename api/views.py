@@ -1,0 +1,183 @@
+"""Domain values -> wire models. The only place that knows both shapes."""
+
+from __future__ import annotations
+
+from api.schemas import (
+    AttachmentOut,
+    ClaimOut,
+    EnvelopeOut,
+    FaultOut,
+    MessageListItem,
+    MessageListOut,
+    MessageOut,
+    MessageRef,
+    RunEventOut,
+    RunInboxOut,
+    RunReportOut,
+    SmtpEnvelopeOut,
+    UnroutedItem,
+    UnroutedOut,
+)
+from sink.agent import MessagePage, ReadResult, RunReport
+from sink.clock import rfc3339, rfc3339_or_none
+from sink.envelope import Envelope
+from sink.faults import Fault
+from sink.inbox import Claim, Evidence
+from sink.storage.base import UnroutedMail
+
+
+def claim_out(claim: Claim | None) -> ClaimOut | None:
+    if claim is None:
+        return None
+    return ClaimOut(
+        claim_id=claim.claim_id,
+        message_id=claim.message_id,
+        run_id=claim.run_id,
+        claimed_at=rfc3339(claim.claimed_at),
+    )
+
+
+def message_ref(evidence: Evidence | None) -> MessageRef | None:
+    if evidence is None:
+        return None
+    return MessageRef(
+        message_id=evidence.message_id,
+        subject=evidence.subject,
+        from_=evidence.from_addr,
+        received_at=rfc3339(evidence.received_at),
+    )
+
+
+def envelope_out(envelope: Envelope) -> EnvelopeOut:
+    return EnvelopeOut(
+        state=envelope.state,
+        status=envelope.status,
+        next_action=envelope.next_action,
+        reason=envelope.reason,
+        inbox_id=envelope.inbox_id,
+        run_id=envelope.run_id,
+        purpose=envelope.purpose,
+        address=envelope.address,
+        expires_at=rfc3339(envelope.expires_at),
+        attempt=envelope.attempt,
+        remaining_attempts=envelope.remaining_attempts,
+        retry_after=envelope.retry_after,
+        next_poll_at=rfc3339_or_none(envelope.next_poll_at),
+        cursor=envelope.cursor,
+        message=message_ref(envelope.message),
+        claim=claim_out(envelope.claim),
+        last_error=envelope.last_error,
+        trace_id=envelope.trace_id,
+    )
+
+
+def message_list_out(page: MessagePage) -> MessageListOut:
+    return MessageListOut(
+        messages=[
+            MessageListItem(
+                message_id=d.message_id,
+                subject=d.subject,
+                from_=d.from_addr,
+                received_at=rfc3339(d.received_at),
+                size=d.size,
+                claimed=d.claim is not None,
+            )
+            for d in page.messages
+        ],
+        next_cursor=page.next_cursor,
+        has_more=page.has_more,
+    )
+
+
+def message_out(result: ReadResult) -> MessageOut:
+    stored = result.stored
+    delivery = stored.delivery
+    parsed = result.parsed
+    return MessageOut(
+        message_id=delivery.message_id,
+        inbox_id=delivery.inbox_id,
+        headers=parsed.headers if parsed else None,
+        from_=delivery.from_addr,
+        to=list(stored.to),
+        cc=list(stored.cc),
+        subject=delivery.subject,
+        date=stored.date,
+        text=parsed.text if parsed else None,
+        html=parsed.html if parsed else None,
+        attachments=[
+            AttachmentOut(
+                filename=a.filename, content_type=a.content_type, size=a.size, sha256=a.sha256
+            )
+            for a in (parsed.attachments if parsed else ())
+        ],
+        links=list(parsed.links) if parsed else [],
+        codes=list(parsed.codes) if parsed else [],
+        envelope=SmtpEnvelopeOut(mail_from=stored.mail_from, rcpt_to=list(stored.rcpts)),
+        size=delivery.size,
+        claimed=delivery.claim is not None,
+        received_at=rfc3339(delivery.received_at),
+        released_at=rfc3339_or_none(stored.released_at),
+    )
+
+
+def run_report_out(report: RunReport) -> RunReportOut:
+    return RunReportOut(
+        run_id=report.run_id,
+        inboxes=[
+            RunInboxOut(
+                inbox_id=r.inbox.inbox_id,
+                purpose=r.inbox.purpose,
+                address=r.inbox.address,
+                policy=r.inbox.policy_name,
+                state=r.inbox.state.value,
+                reason=r.inbox.reason,
+                reserved_at=rfc3339(r.inbox.created_at),
+                expires_at=rfc3339(r.inbox.expires_at),
+                attempt=r.inbox.polls_used,
+                remaining_attempts=r.inbox.remaining_polls,
+                last_poll_at=rfc3339_or_none(r.inbox.last_poll_at),
+                last_poll_latency_ms=r.inbox.last_poll_latency_ms,
+                accepted_message_id=r.accepted_message_id,
+                last_change_reason=r.last_change_reason,
+                evidence_release_at=rfc3339_or_none(r.evidence_release_at),
+                released_at=rfc3339_or_none(r.inbox.released_at),
+            )
+            for r in report.inboxes
+        ],
+        events=[
+            RunEventOut(
+                at=rfc3339(e.at),
+                type=e.type,
+                inbox_id=e.inbox_id,
+                message_id=e.message_id,
+                detail=e.detail,
+            )
+            for e in report.events
+        ],
+    )
+
+
+def unrouted_out(items: list[UnroutedMail]) -> UnroutedOut:
+    return UnroutedOut(
+        unrouted=[
+            UnroutedItem(
+                rcpt=u.rcpt, mail_from=u.mail_from, received_at=rfc3339(u.received_at), size=u.size
+            )
+            for u in items
+        ]
+    )
+
+
+def fault_out(fault: Fault) -> FaultOut:
+    return FaultOut(
+        fault_id=fault.fault_id,
+        target=fault.target,
+        mode=fault.mode,
+        count=fault.count,
+        remaining=fault.remaining,
+        probability=fault.probability,
+        delay_s=fault.delay_s,
+        run_id=fault.run_id,
+        hits=fault.hits,
+        created_at=rfc3339(fault.created_at),
+    )

@@ -1,0 +1,657 @@
+"""The agent-side operations: create, get, wait, read, claim, and the run's report.
+
+The HTTP API and the MCP tools both call this class, so the semantics are the
+same everywhere. Every call checks, in the contract's order: input, ownership,
+expiry, circuit breaker, too early, budget, provider.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections import OrderedDict
+from collections.abc import Awaitable
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any, TypeVar
+
+from sink import clock, ids
+from sink.config import Settings
+from sink.envelope import (
+    Action,
+    Envelope,
+    Status,
+    already_claimed,
+    blocked,
+    describe,
+    lease_expired,
+    provider_trouble,
+)
+from sink.errors import (
+    CircuitOpen,
+    EvidenceReleased,
+    IdempotencyKeyConflict,
+    NotFound,
+    OwnershipRefused,
+    PolicyForbids,
+    ProviderTrouble,
+    UnknownPolicy,
+)
+from sink.guard import BreakerChange, Guard
+from sink.inbox import (
+    Claim,
+    Delivery,
+    GateKind,
+    Inbox,
+    Match,
+    ScanResult,
+    State,
+    after_claim,
+    after_poll,
+    wait_gate,
+)
+from sink.logs import log
+from sink.message import ParsedMessage, parse, searchable_text
+from sink.metrics import Metrics
+from sink.policy import Policy
+from sink.storage.base import (
+    CreateOutcome,
+    Event,
+    InboxReport,
+    NewInbox,
+    Store,
+    StoredMessage,
+    UnroutedMail,
+)
+from sink.waiters import Waiters
+
+T = TypeVar("T")
+
+_SCAN_PAGE = 200
+_SCAN_PAGES_PER_LOOK = 10
+_BODY_CACHE = 512
+
+
+@dataclass(frozen=True, slots=True)
+class CreateRequest:
+    run_id: str
+    purpose: str
+    ttl_s: int | None = None
+    poll_budget: int | None = None
+    policy: str | None = None
+    match: Match = field(default_factory=Match)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitRequest:
+    timeout_s: float = 0
+    cursor: str | None = None
+    match: Match | None = None
+    run_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    envelope: Envelope
+    replayed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    stored: StoredMessage
+    parsed: ParsedMessage | None  # None once released
+
+
+@dataclass(frozen=True, slots=True)
+class MessagePage:
+    messages: list[Delivery]
+    next_cursor: str
+    has_more: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RunReport:
+    run_id: str
+    inboxes: list[InboxReport]
+    events: list[Event]
+
+
+class Agent:
+    def __init__(
+        self, store: Store, waiters: Waiters, settings: Settings, guard: Guard, metrics: Metrics
+    ) -> None:
+        self._store = store
+        self._waiters = waiters
+        self._settings = settings
+        self._guard = guard
+        self._metrics = metrics
+        self._in_flight: dict[str, float] = {}  # inbox_id -> when its wait ends
+        self._bodies: OrderedDict[str, str] = OrderedDict()
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # -- create / get ------------------------------------------------------------
+
+    async def create(
+        self, request: CreateRequest, body: dict[str, Any], key: str | None, trace: str | None
+    ) -> Created:
+        policy_name = request.policy or self._settings.default_policy
+        if policy_name not in self._settings.policies:
+            raise UnknownPolicy(
+                f"unknown policy {policy_name!r}",
+                {"known": sorted(self._settings.policies)},
+            )
+        policy = self._settings.policy(policy_name)
+        now = clock.now()
+        local_part = ids.new_local_part()
+        inbox = Inbox(
+            inbox_id=ids.new_inbox_id(),
+            run_id=request.run_id,
+            purpose=request.purpose,
+            address=f"{local_part}@{self._settings.domain}",
+            policy_name=policy_name,
+            created_at=now,
+            expires_at=now + policy.ttl(request.ttl_s),
+            poll_budget=policy.budget(request.poll_budget),
+            polls_used=0,
+            next_poll_at=None,
+            cursor_seq=0,
+            state=State.CREATED,
+            reason=None,
+            evidence=None,
+            match=request.match,
+            trace_id=trace or ids.new_trace_id(),
+        )
+        idempotency_key = key or f"{request.purpose}:{request.run_id}"
+        new = NewInbox(
+            inbox=inbox,
+            local_part=local_part,
+            idempotency_key=idempotency_key,
+            request_json=json.dumps(body, sort_keys=True, separators=(",", ":")),
+            inboxes_per_purpose=policy.inboxes_per_purpose,
+            retention_s=policy.retention_s,
+        )
+        created_event = Event(
+            run_id=inbox.run_id,
+            type="created",
+            at=now,
+            inbox_id=inbox.inbox_id,
+            detail={
+                "purpose": inbox.purpose,
+                "policy": policy_name,
+                "ttl_s": policy.ttl(request.ttl_s),
+            },
+        )
+        result = await self._store.create_inbox(new, created_event)
+        if result.outcome == CreateOutcome.CONFLICT:
+            raise IdempotencyKeyConflict(
+                f"Idempotency-Key {idempotency_key!r} was used with another body",
+                {"idempotency_key": idempotency_key},
+            )
+        if result.outcome == CreateOutcome.FORBIDDEN:
+            raise PolicyForbids(
+                f"policy {policy_name!r} allows {policy.inboxes_per_purpose} inbox(es) per purpose "
+                f"for a run; run {request.run_id!r} has {result.count} for {request.purpose!r}",
+                {"inboxes_per_purpose": policy.inboxes_per_purpose, "used": result.count},
+            )
+        assert result.inbox is not None
+        stored = result.inbox
+        replayed = result.outcome == CreateOutcome.REPLAYED
+        trace_id = trace or stored.trace_id
+        if not replayed:
+            self._metrics.inbox_created(policy_name)
+        log(
+            "inbox_replayed" if replayed else "inbox_created",
+            run_id=stored.run_id,
+            inbox_id=stored.inbox_id,
+            trace_id=trace_id,
+        )
+        return Created(await self._describe(stored, now, trace_id), replayed)
+
+    async def get(self, inbox_id: str, trace: str | None) -> Envelope:
+        inbox = await self._load(inbox_id)
+        return await self._describe(inbox, clock.now(), trace or inbox.trace_id)
+
+    # -- wait ----------------------------------------------------------------------
+
+    async def wait(self, inbox_id: str, request: WaitRequest, trace: str | None) -> Envelope:
+        cursor_seq = None if request.cursor is None else ids.decode_cursor(inbox_id, request.cursor)
+        inbox = await self._load(inbox_id)
+        policy = self._policy(inbox)
+        trace_id = trace or inbox.trace_id
+        self._check_owner(request.run_id, inbox, "wait", policy)
+        started = clock.now()
+        current = inbox.effective(started)
+        if current.state is State.EXPIRED:
+            return await self._expired(inbox, current, policy, started, trace_id)
+
+        key = (inbox.run_id, inbox.inbox_id, "wait")
+        admission = self._guard.admit(key, policy)
+        if not admission.allowed:
+            view = await self._describe(inbox, started, trace_id)
+            self._metrics.blocked("wait", "circuit_open")
+            return blocked(view, "circuit_open", admission.retry_after or policy.breaker_cooldown_s)
+        reached_provider = False
+        try:
+            gate = wait_gate(inbox, started)
+            in_flight_until = self._in_flight.get(inbox_id)
+            if gate.kind is GateKind.TOO_EARLY or in_flight_until is not None:
+                retry_after = gate.retry_after or max(0.1, (in_flight_until or started) - started)
+                self._metrics.blocked("wait", "too_early")
+                return blocked(
+                    await self._describe(inbox, started, trace_id), "too_early", retry_after
+                )
+            if gate.kind is GateKind.REPEAT_RECEIVED:
+                return await self._describe(inbox, started, trace_id)
+            if gate.kind is GateKind.OUT_OF_BUDGET:
+                expired = inbox.expire("timeout", started)
+                return await self._expired(inbox, expired, policy, started, trace_id)
+
+            reached_provider = True
+            deadline = started + max(
+                0.0, min(request.timeout_s, policy.long_poll_max_s, inbox.expires_at - started)
+            )
+            self._in_flight[inbox_id] = deadline
+            try:
+                envelope = await self._poll(
+                    inbox, policy, request, cursor_seq, started, deadline, trace_id
+                )
+            finally:
+                self._in_flight.pop(inbox_id, None)
+        except ProviderTrouble as exc:
+            self._guard.failure(key, policy, exc.reason)
+            self._metrics.provider_failure("wait", exc.reason)
+            log(
+                "provider_trouble",
+                run_id=inbox.run_id,
+                inbox_id=inbox_id,
+                trace_id=trace_id,
+                reason=exc.reason,
+            )
+            await self._best_effort(self._store_last_error(inbox, exc.reason))
+            view = await self._describe(replace(inbox, last_error=exc.reason), started, trace_id)
+            cooldown = self._guard.remaining_cooldown(key, policy)
+            return provider_trouble(view, exc.reason, cooldown or 1.0)
+        except BaseException:
+            if admission.probe:
+                self._guard.abandon(key, policy)
+            raise
+        if reached_provider:
+            self._guard.success(key, policy)
+        elif admission.probe:
+            self._guard.abandon(key, policy)
+        return envelope
+
+    async def _poll(
+        self,
+        inbox: Inbox,
+        policy: Policy,
+        request: WaitRequest,
+        cursor_seq: int | None,
+        started: float,
+        deadline: float,
+        trace_id: str,
+    ) -> Envelope:
+        match = request.match if request.match is not None else inbox.match
+        position = inbox.cursor_seq if cursor_seq is None else cursor_seq
+        mismatched = False
+        found: Delivery | None = None
+        woken = self._waiters.register(inbox.inbox_id)
+        self._metrics.long_polls.inc()
+        try:
+            while True:
+                woken.clear()
+                result = await self._guard.call(
+                    "wait", inbox.run_id, policy, partial(self._scan, inbox, match, position)
+                )
+                position = max(position, result.last_seq)
+                mismatched = mismatched or result.mismatched
+                found = result.found
+                if found is not None or self._waiters.closing:
+                    break
+                remaining = deadline - clock.now()
+                if remaining <= 0:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), remaining)
+        finally:
+            self._metrics.long_polls.dec()
+            self._waiters.unregister(inbox.inbox_id, woken)
+        ended = clock.now()
+        if found is None and self._waiters.closing:
+            # Shutting down: answer with the current envelope; this wait spends nothing.
+            return await self._describe(inbox, ended, trace_id)
+        after = after_poll(inbox, policy, ScanResult(found, position, mismatched), started, ended)
+        outcome = "received" if found is not None else after.reason or "evidence_not_found"
+        event = Event(
+            run_id=inbox.run_id,
+            type="polled",
+            at=started,
+            inbox_id=inbox.inbox_id,
+            message_id=found.message_id if found else None,
+            detail={
+                "attempt": after.polls_used,
+                "outcome": outcome,
+                "latency_ms": after.last_poll_latency_ms,
+            },
+        )
+        saved = await self._guard.call(
+            "wait", inbox.run_id, policy, lambda: self._store.save_poll(inbox, after, event)
+        )
+        if not saved:
+            # Another poll, a release or the sweeper got there first: answer as of now.
+            return await self._describe(await self._load(inbox.inbox_id), ended, trace_id)
+        self._metrics.polled(inbox, after, found is not None)
+        log(
+            "polled",
+            run_id=inbox.run_id,
+            inbox_id=inbox.inbox_id,
+            message_id=found.message_id if found else None,
+            trace_id=trace_id,
+            outcome=outcome,
+            attempt=after.polls_used,
+            latency_ms=after.last_poll_latency_ms,
+        )
+        return await self._describe(after, ended, trace_id)
+
+    async def _scan(self, inbox: Inbox, match: Match, after_seq: int) -> ScanResult:
+        """Deliveries beyond the cursor, oldest first: the first unclaimed match, or none."""
+        position = after_seq
+        mismatched = False
+        now = clock.now()
+        for _ in range(_SCAN_PAGES_PER_LOOK):
+            page = await self._store.deliveries_after(inbox.inbox_id, position, _SCAN_PAGE)
+            for delivery in page:
+                if delivery.claim is None:
+                    if await self._matches(match, delivery, now):
+                        return ScanResult(delivery, position, mismatched)
+                    mismatched = True
+                position = delivery.seq
+            if len(page) < _SCAN_PAGE:
+                break
+        return ScanResult(None, position, mismatched)
+
+    async def _matches(self, match: Match, delivery: Delivery, now: float) -> bool:
+        if not match.headers_match(delivery.subject, delivery.from_addr, delivery.received_at, now):
+            return False
+        if not match.needs_body:
+            return True
+        return match.body_matches(await self._body_text(delivery.message_id))
+
+    async def _body_text(self, message_id: str) -> str:
+        cached = self._bodies.get(message_id)
+        if cached is not None:
+            self._bodies.move_to_end(message_id)
+            return cached
+        raw = await self._store.raw(message_id)
+        text = "" if raw is None else await asyncio.to_thread(searchable_text, raw)
+        self._bodies[message_id] = text
+        if len(self._bodies) > _BODY_CACHE:
+            self._bodies.popitem(last=False)
+        return text
+
+    # -- claim -----------------------------------------------------------------------
+
+    async def claim(self, message_id: str, run_id: str, trace: str | None) -> Envelope:
+        delivery = await self._delivery(message_id)
+        inbox = await self._load(delivery.inbox_id)
+        policy = self._policy(inbox)
+        trace_id = trace or inbox.trace_id
+        now = clock.now()
+        if delivery.claim is not None:
+            if delivery.claim.run_id == run_id:
+                self._metrics.claim("already_claimed")
+                return already_claimed(self._claimed_view(inbox, delivery, now, trace_id))
+            self._metrics.claim("claimed_by_other_run")
+            raise OwnershipRefused(
+                "claimed_by_other_run", f"message {message_id} was claimed by another run"
+            )
+        self._check_owner(run_id, inbox, "claim", policy)
+        current = inbox.effective(now)
+        if current.state is State.EXPIRED:
+            await self._persist_expiry(inbox, current, policy)
+            self._metrics.claim("lease_expired")
+            view = await self._describe(current, now, trace_id)
+            return lease_expired(view, await self._can_create_another(inbox, policy))
+
+        key = (inbox.run_id, inbox.inbox_id, "claim")
+        admission = self._guard.admit(key, policy)
+        if not admission.allowed:
+            view = await self._describe(inbox, now, trace_id)
+            self._metrics.blocked("claim", "circuit_open")
+            return blocked(view, "circuit_open", admission.retry_after or policy.breaker_cooldown_s)
+        claim = Claim(ids.new_claim_id(), message_id, run_id, now)
+        after = after_claim(inbox, delivery, claim)
+        try:
+            standing = await self._guard.call(
+                "claim", inbox.run_id, policy, lambda: self._store.claim(delivery, claim, after)
+            )
+        except ProviderTrouble as exc:
+            self._guard.failure(key, policy, exc.reason)
+            self._metrics.provider_failure("claim", exc.reason)
+            await self._best_effort(self._store_last_error(inbox, exc.reason))
+            view = await self._describe(replace(inbox, last_error=exc.reason), now, trace_id)
+            cooldown = self._guard.remaining_cooldown(key, policy)
+            return provider_trouble(view, exc.reason, cooldown or 1.0)
+        except BaseException:
+            if admission.probe:
+                self._guard.abandon(key, policy)
+            raise
+        self._guard.success(key, policy)
+        claimed = replace(delivery, claim=standing)
+        if standing.claim_id != claim.claim_id:
+            # Lost a race: someone claimed it between our read and our write.
+            if standing.run_id != run_id:
+                self._metrics.claim("claimed_by_other_run")
+                raise OwnershipRefused(
+                    "claimed_by_other_run", f"message {message_id} was claimed by another run"
+                )
+            self._metrics.claim("already_claimed")
+            return already_claimed(self._claimed_view(inbox, claimed, now, trace_id))
+        self._metrics.claim("claimed")
+        log(
+            "claimed",
+            run_id=run_id,
+            inbox_id=inbox.inbox_id,
+            message_id=message_id,
+            trace_id=trace_id,
+        )
+        return await self._describe(after_claim(inbox, delivery, standing), now, trace_id)
+
+    def _claimed_view(
+        self, inbox: Inbox, delivery: Delivery, now: float, trace_id: str
+    ) -> Envelope:
+        current = inbox.effective(now)
+        state = State.EXPIRED if current.state is State.EXPIRED else State.RECEIVED
+        shown = replace(current, state=State.RECEIVED, evidence=delivery.as_evidence())
+        view = describe(shown, now, False, trace_id)
+        return replace(view, state=state.value, status=Status.COMPLETED, next_action=Action.PROCEED)
+
+    # -- read --------------------------------------------------------------------
+
+    async def read(self, message_id: str, run_id: str | None, trace: str | None) -> ReadResult:
+        stored = await self._stored(message_id)
+        inbox = await self._load(stored.delivery.inbox_id)
+        policy = self._policy(inbox)
+        self._check_owner(run_id, inbox, "read", policy)
+        await self._guarded_read(inbox, policy)
+        if stored.raw is None:
+            return ReadResult(stored, None)
+        raw = stored.raw
+        parsed = await asyncio.to_thread(parse, raw)
+        log(
+            "message_read",
+            run_id=inbox.run_id,
+            inbox_id=inbox.inbox_id,
+            message_id=message_id,
+            trace_id=trace or inbox.trace_id,
+        )
+        return ReadResult(stored, parsed)
+
+    async def raw(self, message_id: str, run_id: str | None) -> bytes:
+        stored = await self._stored(message_id)
+        inbox = await self._load(stored.delivery.inbox_id)
+        policy = self._policy(inbox)
+        self._check_owner(run_id, inbox, "read", policy)
+        await self._guarded_read(inbox, policy)
+        if stored.raw is None:
+            raise EvidenceReleased(
+                f"message {message_id}: its body was released; only metadata is left",
+                {"released_at": clock.rfc3339_or_none(stored.released_at)},
+            )
+        return stored.raw
+
+    async def _guarded_read(self, inbox: Inbox, policy: Policy) -> None:
+        """The read operation's breaker and faults (a refusal is a 503 error, not an envelope)."""
+        key = (inbox.run_id, inbox.inbox_id, "read")
+        admission = self._guard.admit(key, policy)
+        if not admission.allowed:
+            self._metrics.blocked("read", "circuit_open")
+            raise CircuitOpen(
+                "the read circuit for this inbox is open",
+                admission.retry_after or policy.breaker_cooldown_s,
+            )
+
+        async def nothing() -> None:
+            return None
+
+        try:
+            await self._guard.call("read", inbox.run_id, policy, nothing)
+        except ProviderTrouble as exc:
+            self._guard.failure(key, policy, exc.reason)
+            self._metrics.provider_failure("read", exc.reason)
+            raise
+        except BaseException:
+            if admission.probe:
+                self._guard.abandon(key, policy)
+            raise
+        self._guard.success(key, policy)
+
+    async def messages(
+        self, inbox_id: str, after: str | None, limit: int, run_id: str | None
+    ) -> MessagePage:
+        position = 0 if after is None else ids.decode_cursor(inbox_id, after)
+        inbox = await self._load(inbox_id)
+        self._check_owner(run_id, inbox, "read", self._policy(inbox))
+        rows = await self._store.deliveries_after(inbox_id, position, limit + 1)
+        page = rows[:limit]
+        last = page[-1].seq if page else position
+        return MessagePage(page, ids.encode_cursor(inbox_id, last), len(rows) > limit)
+
+    # -- runs ----------------------------------------------------------------------
+
+    async def run_report(self, run_id: str) -> RunReport:
+        inboxes, events = await self._store.run_report(run_id)
+        if not inboxes and not events:
+            raise NotFound(f"no run {run_id!r} on this server")
+        now = clock.now()
+        return RunReport(
+            run_id, [replace(r, inbox=r.inbox.effective(now)) for r in inboxes], events
+        )
+
+    async def release(self, run_id: str, trace: str | None) -> None:
+        released = await self._store.release_run(run_id, clock.now())
+        self._waiters.wake(released)
+        self._bodies.clear()
+        log("run_released", run_id=run_id, trace_id=trace, inboxes=len(released))
+
+    async def unrouted(self, limit: int) -> list[UnroutedMail]:
+        return await self._store.unrouted(limit)
+
+    # -- breaker bookkeeping -----------------------------------------------------------
+
+    def on_breaker_change(self, change: BreakerChange) -> None:
+        """The guard's callback: a breaker moved; record it in the run's events."""
+        run_id, inbox_id, operation = change.key
+        self._metrics.breaker(operation, change.event, change.cause)
+        log(change.event, run_id=run_id, inbox_id=inbox_id, operation=operation, cause=change.cause)
+        event = Event(
+            run_id=run_id,
+            type=change.event,
+            at=clock.now(),
+            inbox_id=inbox_id,
+            detail={"operation": operation, "cause": change.cause, "cooldown_s": change.cooldown_s},
+        )
+        self._spawn(self._best_effort(self._store.add_events([event])))
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def drain(self) -> None:
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- helpers -------------------------------------------------------------------
+
+    def _check_owner(
+        self, run_id: str | None, inbox: Inbox, operation: str, policy: Policy
+    ) -> None:
+        if run_id is None or run_id == inbox.run_id:
+            return
+        # An ownership fault counts against the run the caller named.
+        self._guard.failure((run_id, inbox.inbox_id, operation), policy, "wrong_run")
+        if operation == "claim":
+            self._metrics.claim("wrong_run")
+        raise OwnershipRefused("wrong_run", f"run {run_id!r} does not own this {_noun(operation)}")
+
+    def _policy(self, inbox: Inbox) -> Policy:
+        # An inbox created under a policy later removed from the file falls back to ci.
+        return self._settings.policies.get(inbox.policy_name) or self._settings.policy("ci")
+
+    async def _load(self, inbox_id: str) -> Inbox:
+        inbox = await self._store.load_inbox(inbox_id)
+        if inbox is None:
+            raise NotFound(f"no inbox {inbox_id!r}")
+        return inbox
+
+    async def _delivery(self, message_id: str) -> Delivery:
+        delivery = await self._store.delivery(message_id)
+        if delivery is None:
+            raise NotFound(f"no message {message_id!r}")
+        return delivery
+
+    async def _stored(self, message_id: str) -> StoredMessage:
+        stored = await self._store.message(message_id)
+        if stored is None:
+            raise NotFound(f"no message {message_id!r}")
+        return stored
+
+    async def _describe(self, inbox: Inbox, now: float, trace_id: str) -> Envelope:
+        current = inbox.effective(now)
+        can_create = False
+        if current.state is State.EXPIRED:
+            can_create = await self._can_create_another(inbox, self._policy(inbox))
+        return describe(current, now, can_create, trace_id)
+
+    async def _can_create_another(self, inbox: Inbox, policy: Policy) -> bool:
+        used = await self._store.count_inboxes(inbox.run_id, inbox.purpose)
+        return used < policy.inboxes_per_purpose
+
+    async def _expired(
+        self, stored: Inbox, expired: Inbox, policy: Policy, now: float, trace_id: str
+    ) -> Envelope:
+        await self._persist_expiry(stored, expired, policy)
+        return await self._describe(expired, now, trace_id)
+
+    async def _persist_expiry(self, stored: Inbox, expired: Inbox, policy: Policy) -> None:
+        if stored.state is State.EXPIRED:
+            return
+        await self._store.expire(expired, policy.retention_s)
+        self._metrics.expired(expired.reason or "lease")
+        log("expired", run_id=expired.run_id, inbox_id=expired.inbox_id, reason=expired.reason)
+
+    async def _store_last_error(self, inbox: Inbox, code: str) -> None:
+        await self._store.set_last_error(inbox.inbox_id, code)
+
+    async def _best_effort(self, work: Awaitable[None]) -> None:
+        try:
+            # Bounded: when the store is the trouble, bookkeeping must not hold the answer.
+            await asyncio.wait_for(work, 1.0)
+        except Exception as exc:  # bookkeeping must never turn an answer into a 500
+            log("bookkeeping_failed", error=type(exc).__name__)
+
+
+def _noun(operation: str) -> str:
+    return "message" if operation in ("read", "claim") else "inbox"

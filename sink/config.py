@@ -1,0 +1,189 @@
+"""Settings: read once at start-up from flags, ``RUNSINK_*`` variables and the policy file.
+
+A flag beats the environment, which beats the default. Everything is checked
+at once, into one frozen object; a bad value is a ``ConfigError`` naming the
+flag (and variable), or the file, policy and key. No other module reads
+``os.environ``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sink.errors import ConfigError
+from sink.policy import Policy, load_policies
+
+_DOMAIN = re.compile(
+    r"(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
+)
+_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    smtp_host: str = "127.0.0.1"
+    smtp_port: int = 1025
+    http_host: str = "127.0.0.1"
+    http_port: int = 8025
+    db: Path = Path("runsink.db")
+    domain: str = "sink.test"
+    policy_file: Path | None = None
+    default_policy: str = "ci"
+    enable_faults: bool = False
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    api_token: str | None = None
+    insecure_no_auth: bool = False
+    smtp_auth: tuple[str, str] | None = None
+    max_store_mb: int | None = None
+    log_level: str = "info"
+    policies: dict[str, Policy] = field(default_factory=lambda: load_policies(None))
+
+    def policy(self, name: str) -> Policy:
+        return self.policies[name]
+
+    @property
+    def largest_message_bytes(self) -> int:
+        return max(p.max_message_bytes for p in self.policies.values())
+
+
+# (flag, environment variable, kind)
+_OPTIONS: list[tuple[str, str, str]] = [
+    ("smtp-host", "RUNSINK_SMTP_HOST", "host"),
+    ("smtp-port", "RUNSINK_SMTP_PORT", "port"),
+    ("http-host", "RUNSINK_HTTP_HOST", "host"),
+    ("http-port", "RUNSINK_HTTP_PORT", "port"),
+    ("db", "RUNSINK_DB", "path"),
+    ("domain", "RUNSINK_DOMAIN", "domain"),
+    ("policy-file", "RUNSINK_POLICY_FILE", "file"),
+    ("default-policy", "RUNSINK_DEFAULT_POLICY", "text"),
+    ("enable-faults", "RUNSINK_ENABLE_FAULTS", "bool"),
+    ("tls-cert", "RUNSINK_TLS_CERT", "file"),
+    ("tls-key", "RUNSINK_TLS_KEY", "file"),
+    ("api-token", "RUNSINK_API_TOKEN", "text"),
+    ("insecure-no-auth", "RUNSINK_INSECURE_NO_AUTH", "bool"),
+    ("smtp-auth", "RUNSINK_SMTP_AUTH", "text"),
+    ("max-store-mb", "RUNSINK_MAX_STORE_MB", "positive"),
+    ("log-level", "RUNSINK_LOG_LEVEL", "level"),
+]
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    for flag, env, kind in _OPTIONS:
+        dest = flag.replace("-", "_")
+        if kind == "bool":
+            parser.add_argument(
+                f"--{flag}", dest=dest, action="store_true", default=None, help=f"env {env}"
+            )
+        else:
+            parser.add_argument(
+                f"--{flag}", dest=dest, default=None, metavar=kind.upper(), help=f"env {env}"
+            )
+
+
+def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
+    """Flags beat the environment, which beats the defaults; all checked here, once."""
+    raw: dict[str, object] = {}
+    for flag, env, kind in _OPTIONS:
+        dest = flag.replace("-", "_")
+        given = getattr(args, dest, None)
+        source = f"--{flag}"
+        if given is None and env in environ:
+            given = environ[env]
+            source = f"--{flag} (from {env})"
+        if given is None:
+            continue
+        raw[dest] = _parse(source, kind, given)
+
+    policy_file = raw.get("policy_file")
+    policies = load_policies(policy_file if isinstance(policy_file, Path) else None)
+    settings = Settings(**raw, policies=policies)  # type: ignore[arg-type]
+    _check(settings)
+    return settings
+
+
+def _parse(source: str, kind: str, value: object) -> object:
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off", ""):
+            return False
+        raise ConfigError(f"{source}: expected true or false, got {value!r}")
+    text = str(value)
+    if kind == "port":
+        if not text.isdigit() or not 0 <= int(text) <= 65535:
+            raise ConfigError(f"{source}: expected a port number 0-65535, got {text!r}")
+        return int(text)
+    if kind == "positive":
+        if not text.isdigit() or int(text) < 1:
+            raise ConfigError(f"{source}: expected a whole number >= 1, got {text!r}")
+        return int(text)
+    if kind == "host":
+        if not text or any(c.isspace() for c in text):
+            raise ConfigError(f"{source}: expected a host name or IP address, got {text!r}")
+        return text
+    if kind == "domain":
+        domain = text.strip().lower()
+        if not _DOMAIN.fullmatch(domain) or ("." not in domain and domain != "localhost"):
+            raise ConfigError(f"{source}: expected a mail domain such as sink.test, got {text!r}")
+        return domain
+    if kind == "level":
+        if text.lower() not in _LEVELS:
+            raise ConfigError(f"{source}: expected one of {', '.join(_LEVELS)}, got {text!r}")
+        return text.lower()
+    if kind == "file":
+        path = Path(text)
+        if not path.is_file():
+            raise ConfigError(f"{source}: no readable file at {text!r}")
+        return path
+    if kind == "path":
+        if not text:
+            raise ConfigError(f"{source}: expected a file path")
+        return Path(text)
+    if source.startswith("--smtp-auth"):
+        user, sep, password = text.partition(":")
+        if not sep or not user or not password:
+            raise ConfigError(f"{source}: expected USER:PASSWORD")
+        return (user, password)
+    if source.startswith("--api-token") and (len(text) < 16 or any(c.isspace() for c in text)):
+        raise ConfigError(f"{source}: a token needs 16 or more characters and no spaces")
+    return text
+
+
+def _check(settings: Settings) -> None:
+    if settings.default_policy not in settings.policies:
+        raise ConfigError(
+            f"--default-policy: unknown policy {settings.default_policy!r} "
+            f"(known: {', '.join(sorted(settings.policies))})"
+        )
+    if (settings.tls_cert is None) != (settings.tls_key is None):
+        raise ConfigError("--tls-cert and --tls-key go together: give both or neither")
+    if not settings.db.parent.exists():
+        raise ConfigError(f"--db: the folder {str(settings.db.parent)!r} does not exist")
+    if (
+        settings.api_token is None
+        and not settings.insecure_no_auth
+        and not _loopback(settings.http_host)
+    ):
+        raise ConfigError(
+            f"--http-host {settings.http_host}: the API would be reachable from other machines "
+            "without a token; give --api-token (RUNSINK_API_TOKEN), or --insecure-no-auth "
+            "for a trusted local network"
+        )
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,155 @@
+"""The envelope: every agent-facing answer, with its state, status and next action.
+
+Pure. One function per row of the contract's table, so the table can be read
+off this file. ``now`` is a parameter; times stay floats until the wire.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from sink.clock import seconds_up
+from sink.ids import encode_cursor
+from sink.inbox import Claim, Evidence, Inbox, State
+
+
+class Status:
+    COMPLETED = "completed"
+    RETRYABLE = "retryable"
+    BLOCKED = "blocked"
+
+
+class Action:
+    WAIT_FOR_MESSAGE = "wait_for_message"
+    CLAIM_MESSAGE = "claim_message"
+    PROCEED = "proceed"
+    WAIT_THEN_RETRY = "wait_then_retry"
+    VERIFY_TRIGGER = "verify_trigger"
+    CREATE_NEW_INBOX = "create_new_inbox"
+    STOP = "stop"
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    state: str
+    status: str
+    next_action: str
+    reason: str | None
+    inbox_id: str
+    run_id: str
+    purpose: str
+    address: str
+    expires_at: float
+    attempt: int
+    remaining_attempts: int
+    retry_after: float | None
+    next_poll_at: float | None
+    cursor: str
+    message: Evidence | None
+    claim: Claim | None
+    last_error: str | None
+    trace_id: str
+    http_status: int = 200
+
+
+def describe(inbox: Inbox, now: float, can_create_another: bool, trace_id: str) -> Envelope:
+    """The envelope of the inbox's last wait or claim, as of ``now`` (what GET answers)."""
+    current = inbox.effective(now)
+    evidence = current.evidence
+    base = Envelope(
+        state=current.state.value,
+        status=Status.COMPLETED,
+        next_action=Action.WAIT_FOR_MESSAGE,
+        reason=None,
+        inbox_id=current.inbox_id,
+        run_id=current.run_id,
+        purpose=current.purpose,
+        address=current.address,
+        expires_at=current.expires_at,
+        attempt=current.polls_used,
+        remaining_attempts=current.remaining_polls,
+        retry_after=None,
+        next_poll_at=current.next_poll_at,
+        cursor=encode_cursor(current.inbox_id, current.cursor_seq),
+        message=None,
+        claim=None,
+        last_error=current.last_error,
+        trace_id=trace_id,
+    )
+    if current.state is State.CREATED:
+        return base
+    if current.state is State.WAITING:
+        mismatch = current.reason == "evidence_mismatch"
+        wait_s = 0.0 if current.next_poll_at is None else current.next_poll_at - now
+        return replace(
+            base,
+            status=Status.RETRYABLE,
+            next_action=Action.VERIFY_TRIGGER if mismatch else Action.WAIT_FOR_MESSAGE,
+            reason=current.reason or "evidence_not_found",
+            retry_after=seconds_up(wait_s),
+        )
+    if current.state is State.RECEIVED:
+        assert evidence is not None, f"inbox {current.inbox_id} is received without evidence"
+        return replace(
+            base,
+            next_action=Action.PROCEED if evidence.claim else Action.CLAIM_MESSAGE,
+            message=evidence,
+            claim=evidence.claim,
+            cursor=encode_cursor(current.inbox_id, max(0, evidence.seq - 1)),
+        )
+    # expired: a claimed message keeps its claim; otherwise a new inbox, or stop.
+    if evidence is not None and evidence.claim is not None:
+        return replace(
+            base,
+            next_action=Action.PROCEED,
+            reason=current.reason,
+            message=evidence,
+            claim=evidence.claim,
+        )
+    return replace(
+        base,
+        status=Status.BLOCKED,
+        next_action=Action.CREATE_NEW_INBOX if can_create_another else Action.STOP,
+        reason=current.reason,
+    )
+
+
+def blocked(view: Envelope, reason: str, retry_after: float) -> Envelope:
+    """A call that changed nothing: too early, or the circuit is open."""
+    return replace(
+        view,
+        status=Status.BLOCKED,
+        next_action=Action.WAIT_THEN_RETRY,
+        reason=reason,
+        retry_after=max(0.1, seconds_up(retry_after)),
+    )
+
+
+def provider_trouble(view: Envelope, reason: str, retry_after: float) -> Envelope:
+    """The provider did not answer well: nothing was spent, try again shortly."""
+    return replace(
+        view,
+        status=Status.RETRYABLE,
+        next_action=Action.WAIT_THEN_RETRY,
+        reason=reason,
+        retry_after=max(0.1, seconds_up(retry_after)),
+        last_error=reason,
+    )
+
+
+def already_claimed(view: Envelope) -> Envelope:
+    return replace(view, reason="already_claimed")
+
+
+def lease_expired(view: Envelope, can_create_another: bool) -> Envelope:
+    """A claim after the lease ended, on an unclaimed message (409)."""
+    return replace(
+        view,
+        status=Status.BLOCKED,
+        next_action=Action.CREATE_NEW_INBOX if can_create_another else Action.STOP,
+        reason="lease_expired",
+        retry_after=None,
+        message=None,
+        claim=None,
+        http_status=409,
+    )

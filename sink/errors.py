@@ -1,0 +1,121 @@
+"""runsink's one exception tree.
+
+Everything the domain can refuse, as a class. The HTTP layer maps each class to a
+status and an error code in one table (``api/errors.py``); the SMTP layer maps
+provider trouble to a 451 (``sink/smtp.py``). Nothing else turns them into replies.
+
+    RunsinkError
+    ├── ConfigError                 bad start-up settings: exit code 2
+    ├── InvalidRequest              input that breaks the contract's rules (422)
+    │   ├── InvalidCursor           a cursor that is not one of ours (400)
+    │   └── UnknownPolicy           no policy of that name (400)
+    ├── NotFound                    no inbox / message / route of that id (404)
+    ├── IdempotencyKeyConflict      the same key with another body (409)
+    ├── PolicyForbids               the policy allows no more of this (409)
+    ├── EvidenceReleased            the body was released (410)
+    ├── Unauthorized                missing or wrong bearer token (401)
+    ├── FaultsDisabled              fault injection is off (404)
+    ├── OwnershipRefused            wrong_run (403) / claimed_by_other_run (409)
+    └── ProviderTrouble             the store (or an injected fault) did not answer well
+        ├── ProviderTimeout         not within provider_deadline_s
+        ├── CircuitOpen             the breaker refuses the call (503 on read)
+        └── ProviderError           it failed (StorageError is one)
+            └── StorageError        a storage adapter's translation of a driver error
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RunsinkError(Exception):
+    """Base of every error runsink raises on purpose."""
+
+    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details or {}
+
+
+class ConfigError(RunsinkError):
+    """A start-up setting is wrong; the message names the flag, file, policy or key."""
+
+
+class InvalidRequest(RunsinkError):
+    """The request breaks the contract's input rules."""
+
+
+class InvalidCursor(InvalidRequest):
+    """The cursor is not one this server issued for this inbox."""
+
+
+class UnknownPolicy(InvalidRequest):
+    """No policy of that name."""
+
+
+class NotFound(RunsinkError):
+    """No such inbox, message or resource."""
+
+
+class IdempotencyKeyConflict(RunsinkError):
+    """The Idempotency-Key was used with another body."""
+
+
+class PolicyForbids(RunsinkError):
+    """The policy allows no more of what was asked (e.g. inboxes_per_purpose)."""
+
+
+class EvidenceReleased(RunsinkError):
+    """The message's body was released; only metadata is left."""
+
+
+class Unauthorized(RunsinkError):
+    """Missing or wrong bearer token."""
+
+
+class FaultsDisabled(RunsinkError):
+    """Fault injection is not enabled on this server."""
+
+
+class OwnershipRefused(RunsinkError):
+    """The call names a run that does not own the inbox or message.
+
+    ``reason`` is ``wrong_run`` (403) or ``claimed_by_other_run`` (409). The answer
+    carries nothing of the other run's inbox or mail.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ProviderTrouble(RunsinkError):
+    """The provider (the store, or an injected fault) did not answer well."""
+
+    reason = "provider_error"
+
+
+class ProviderTimeout(ProviderTrouble):
+    """The provider did not answer within the policy's provider_deadline_s."""
+
+    reason = "provider_timeout"
+
+
+class ProviderError(ProviderTrouble):
+    """The provider failed."""
+
+    reason = "provider_error"
+
+
+class StorageError(ProviderError):
+    """A storage adapter's translation of a driver error (never the driver's own class)."""
+
+
+class CircuitOpen(ProviderTrouble):
+    """The circuit breaker refuses the call until its cooldown ends."""
+
+    reason = "circuit_open"
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message, {"retry_after": retry_after})
+        self.retry_after = retry_after

@@ -1,0 +1,166 @@
+"""The SMTP side in one readable flow: route each recipient, check its lease, store, wake.
+
+``route`` runs at RCPT; ``deliver`` runs when DATA ends. Neither knows SMTP reply
+codes: they answer with an ``Outcome`` that ``sink/smtp.py`` turns into one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+from sink import clock, ids
+from sink.config import Settings
+from sink.logs import log
+from sink.message import summarize
+from sink.metrics import Metrics
+from sink.storage.base import Delivered, Incoming, Late, Route, Store
+from sink.waiters import Waiters
+
+# RFC 5321 4.1.2, strictly: a dot-atom or quoted-string local part, and a domain of
+# LDH labels. Nothing is "repaired" into a different mailbox.
+_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
+_LOCAL = rf"(?:{_ATEXT}+(?:\.{_ATEXT}+)*|\"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\[\x20-\x7e])*\")"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_DOMAIN = rf"(?:{_LABEL}\.)*{_LABEL}"
+_ADDRESS = re.compile(rf"({_LOCAL})@({_DOMAIN})")
+_UTF8_ADDRESS = re.compile(r"([^\s@\"\\\x00-\x1f\x7f]+)@([^\s@\x00-\x1f\x7f]+)")
+
+
+class Verdict(StrEnum):
+    ACCEPT = "accept"  # routed to a live inbox
+    UNROUTED = "unrouted"  # our domain, no such inbox: kept for diagnosis
+    LATE_DROP = "late_drop"  # the inbox is expired; accepted and dropped
+    LATE_REJECT = "late_reject"  # the inbox is expired and its policy says reject
+    FOREIGN = "foreign"  # not our domain: we relay nothing
+    BAD_ADDRESS = "bad_address"
+    TOO_BIG = "too_big"  # the declared SIZE is over the inbox's policy
+
+
+@dataclass(frozen=True, slots=True)
+class Recipient:
+    address: str
+    verdict: Verdict
+    route: Route | None = None
+
+
+class DataVerdict(StrEnum):
+    STORED = "stored"
+    TOO_BIG = "too_big"
+    ALL_LATE_REJECTED = "all_late_rejected"
+
+
+class Ingest:
+    def __init__(
+        self, store: Store, waiters: Waiters, settings: Settings, metrics: Metrics
+    ) -> None:
+        self._store = store
+        self._waiters = waiters
+        self._settings = settings
+        self._metrics = metrics
+
+    def check_sender(self, address: str) -> bool:
+        """A reverse-path is empty (bounces) or a strict address."""
+        return address == "" or _valid_address(address)
+
+    async def route(self, address: str, declared_size: int | None) -> Recipient:
+        if not _valid_address(address):
+            return Recipient(address, Verdict.BAD_ADDRESS)
+        local, _, domain = address.rpartition("@")
+        if domain.lower() != self._settings.domain:
+            return Recipient(address, Verdict.FOREIGN)
+        base = local.lower().split("+", 1)[0]
+        route = await self._store.route(base) if base else None
+        if route is None:
+            return Recipient(address, Verdict.UNROUTED)
+        policy = self._settings.policies.get(route.policy_name) or self._settings.policy("ci")
+        if route.expired or clock.now() >= route.expires_at:
+            late = Verdict.LATE_REJECT if policy.late_arrival == "reject" else Verdict.LATE_DROP
+            return Recipient(address, late, route)
+        if declared_size is not None and declared_size > policy.max_message_bytes:
+            return Recipient(address, Verdict.TOO_BIG, route)
+        return Recipient(address, Verdict.ACCEPT, route)
+
+    async def deliver(self, mail_from: str, recipients: list[Recipient], raw: bytes) -> DataVerdict:
+        """Store the message once, deliver it to each live inbox, then wake their waiters.
+
+        Returns only once the message is durably stored (the caller answers 250 then).
+        """
+        now = clock.now()
+        by_inbox: dict[str, tuple[Route, list[str]]] = {}
+        late: dict[str, Late] = {}
+        unrouted: list[str] = []
+        rejected = 0
+        for rcpt in recipients:
+            route = rcpt.route
+            if rcpt.verdict is Verdict.UNROUTED:
+                unrouted.append(rcpt.address)
+                continue
+            if route is None:
+                continue
+            policy = self._settings.policies.get(route.policy_name) or self._settings.policy("ci")
+            if len(raw) > policy.max_message_bytes:
+                self._metrics.message("rejected")
+                return DataVerdict.TOO_BIG
+            # The lease is checked again when DATA ends: a slow sender can outlive it.
+            if rcpt.verdict is Verdict.LATE_DROP or (
+                rcpt.verdict is Verdict.ACCEPT and now >= route.expires_at
+            ):
+                if policy.late_arrival == "reject" and rcpt.verdict is Verdict.ACCEPT:
+                    rejected += 1
+                    continue
+                late.setdefault(route.inbox_id, Late(route.inbox_id, route.run_id, rcpt.address))
+                continue
+            if rcpt.verdict is Verdict.ACCEPT:
+                by_inbox.setdefault(route.inbox_id, (route, []))[1].append(rcpt.address)
+        if rejected and not by_inbox and not late and not unrouted:
+            self._metrics.message("rejected", rejected)
+            return DataVerdict.ALL_LATE_REJECTED
+        deliveries = tuple(
+            Delivered(route.inbox_id, route.run_id, ids.new_message_id(), tuple(addresses))
+            for route, addresses in by_inbox.values()
+        )
+        incoming = Incoming(
+            raw=raw,
+            summary=summarize(raw),
+            mail_from=mail_from,
+            received_at=now,
+            deliveries=deliveries,
+            unrouted=tuple(unrouted),
+            late=tuple(late.values()),
+        )
+        await self._store.save_message(incoming)
+        self._waiters.wake(d.inbox_id for d in deliveries)
+        if deliveries:
+            self._metrics.message("stored", len(deliveries))
+        if unrouted:
+            self._metrics.message("unrouted", len(unrouted))
+        if late:
+            self._metrics.message("late_dropped", len(late))
+        for d in deliveries:
+            log(
+                "message_accepted",
+                run_id=d.run_id,
+                inbox_id=d.inbox_id,
+                message_id=d.message_id,
+                size=len(raw),
+            )
+        for item in late.values():
+            log(
+                "late_arrival",
+                run_id=item.run_id,
+                inbox_id=item.inbox_id,
+                size=len(raw),
+                action="dropped",
+            )
+        return DataVerdict.STORED
+
+
+def _valid_address(address: str) -> bool:
+    if len(address) > 320 or any(c in address for c in "\x00\r\n"):
+        return False
+    if _ADDRESS.fullmatch(address):
+        return True
+    # SMTPUTF8 (RFC 6531): UTF-8 local parts and domains, still without spaces or controls.
+    return not address.isascii() and _UTF8_ADDRESS.fullmatch(address) is not None

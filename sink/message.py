@@ -1,0 +1,501 @@
+"""Raw RFC 5322 bytes -> facts about a message (pure, and never raises on any input).
+
+``summarize`` reads only the header block: ingest calls it for every SMTP message, so it is
+built for speed (no ``email`` package parser). ``parse`` walks the MIME tree for read_message:
+bodies, attachments and the links and codes in them (``sink.extract``).
+
+Mail is hostile input. Every step is linear in the size of the message and bounded:
+the MIME walk works on offsets into the one ``raw`` buffer (no copy per nesting level),
+stops descending after ``MAX_DEPTH`` levels and ``MAX_PARTS`` parts, and every decoder
+falls back instead of raising: unknown charsets, broken base64, missing boundaries.
+"""
+
+from __future__ import annotations
+
+import binascii
+import codecs
+import hashlib
+import re
+from dataclasses import dataclass, field
+from email.message import Message
+from email.utils import getaddresses
+
+from sink.extract import extract_evidence, html_to_text
+
+MAX_DEPTH = 50  # multipart nesting followed; deeper parts are ignored
+MAX_PARTS = 1000  # MIME parts looked at per message
+MAX_HEAD_BYTES = 1 << 20  # of one header block
+MAX_FIELDS = 1000  # header fields kept per header block
+MAX_VALUE_CHARS = 65536  # of one header value
+MAX_ADDRESSES = 1000  # per address header
+SUBJECT_MAX_CHARS = 998  # RFC 5322 2.1.1 line limit
+FILENAME_MAX_CHARS = 255
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """The header facts ingest stores for every message."""
+
+    subject: str
+    from_addr: str
+    to: tuple[str, ...]
+    cc: tuple[str, ...]
+    date: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    filename: str  # safe to use as a file name: a basename, no control or bidi characters
+    content_type: str
+    size: int  # of the decoded payload
+    sha256: str  # hex, of the decoded payload
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedMessage:
+    headers: dict[str, list[str]]  # name as first seen -> decoded, sanitised values in order
+    subject: str
+    from_addr: str
+    to: tuple[str, ...]
+    cc: tuple[str, ...]
+    date: str | None
+    text: str | None
+    html: str | None
+    attachments: tuple[Attachment, ...]
+    links: tuple[str, ...]  # best first, see sink.extract.find_links
+    codes: tuple[str, ...]  # most likely first, see sink.extract.find_codes
+
+
+def summarize(raw: bytes) -> Summary:
+    """Subject, From, To, Cc and Date from the header block only."""
+    try:
+        head_end, _ = _head_span(raw, 0, len(raw))
+        return _summary(_fields(raw[: min(head_end, MAX_HEAD_BYTES)]))
+    except Exception:  # a bug here must not lose mail: ingest stores what it can
+        return Summary(subject="", from_addr="", to=(), cc=(), date=None)
+
+
+def parse(raw: bytes) -> ParsedMessage:
+    """The whole message: headers, bodies, attachments, links and codes."""
+    try:
+        head_end, body_start = _head_span(raw, 0, len(raw))
+        fields = _fields(raw[: min(head_end, MAX_HEAD_BYTES)])
+        summary = _summary(fields)
+        bodies = _Bodies()
+        _walk(raw, body_start, len(raw), fields, 0, bodies)
+        text, html = bodies.text(), bodies.html()
+        evidence = extract_evidence(text, html, summary.subject)
+        return ParsedMessage(
+            headers=_headers(fields),
+            subject=summary.subject,
+            from_addr=summary.from_addr,
+            to=summary.to,
+            cc=summary.cc,
+            date=summary.date,
+            text=text,
+            html=html,
+            attachments=tuple(bodies.attachments),
+            links=evidence.links,
+            codes=evidence.codes,
+        )
+    except Exception:  # a bug here must not make a message unreadable: keep the header facts
+        summary = summarize(raw)
+        return ParsedMessage(
+            headers={},
+            subject=summary.subject,
+            from_addr=summary.from_addr,
+            to=summary.to,
+            cc=summary.cc,
+            date=summary.date,
+            text=None,
+            html=None,
+            attachments=(),
+            links=(),
+            codes=(),
+        )
+
+
+def searchable_text(raw: bytes) -> str:
+    """The text body and the HTML body rendered as text, for ``body_contains`` matching."""
+    try:
+        head_end, body_start = _head_span(raw, 0, len(raw))
+        bodies = _Bodies()
+        _walk(raw, body_start, len(raw), _fields(raw[: min(head_end, MAX_HEAD_BYTES)]), 0, bodies)
+        text, html = bodies.text(), bodies.html()
+        return "\n".join(part for part in (text, html_to_text(html) if html else None) if part)
+    except Exception:  # matching must not fail on a message: it then matches nothing
+        return ""
+
+
+# --- header block ------------------------------------------------------------------------------
+
+_FIELD_NAME = re.compile(r"[!-9;-~]+")  # RFC 5322 2.2: printable US-ASCII except ":"
+_CONTROLS = dict.fromkeys([*range(32), *range(127, 160), 0x2028, 0x2029], " ")
+_ENCODED_WORD = re.compile(r"=\?([^?\s*]+)(?:\*[^?\s]*)?\?([bBqQ])\?([^?\s]*)\?=")
+# "Name <local@domain>" or "local@domain": most From/To values, parsed without getaddresses.
+_ADDR_SPEC = r'[^<>\s@",;:()\\]+@[^<>\s@",;:()\\]+'
+_SIMPLE_ADDRESS = re.compile(rf'[^<>"(),;:@\\]*<({_ADDR_SPEC})>|({_ADDR_SPEC})')
+
+
+def _head_span(raw: bytes, start: int, end: int) -> tuple[int, int]:
+    """Where the header block at ``start`` ends, and where the body after it begins."""
+    if raw.startswith(b"\n", start):
+        return start, start + 1
+    if raw.startswith(b"\r\n", start):
+        return start, start + 2
+    crlf = raw.find(b"\n\r\n", start, end)
+    lf = raw.find(b"\n\n", start, crlf + 2 if crlf >= 0 else end)
+    if lf >= 0:
+        return lf + 1, lf + 2
+    if crlf >= 0:
+        return crlf + 1, crlf + 3
+    return end, end
+
+
+def _fields(head: bytes) -> list[tuple[str, str]]:
+    """Header fields in order, unfolded (RFC 5322 2.2.3), values not yet decoded."""
+    try:
+        lines = head.decode("utf-8").split("\n")
+    except UnicodeDecodeError:  # 8-bit headers without SMTPUTF8: decode line by line
+        lines = [_decode_8bit(line) for line in head.split(b"\n")]
+    fields: list[list[str]] = []
+    for line in lines:
+        if line.endswith("\r"):
+            line = line[:-1]
+        if not line:
+            continue
+        if line[0] in " \t":
+            if fields:
+                fields[-1].append(line)
+            continue
+        name, colon, value = line.partition(":")
+        name = name.rstrip(" \t")
+        if not colon or not _FIELD_NAME.fullmatch(name):
+            continue  # an mbox "From " line, or junk: not a field
+        if len(fields) == MAX_FIELDS:
+            break
+        fields.append([name, value])
+    return [(f[0], "".join(f[1:])[:MAX_VALUE_CHARS].strip()) for f in fields]
+
+
+def _summary(fields: list[tuple[str, str]]) -> Summary:
+    subject = from_addr = ""
+    date: str | None = None
+    to: list[str] = []
+    cc: list[str] = []
+    seen: set[str] = set()
+    for name, value in fields:
+        key = name.lower()
+        if key == "to":
+            to += _addresses(value)
+        elif key == "cc":
+            cc += _addresses(value)
+        elif key in seen:  # the first Subject, From and Date win
+            continue
+        elif key == "subject":
+            subject = _clean(_decode_words(value))[:SUBJECT_MAX_CHARS].strip()
+        elif key == "from":
+            from_addr = next(iter(_addresses(value)), "")
+        elif key == "date":
+            date = _clean(value)[:SUBJECT_MAX_CHARS] or None
+        seen.add(key)
+    return Summary(subject=subject, from_addr=from_addr, to=tuple(to), cc=tuple(cc), date=date)
+
+
+def _headers(fields: list[tuple[str, str]]) -> dict[str, list[str]]:
+    headers: dict[str, list[str]] = {}
+    names: dict[str, str] = {}
+    for name, value in fields:
+        key = names.setdefault(name.lower(), name)
+        headers.setdefault(key, []).append(_clean(_decode_words(value)))
+    return headers
+
+
+def _clean(value: str) -> str:
+    """Control characters (CR, LF, NUL, TAB...) become spaces; ends stripped."""
+    return value.translate(_CONTROLS).strip()
+
+
+def _addresses(value: str) -> list[str]:
+    value = value.translate(_CONTROLS).strip()
+    simple = _SIMPLE_ADDRESS.fullmatch(value)
+    if simple:
+        pairs = [("", simple.group(1) or simple.group(2))]
+    else:
+        try:
+            pairs = getaddresses([value])
+        except Exception:  # the pure-Python address parser recurses on nested comments
+            return []
+    found: list[str] = []
+    for _, address in pairs[:MAX_ADDRESSES]:
+        local, at, domain = address.strip().rpartition("@")
+        if at and local and domain and "@" not in domain and not any(c.isspace() for c in address):
+            found.append(f"{local}@{domain.lower()}")
+    return found
+
+
+def _decode_words(value: str) -> str:
+    """Decode RFC 2047 encoded words; adjacent words share bytes, so decode runs together."""
+    if "=?" not in value:
+        return value
+    out: list[str] = []
+    run = bytearray()
+    run_charset = ""
+    pos = 0
+    for match in _ENCODED_WORD.finditer(value):
+        gap = value[pos : match.start()]
+        if gap and not (run_charset and gap.isspace()):  # space between words is not text
+            out.append(_decode_text(bytes(run), run_charset))
+            run, run_charset = bytearray(), ""
+            out.append(gap)
+        charset, encoding, payload = match.groups()
+        data = payload.encode("ascii", "ignore")
+        decoded = _b64decode(data) if encoding in "bB" else binascii.a2b_qp(data, header=True)
+        if run_charset and charset.lower() != run_charset:
+            out.append(_decode_text(bytes(run), run_charset))
+            run = bytearray()
+        run += decoded
+        run_charset = charset.lower()
+        pos = match.end()
+    out.append(_decode_text(bytes(run), run_charset or None))
+    out.append(value[pos:])
+    return "".join(out)
+
+
+# --- bytes -> text -----------------------------------------------------------------------------
+
+# Names mailers use that Python's codec registry does not know (or knows as a subset).
+_CHARSET_ALIASES = {
+    "x-sjis": "shift_jis",
+    "shift-jis": "shift_jis",
+    "x-euc-jp": "euc_jp",
+    "ks_c_5601-1987": "cp949",
+    "ks_c_5601": "cp949",
+    "gb2312": "gb18030",
+    "gbk": "gb18030",
+    "windows-874": "cp874",
+    "unicode-1-1-utf-8": "utf-8",
+    "utf8mb4": "utf-8",
+}
+# Declared charsets that mislabelled UTF-8 usually hides behind.
+_WEAK_CHARSETS = frozenset({"ascii", "iso8859-1", "cp1252"})
+
+
+def _decode_text(data: bytes, charset: str | None) -> str:
+    """Decode a body or word: the declared charset if it fits, else the best fallback."""
+    if data.isascii():
+        return data.decode("ascii")
+    codec = _codec(charset)
+    if codec is None and charset and charset.strip().lower() not in ("us-ascii", "ascii"):
+        return data.decode("utf-8", "replace")  # declared but unknown
+    if codec is None or codec in _WEAK_CHARSETS:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+        if codec is None or codec == "ascii":  # 8-bit with no (usable) charset declared
+            return data.decode("cp1252", "replace")
+    try:
+        return data.decode(codec)
+    except (UnicodeError, LookupError):
+        return data.decode(codec, "replace")
+
+
+def _codec(charset: str | None) -> str | None:
+    """Python's name for a declared text charset, or None if absent, unknown or not text."""
+    if not charset:
+        return None
+    name = charset.strip().strip("\"'").lower()
+    name = _CHARSET_ALIASES.get(name, name)
+    try:
+        b"".decode(name)  # LookupError for unknown names and for bytes codecs ("base64")
+        return codecs.lookup(name).name
+    except (LookupError, ValueError, TypeError, UnicodeError):
+        return None
+
+
+def _decode_8bit(line: bytes) -> str:
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError:
+        return line.decode("cp1252", "replace")
+
+
+_NOT_BASE64 = bytes(
+    c for c in range(256) if not (chr(c).isascii() and (chr(c).isalnum() or chr(c) in "+/"))
+)
+
+
+def _b64decode(data: bytes) -> bytes:
+    """Lenient base64: junk characters are skipped and bad padding is repaired."""
+    clean = data.translate(None, _NOT_BASE64)
+    extra = len(clean) % 4
+    if extra == 1:
+        clean = clean[:-1]
+    elif extra:
+        clean += b"=" * (4 - extra)
+    try:
+        return binascii.a2b_base64(clean)
+    except binascii.Error:  # pragma: no cover - cleaned input always decodes
+        return b""
+
+
+# --- MIME walk ---------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Bodies:
+    texts: list[str] = field(default_factory=list)
+    htmls: list[str] = field(default_factory=list)
+    attachments: list[Attachment] = field(default_factory=list)
+    parts: int = 0
+
+    def text(self) -> str | None:
+        return "\n".join(self.texts) if self.texts else None
+
+    def html(self) -> str | None:
+        return "\n".join(self.htmls) if self.htmls else None
+
+
+def _walk(
+    raw: bytes, start: int, end: int, fields: list[tuple[str, str]], depth: int, bodies: _Bodies
+) -> None:
+    """Collect the bodies and attachments of the entity whose body is raw[start:end]."""
+    if bodies.parts >= MAX_PARTS:
+        return
+    bodies.parts += 1
+    info = Message()  # only for its Content-Type/-Disposition parameter parsing (RFC 2231)
+    encoding = ""
+    for name, value in fields:
+        key = name.lower()
+        if key in ("content-type", "content-disposition") and key not in info:
+            info[key] = value.translate(_CONTROLS)
+        elif key == "content-transfer-encoding" and not encoding:
+            encoding = value.strip().lower()
+    content_type = info.get_content_type()
+    if content_type.startswith("multipart/"):
+        if depth >= MAX_DEPTH:
+            return
+        spans = _split_multipart(raw, start, end, info.get_boundary() or "")
+        if spans is not None:
+            for part_start, part_end in spans:
+                head_end, body_start = _head_span(raw, part_start, part_end)
+                head = raw[part_start : min(head_end, part_start + MAX_HEAD_BYTES)]
+                _walk(raw, body_start, part_end, _fields(head), depth + 1, bodies)
+            return
+        content_type = "text/plain"  # no delimiter anywhere: the body is all there is
+    payload = raw[start:end]
+    if encoding == "base64":
+        payload = _b64decode(payload)
+    elif encoding == "quoted-printable":
+        payload = binascii.a2b_qp(payload)
+    filename = info.get_filename()
+    disposition = info.get_content_disposition()
+    if content_type in ("text/plain", "text/html") and not filename and disposition != "attachment":
+        if payload.strip():
+            decoded = _decode_text(payload, info.get_content_charset())
+            (bodies.texts if content_type == "text/plain" else bodies.htmls).append(decoded)
+        return
+    bodies.attachments.append(
+        Attachment(
+            filename=safe_filename(_decode_words(filename or "")),
+            content_type=content_type,
+            size=len(payload),
+            sha256=hashlib.sha256(payload).hexdigest(),
+        )
+    )
+
+
+def _split_multipart(
+    raw: bytes, start: int, end: int, boundary: str
+) -> list[tuple[int, int]] | None:
+    """The spans of the parts between boundary delimiters (RFC 2046 5.1.1), or None."""
+    marker = ("--" + boundary).encode("utf-8", "replace") if boundary else b""
+    delimiters = _delimiters(raw, start, end, marker) if marker else []
+    if not delimiters:  # the declared boundary is wrong or missing: trust the first "--" line
+        marker = _sniff_boundary(raw, start, end)
+        delimiters = _delimiters(raw, start, end, marker) if marker else []
+    if not delimiters:
+        return None
+    spans: list[tuple[int, int]] = []
+    for (_, body_start, closing), (line_start, _, _) in zip(
+        delimiters, [*delimiters[1:], (end, end, True)], strict=True
+    ):
+        if closing:
+            break
+        part_end = line_start
+        # the line break before a delimiter belongs to the delimiter
+        if part_end > body_start and raw[part_end - 1 : part_end] == b"\n":
+            part_end -= 1
+            if part_end > body_start and raw[part_end - 1 : part_end] == b"\r":
+                part_end -= 1
+        spans.append((body_start, part_end))
+        if len(spans) >= MAX_PARTS:
+            break
+    return spans or None
+
+
+def _delimiters(raw: bytes, start: int, end: int, marker: bytes) -> list[tuple[int, int, bool]]:
+    """Delimiter lines as (line start, next line start, closing), up to the closing one."""
+    found: list[tuple[int, int, bool]] = []
+    pos = start
+    while len(found) <= MAX_PARTS:
+        at = raw.find(marker, pos, end)
+        if at < 0:
+            break
+        pos = at + len(marker)
+        if at > start and raw[at - 1 : at] != b"\n":
+            continue
+        closing = raw.startswith(b"--", pos, end)
+        line_end = raw.find(b"\n", pos, end)
+        next_line = end if line_end < 0 else line_end + 1
+        if raw[pos + 2 if closing else pos : next_line].strip():
+            continue  # "--boundary-more": a longer boundary, or text
+        found.append((at, next_line, closing))
+        pos = next_line
+        if closing:
+            break
+    return found
+
+
+_FIRST_DELIMITER = re.compile(rb"(?m)^--([^\s]{1,200}?)(?:--)?[ \t]*\r?$")
+
+
+def _sniff_boundary(raw: bytes, start: int, end: int) -> bytes:
+    match = _FIRST_DELIMITER.search(raw, start, min(end, start + 8192))
+    return b"--" + match.group(1) if match else b""
+
+
+# --- attachment names --------------------------------------------------------------------------
+
+# Control characters, and the bidi controls that make "exe.pdf" read as "fdp.exe" (CVE-2021-42574).
+_UNSAFE_IN_NAMES = dict.fromkeys(
+    [
+        *range(32),
+        *range(127, 160),
+        0x061C,
+        0x200E,
+        0x200F,
+        *range(0x202A, 0x202F),
+        *range(0x2066, 0x206A),
+        0x2028,
+        0x2029,
+        0xFEFF,
+    ]
+)
+_DRIVE = re.compile(r"^[A-Za-z]:")
+
+
+def safe_filename(name: str) -> str:
+    """A name safe to save an attachment under: a plain basename of at most 255 characters."""
+    name = name.translate(_UNSAFE_IN_NAMES).replace("\\", "/")
+    name = _DRIVE.sub("", name.rsplit("/", 1)[-1]).strip()
+    if not name.strip("."):
+        return "attachment"
+    if len(name) > FILENAME_MAX_CHARS:
+        stem, dot, suffix = name.rpartition(".")
+        if dot and stem and 0 < len(suffix) <= 16:
+            name = stem[: FILENAME_MAX_CHARS - len(suffix) - 1].rstrip() + "." + suffix
+        else:
+            name = name[:FILENAME_MAX_CHARS].rstrip()
+    return name

@@ -1,0 +1,1 @@
+"""pytest plugin placeholder (fixtures arrive with the client issue)."""

@@ -1,0 +1,1 @@
+"""Storage: the port (base.py) and its adapters. Storage never knows SMTP or HTTP exist."""

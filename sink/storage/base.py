@@ -1,0 +1,171 @@
+"""The storage port: the handful of operations the domain needs, shaped like it.
+
+Adapters (``sqlite.py``; a PostgreSQL one later) implement ``Store`` and translate
+their driver's errors into ``sink.errors.StorageError``. Atomic rules (one claim
+per message, one inbox per idempotency key, the per-purpose inbox limit) are the
+adapter's to enforce inside the database, not check-then-write above it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sink.inbox import Claim, Delivery, Inbox
+from sink.message import Summary
+
+
+@dataclass(frozen=True, slots=True)
+class NewInbox:
+    inbox: Inbox
+    local_part: str
+    idempotency_key: str
+    request_json: str  # the create body, canonical JSON, compared on replay
+    inboxes_per_purpose: int
+    retention_s: int
+
+
+class CreateOutcome:
+    CREATED = "created"
+    REPLAYED = "replayed"
+    CONFLICT = "conflict"
+    FORBIDDEN = "forbidden"
+
+
+@dataclass(frozen=True, slots=True)
+class CreateResult:
+    outcome: str
+    inbox: Inbox | None = None
+    count: int = 0  # inboxes this run already has for the purpose (when forbidden)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """What SMTP needs to know about a recipient's inbox."""
+
+    inbox_id: str
+    run_id: str
+    policy_name: str
+    expires_at: float
+    expired: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    inbox_id: str
+    run_id: str
+    message_id: str
+    rcpts: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Late:
+    inbox_id: str
+    run_id: str
+    rcpt: str
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """One accepted SMTP transaction: the message stored once, delivered to each inbox."""
+
+    raw: bytes
+    summary: Summary
+    mail_from: str
+    received_at: float
+    deliveries: tuple[Delivered, ...]
+    unrouted: tuple[str, ...] = ()
+    late: tuple[Late, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """One delivery with its message, for read_message."""
+
+    delivery: Delivery
+    run_id: str
+    raw: bytes | None  # None once the evidence is released
+    mail_from: str
+    rcpts: tuple[str, ...]
+    to: tuple[str, ...]
+    cc: tuple[str, ...]
+    date: str | None
+    released_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    run_id: str
+    type: str
+    at: float
+    inbox_id: str | None = None
+    message_id: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class InboxReport:
+    inbox: Inbox
+    accepted_message_id: str | None
+    last_change_reason: str | None
+    evidence_release_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class UnroutedMail:
+    rcpt: str
+    mail_from: str
+    received_at: float
+    size: int
+
+
+class Store(Protocol):
+    async def ping(self) -> None: ...
+
+    async def create_inbox(self, new: NewInbox, event: Event) -> CreateResult: ...
+
+    async def load_inbox(self, inbox_id: str) -> Inbox | None: ...
+
+    async def count_inboxes(self, run_id: str, purpose: str) -> int: ...
+
+    async def route(self, local_part: str) -> Route | None: ...
+
+    async def save_message(self, incoming: Incoming) -> None:
+        """Durable when it returns (the caller answers 250 after it)."""
+
+    async def deliveries_after(self, inbox_id: str, after_seq: int, limit: int) -> list[Delivery]:
+        """An inbox's deliveries beyond a position, oldest first."""
+
+    async def delivery(self, message_id: str) -> Delivery | None: ...
+
+    async def raw(self, message_id: str) -> bytes | None: ...
+
+    async def message(self, message_id: str) -> StoredMessage | None: ...
+
+    async def save_poll(self, before: Inbox, after: Inbox, event: Event) -> bool:
+        """Record a poll unless another poll of the inbox was recorded since ``before``."""
+
+    async def claim(self, delivery: Delivery, claim: Claim, after: Inbox) -> Claim:
+        """Claim atomically; returns the claim that stands (ours, or one made before)."""
+
+    async def set_last_error(self, inbox_id: str, code: str) -> None: ...
+
+    async def expire(self, inbox: Inbox, retention_s: int) -> None:
+        """Persist an expiry (idempotent) with its event."""
+
+    async def expire_due(self, now: float, limit: int) -> list[Inbox]:
+        """Live inboxes whose lease ended: for the sweeper to persist."""
+
+    async def release_run(self, run_id: str, now: float) -> list[str]:
+        """Expire the run's live inboxes (lease) and release their bodies now."""
+
+    async def release_due(self, now: float, limit: int) -> int:
+        """Release bodies whose retention ended; returns how many inboxes were released."""
+
+    async def add_events(self, events: list[Event]) -> None: ...
+
+    async def run_report(self, run_id: str) -> tuple[list[InboxReport], list[Event]]: ...
+
+    async def unrouted(self, limit: int) -> list[UnroutedMail]: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,724 @@
+"""The SQLite adapter (the embedded default) on aiosqlite.
+
+Concurrency is explicit: one writer connection, a lock around every
+``BEGIN IMMEDIATE ... COMMIT``, and one reader connection (WAL lets it read
+while the writer writes). Concurrent SMTP deliveries are batched into one
+commit (group commit) before their 250s. Durability: WAL with
+``synchronous=FULL``, so a commit survives a process crash and a power loss
+(https://www.sqlite.org/pragma.html#pragma_synchronous).
+
+Transactions run in a task of their own and are shielded: a caller that gives
+up (a deadline, a client gone) never leaves a transaction half open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from functools import partial
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiosqlite
+
+from sink.errors import StorageError
+from sink.inbox import Claim, Delivery, Evidence, Inbox, Match, State
+from sink.storage.base import (
+    CreateOutcome,
+    CreateResult,
+    Event,
+    InboxReport,
+    Incoming,
+    NewInbox,
+    Route,
+    StoredMessage,
+    UnroutedMail,
+)
+
+T = TypeVar("T")
+Row = sqlite3.Row
+
+_GROUP_COMMIT_MAX = 256
+
+_INBOX_SELECT = """
+SELECT i.*, d.seq AS ev_seq, d.claim_id AS ev_claim_id, d.claim_run_id AS ev_claim_run_id,
+       d.claimed_at AS ev_claimed_at, m.subject AS ev_subject, m.from_addr AS ev_from,
+       m.received_at AS ev_received_at
+FROM inboxes i
+LEFT JOIN deliveries d ON d.message_id = i.evidence_message_id
+LEFT JOIN messages m ON m.message_pk = d.message_pk
+"""
+
+_DELIVERY_SELECT = """
+SELECT d.seq, d.message_id, d.inbox_id, m.subject, m.from_addr, m.received_at, m.size,
+       d.claim_id, d.claim_run_id, d.claimed_at
+FROM deliveries d JOIN messages m ON m.message_pk = d.message_pk
+"""
+
+
+def _migrations() -> list[tuple[int, str]]:
+    folder = resources.files("sink.storage") / "sql"
+    found = []
+    for entry in folder.iterdir():
+        if entry.name.endswith(".sql"):
+            found.append((int(entry.name.split("_", 1)[0]), entry.read_text(encoding="utf-8")))
+    return sorted(found)
+
+
+class SQLiteStore:
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._writer: aiosqlite.Connection | None = None
+        self._reader: aiosqlite.Connection | None = None
+        self._write_lock = asyncio.Lock()
+        self._queue: asyncio.Queue[tuple[Incoming, asyncio.Future[None]] | None] = asyncio.Queue()
+        self._committer: asyncio.Task[None] | None = None
+        # Shielded transactions keep running when their caller gives up; keep a hard
+        # reference so they are not garbage-collected mid-flight.
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def open(self) -> None:
+        try:
+            self._writer = await self._connect()
+            await self._writer.execute("PRAGMA auto_vacuum = INCREMENTAL")
+            await self._writer.execute("PRAGMA journal_mode = WAL")
+            await self._migrate(self._writer)
+            self._reader = await self._connect()
+        except (sqlite3.Error, OSError) as exc:
+            raise StorageError(f"cannot open the store at {self._path}: {exc}") from exc
+        self._committer = asyncio.create_task(self._commit_loop(), name="sqlite-group-commit")
+
+    async def _connect(self) -> aiosqlite.Connection:
+        db = await aiosqlite.connect(self._path, isolation_level=None)
+        db.row_factory = sqlite3.Row
+        await db.execute("PRAGMA synchronous = FULL")
+        await db.execute("PRAGMA busy_timeout = 5000")
+        await db.execute("PRAGMA foreign_keys = OFF")
+        return db
+
+    async def _migrate(self, db: aiosqlite.Connection) -> None:
+        async with db.execute("PRAGMA user_version") as cur:
+            row = await cur.fetchone()
+        version = int(row[0]) if row else 0
+        for number, script in _migrations():
+            if number <= version:
+                continue
+            await db.executescript(
+                f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;"
+            )
+
+    async def close(self) -> None:
+        if self._committer is not None:
+            await self._queue.put(None)
+            await self._committer
+            self._committer = None
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        for db in (self._reader, self._writer):
+            if db is not None:
+                await db.close()
+        self._reader = self._writer = None
+
+    # -- plumbing ----------------------------------------------------------------
+
+    @property
+    def _rdb(self) -> aiosqlite.Connection:
+        if self._reader is None:
+            raise StorageError("the store is closed")
+        return self._reader
+
+    async def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        try:
+            return list(await self._rdb.execute_fetchall(sql, params))
+        except sqlite3.Error as exc:
+            raise StorageError(f"read failed: {exc}") from exc
+
+    async def _transaction(self, work: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
+        task: asyncio.Task[T] = asyncio.ensure_future(self._run_transaction(work))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return await asyncio.shield(task)
+
+    async def _run_transaction(self, work: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
+        async with self._write_lock:
+            db = self._writer
+            if db is None:
+                raise StorageError("the store is closed")
+            try:
+                await db.execute("BEGIN IMMEDIATE")
+                try:
+                    result = await work(db)
+                except BaseException:
+                    await db.execute("ROLLBACK")
+                    raise
+                await db.execute("COMMIT")
+                return result
+            except sqlite3.Error as exc:
+                raise StorageError(f"write failed: {exc}") from exc
+
+    # -- inboxes -----------------------------------------------------------------
+
+    async def ping(self) -> None:
+        await self._read("SELECT 1")
+
+    async def create_inbox(self, new: NewInbox, event: Event) -> CreateResult:
+        async def work(db: aiosqlite.Connection) -> CreateResult:
+            inbox = new.inbox
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT request_json, inbox_id FROM idempotency WHERE key = ?",
+                    (new.idempotency_key,),
+                )
+            )
+            if rows:
+                if rows[0]["request_json"] != new.request_json:
+                    return CreateResult(CreateOutcome.CONFLICT)
+                existing = await _load_inbox(db, rows[0]["inbox_id"])
+                if existing is not None:
+                    current = existing.effective(inbox.created_at)
+                    if current.state is not State.EXPIRED:
+                        return CreateResult(CreateOutcome.REPLAYED, existing)
+            count = await _count(db, inbox.run_id, inbox.purpose)
+            if count >= new.inboxes_per_purpose:
+                return CreateResult(CreateOutcome.FORBIDDEN, count=count)
+            await db.execute(
+                """INSERT INTO inboxes (inbox_id, run_id, purpose, local_part, address, policy,
+                       created_at, expires_at, poll_budget, polls_used, cursor_seq, state,
+                       match_json, trace_id, evidence_release_at, last_change_reason)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, 'created', ?, ?, ?, 'created')""",
+                (
+                    inbox.inbox_id,
+                    inbox.run_id,
+                    inbox.purpose,
+                    new.local_part,
+                    inbox.address,
+                    inbox.policy_name,
+                    inbox.created_at,
+                    inbox.expires_at,
+                    inbox.poll_budget,
+                    json.dumps(inbox.match.as_dict()),
+                    inbox.trace_id,
+                    inbox.expires_at + new.retention_s,
+                ),
+            )
+            await db.execute(
+                """INSERT INTO idempotency (key, request_json, inbox_id) VALUES (?, ?, ?)
+                   ON CONFLICT (key) DO UPDATE SET inbox_id = excluded.inbox_id""",
+                (new.idempotency_key, new.request_json, inbox.inbox_id),
+            )
+            await _insert_events(db, [event])
+            return CreateResult(CreateOutcome.CREATED, inbox)
+
+        return await self._transaction(work)
+
+    async def load_inbox(self, inbox_id: str) -> Inbox | None:
+        rows = await self._read(_INBOX_SELECT + " WHERE i.inbox_id = ?", (inbox_id,))
+        return _inbox(rows[0]) if rows else None
+
+    async def count_inboxes(self, run_id: str, purpose: str) -> int:
+        rows = await self._read(
+            "SELECT COUNT(*) FROM inboxes WHERE run_id = ? AND purpose = ?", (run_id, purpose)
+        )
+        return int(rows[0][0])
+
+    async def route(self, local_part: str) -> Route | None:
+        rows = await self._read(
+            "SELECT inbox_id, run_id, policy, expires_at, state FROM inboxes WHERE local_part = ?",
+            (local_part,),
+        )
+        if not rows:
+            return None
+        row = rows[0]
+        return Route(
+            row["inbox_id"],
+            row["run_id"],
+            row["policy"],
+            row["expires_at"],
+            row["state"] == "expired",
+        )
+
+    async def save_poll(self, before: Inbox, after: Inbox, event: Event) -> bool:
+        async def work(db: aiosqlite.Connection) -> bool:
+            cur = await db.execute(
+                """UPDATE inboxes SET polls_used = ?, next_poll_at = ?, cursor_seq = ?, state = ?,
+                       reason = ?, evidence_message_id = ?, last_poll_at = ?,
+                       last_poll_latency_ms = ?, expired_at = ?, last_error = ?,
+                       last_change_reason = CASE WHEN state != ? THEN ? ELSE last_change_reason END
+                   WHERE inbox_id = ? AND polls_used = ? AND state != 'expired'""",
+                (
+                    after.polls_used,
+                    after.next_poll_at,
+                    after.cursor_seq,
+                    after.state.value,
+                    after.reason,
+                    after.evidence.message_id if after.evidence else None,
+                    after.last_poll_at,
+                    after.last_poll_latency_ms,
+                    after.expired_at,
+                    after.last_error,
+                    after.state.value,
+                    after.reason or "evidence_found",
+                    after.inbox_id,
+                    before.polls_used,
+                ),
+            )
+            if cur.rowcount != 1:
+                return False
+            events = [event]
+            if after.state is State.EXPIRED:
+                events.append(_expired_event(after))
+            await _insert_events(db, events)
+            return True
+
+        return await self._transaction(work)
+
+    async def expire(self, inbox: Inbox, retention_s: int) -> None:
+        async def work(db: aiosqlite.Connection) -> None:
+            await _persist_expiry(db, inbox, retention_s)
+
+        await self._transaction(work)
+
+    async def expire_due(self, now: float, limit: int) -> list[Inbox]:
+        rows = await self._read(
+            _INBOX_SELECT + " WHERE i.state != 'expired' AND i.expires_at <= ? LIMIT ?",
+            (now, limit),
+        )
+        return [_inbox(row) for row in rows]
+
+    async def set_last_error(self, inbox_id: str, code: str) -> None:
+        async def work(db: aiosqlite.Connection) -> None:
+            await db.execute(
+                "UPDATE inboxes SET last_error = ? WHERE inbox_id = ?", (code, inbox_id)
+            )
+
+        await self._transaction(work)
+
+    # -- messages ----------------------------------------------------------------
+
+    async def save_message(self, incoming: Incoming) -> None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        await self._queue.put((incoming, done))
+        await done
+
+    async def _commit_loop(self) -> None:
+        stopping = False
+        while not stopping:
+            first = await self._queue.get()
+            if first is None:
+                break
+            batch = [first]
+            while len(batch) < _GROUP_COMMIT_MAX and not self._queue.empty():
+                item = self._queue.get_nowait()
+                if item is None:
+                    stopping = True
+                    break
+                batch.append(item)
+            try:
+                await self._transaction(partial(_insert_batch, items=[i for i, _ in batch]))
+            except StorageError as exc:
+                for _, done in batch:
+                    if not done.done():
+                        done.set_exception(exc)
+                continue
+            for _, done in batch:
+                if not done.done():
+                    done.set_result(None)
+
+    async def deliveries_after(self, inbox_id: str, after_seq: int, limit: int) -> list[Delivery]:
+        rows = await self._read(
+            _DELIVERY_SELECT + " WHERE d.inbox_id = ? AND d.seq > ? ORDER BY d.seq LIMIT ?",
+            (inbox_id, after_seq, limit),
+        )
+        return [_delivery(row) for row in rows]
+
+    async def delivery(self, message_id: str) -> Delivery | None:
+        rows = await self._read(_DELIVERY_SELECT + " WHERE d.message_id = ?", (message_id,))
+        return _delivery(rows[0]) if rows else None
+
+    async def raw(self, message_id: str) -> bytes | None:
+        rows = await self._read(
+            """SELECT m.raw FROM deliveries d JOIN messages m ON m.message_pk = d.message_pk
+               JOIN inboxes i ON i.inbox_id = d.inbox_id
+               WHERE d.message_id = ? AND i.released_at IS NULL""",
+            (message_id,),
+        )
+        if not rows or rows[0]["raw"] is None:
+            return None
+        return bytes(rows[0]["raw"])
+
+    async def message(self, message_id: str) -> StoredMessage | None:
+        rows = await self._read(
+            """SELECT d.seq, d.message_id, d.inbox_id, m.subject, m.from_addr, m.received_at,
+                      m.size, d.claim_id, d.claim_run_id, d.claimed_at, d.rcpt_json,
+                      CASE WHEN i.released_at IS NULL THEN m.raw END AS raw,
+                      m.mail_from, m.to_json, m.cc_json, m.date, i.run_id,
+                      COALESCE(i.released_at, m.released_at) AS released_at
+               FROM deliveries d JOIN messages m ON m.message_pk = d.message_pk
+               JOIN inboxes i ON i.inbox_id = d.inbox_id
+               WHERE d.message_id = ?""",
+            (message_id,),
+        )
+        if not rows:
+            return None
+        row = rows[0]
+        return StoredMessage(
+            delivery=_delivery(row),
+            run_id=row["run_id"],
+            raw=None if row["raw"] is None else bytes(row["raw"]),
+            mail_from=row["mail_from"],
+            rcpts=tuple(json.loads(row["rcpt_json"])),
+            to=tuple(json.loads(row["to_json"])),
+            cc=tuple(json.loads(row["cc_json"])),
+            date=row["date"],
+            released_at=row["released_at"],
+        )
+
+    async def claim(self, delivery: Delivery, claim: Claim, after: Inbox) -> Claim:
+        async def work(db: aiosqlite.Connection) -> Claim:
+            cur = await db.execute(
+                """UPDATE deliveries SET claim_id = ?, claim_run_id = ?, claimed_at = ?
+                   WHERE message_id = ? AND claim_id IS NULL""",
+                (claim.claim_id, claim.run_id, claim.claimed_at, claim.message_id),
+            )
+            if cur.rowcount != 1:
+                rows = list(
+                    await db.execute_fetchall(
+                        "SELECT claim_id, claim_run_id, claimed_at FROM deliveries "
+                        "WHERE message_id = ?",
+                        (claim.message_id,),
+                    )
+                )
+                row = rows[0]
+                return Claim(row[0], claim.message_id, row[1], row[2])
+            await db.execute(
+                """UPDATE inboxes SET state = 'received', reason = NULL, evidence_message_id = ?,
+                       cursor_seq = MAX(cursor_seq, ?),
+                       last_change_reason = CASE WHEN state != 'received' THEN 'claimed'
+                                                 ELSE last_change_reason END
+                   WHERE inbox_id = ? AND state != 'expired'""",
+                (claim.message_id, delivery.seq, delivery.inbox_id),
+            )
+            await _insert_events(
+                db,
+                [
+                    Event(
+                        run_id=claim.run_id,
+                        type="claimed",
+                        at=claim.claimed_at,
+                        inbox_id=delivery.inbox_id,
+                        message_id=claim.message_id,
+                        detail={"claim_id": claim.claim_id},
+                    )
+                ],
+            )
+            return claim
+
+        return await self._transaction(work)
+
+    # -- release and retention ---------------------------------------------------
+
+    async def release_run(self, run_id: str, now: float) -> list[str]:
+        async def work(db: aiosqlite.Connection) -> list[str]:
+            rows = list(
+                await db.execute_fetchall(
+                    _INBOX_SELECT + " WHERE i.run_id = ? AND i.released_at IS NULL", (run_id,)
+                )
+            )
+            inboxes = [_inbox(row) for row in rows]
+            for inbox in inboxes:
+                if inbox.effective(now).state is not State.EXPIRED:
+                    await _persist_expiry(db, inbox.expire("lease", now), 0, cause="released")
+                else:
+                    await _persist_expiry(db, inbox.effective(now), 0)
+            await _release(
+                db, [i.inbox_id for i in inboxes], now, {i.inbox_id: run_id for i in inboxes}
+            )
+            return [i.inbox_id for i in inboxes]
+
+        return await self._transaction(work)
+
+    async def release_due(self, now: float, limit: int) -> int:
+        async def work(db: aiosqlite.Connection) -> int:
+            rows = list(
+                await db.execute_fetchall(
+                    _INBOX_SELECT
+                    + " WHERE i.released_at IS NULL AND i.evidence_release_at <= ? LIMIT ?",
+                    (now, limit),
+                )
+            )
+            inboxes = [_inbox(row) for row in rows]
+            for inbox in inboxes:
+                await _persist_expiry(db, inbox.effective(now), 0)
+            await _release(
+                db, [i.inbox_id for i in inboxes], now, {i.inbox_id: i.run_id for i in inboxes}
+            )
+            return len(inboxes)
+
+        count = await self._transaction(work)
+        if count:
+            try:
+                await self._writer.execute("PRAGMA incremental_vacuum") if self._writer else None
+            except sqlite3.Error as exc:
+                raise StorageError(f"vacuum failed: {exc}") from exc
+        return count
+
+    # -- reports -----------------------------------------------------------------
+
+    async def add_events(self, events: list[Event]) -> None:
+        async def work(db: aiosqlite.Connection) -> None:
+            await _insert_events(db, events)
+
+        await self._transaction(work)
+
+    async def run_report(self, run_id: str) -> tuple[list[InboxReport], list[Event]]:
+        rows = await self._read(
+            _INBOX_SELECT + " WHERE i.run_id = ? ORDER BY i.created_at, i.inbox_id", (run_id,)
+        )
+        reports = []
+        for row in rows:
+            accepted = await self._read(
+                "SELECT message_id FROM deliveries WHERE inbox_id = ? AND claim_id IS NOT NULL "
+                "ORDER BY claimed_at DESC LIMIT 1",
+                (row["inbox_id"],),
+            )
+            reports.append(
+                InboxReport(
+                    inbox=_inbox(row),
+                    accepted_message_id=accepted[0][0] if accepted else None,
+                    last_change_reason=row["last_change_reason"],
+                    evidence_release_at=row["released_at"] or row["evidence_release_at"],
+                )
+            )
+        event_rows = await self._read(
+            "SELECT run_id, type, at, inbox_id, message_id, detail_json FROM events "
+            "WHERE run_id = ? ORDER BY at, id LIMIT 10000",
+            (run_id,),
+        )
+        events = [Event(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in event_rows]
+        return reports, events
+
+    async def unrouted(self, limit: int) -> list[UnroutedMail]:
+        rows = await self._read(
+            "SELECT rcpt, mail_from, received_at, size FROM unrouted ORDER BY id DESC LIMIT ?",
+            (limit,),
+        )
+        return [UnroutedMail(r[0], r[1], r[2], r[3]) for r in rows]
+
+
+# -- row mapping and statements (run inside a transaction) -----------------------
+
+
+def _inbox(row: Row) -> Inbox:
+    evidence = None
+    if row["evidence_message_id"] is not None and row["ev_seq"] is not None:
+        claim = None
+        if row["ev_claim_id"] is not None:
+            claim = Claim(
+                row["ev_claim_id"],
+                row["evidence_message_id"],
+                row["ev_claim_run_id"],
+                row["ev_claimed_at"],
+            )
+        evidence = Evidence(
+            row["evidence_message_id"],
+            row["ev_seq"],
+            row["ev_subject"],
+            row["ev_from"],
+            row["ev_received_at"],
+            claim,
+        )
+    return Inbox(
+        inbox_id=row["inbox_id"],
+        run_id=row["run_id"],
+        purpose=row["purpose"],
+        address=row["address"],
+        policy_name=row["policy"],
+        created_at=row["created_at"],
+        expires_at=row["expires_at"],
+        poll_budget=row["poll_budget"],
+        polls_used=row["polls_used"],
+        next_poll_at=row["next_poll_at"],
+        cursor_seq=row["cursor_seq"],
+        state=State(row["state"]),
+        reason=row["reason"],
+        evidence=evidence,
+        match=Match(**json.loads(row["match_json"])),
+        trace_id=row["trace_id"],
+        last_error=row["last_error"],
+        expired_at=row["expired_at"],
+        last_poll_at=row["last_poll_at"],
+        last_poll_latency_ms=row["last_poll_latency_ms"],
+        released_at=row["released_at"],
+    )
+
+
+def _delivery(row: Row) -> Delivery:
+    claim = None
+    if row["claim_id"] is not None:
+        claim = Claim(row["claim_id"], row["message_id"], row["claim_run_id"], row["claimed_at"])
+    return Delivery(
+        seq=row["seq"],
+        message_id=row["message_id"],
+        inbox_id=row["inbox_id"],
+        subject=row["subject"],
+        from_addr=row["from_addr"],
+        received_at=row["received_at"],
+        size=row["size"],
+        claim=claim,
+    )
+
+
+async def _load_inbox(db: aiosqlite.Connection, inbox_id: str) -> Inbox | None:
+    rows = list(await db.execute_fetchall(_INBOX_SELECT + " WHERE i.inbox_id = ?", (inbox_id,)))
+    return _inbox(rows[0]) if rows else None
+
+
+async def _count(db: aiosqlite.Connection, run_id: str, purpose: str) -> int:
+    rows = list(
+        await db.execute_fetchall(
+            "SELECT COUNT(*) FROM inboxes WHERE run_id = ? AND purpose = ?", (run_id, purpose)
+        )
+    )
+    return int(rows[0][0])
+
+
+def _expired_event(inbox: Inbox, cause: str | None = None) -> Event:
+    detail: dict[str, Any] = {"reason": inbox.reason}
+    if cause:
+        detail["cause"] = cause
+    return Event(
+        run_id=inbox.run_id,
+        type="expired",
+        at=inbox.expired_at if inbox.expired_at is not None else inbox.expires_at,
+        inbox_id=inbox.inbox_id,
+        detail=detail,
+    )
+
+
+async def _persist_expiry(
+    db: aiosqlite.Connection, inbox: Inbox, retention_s: int, cause: str | None = None
+) -> None:
+    if inbox.state is not State.EXPIRED:
+        return
+    at = inbox.expired_at if inbox.expired_at is not None else inbox.expires_at
+    cur = await db.execute(
+        """UPDATE inboxes SET state = 'expired', reason = ?, expired_at = ?,
+               evidence_release_at = MIN(evidence_release_at, ?),
+               last_change_reason = ?
+           WHERE inbox_id = ? AND state != 'expired'""",
+        (
+            inbox.reason,
+            at,
+            at + retention_s if retention_s else 1e18,
+            cause or inbox.reason,
+            inbox.inbox_id,
+        ),
+    )
+    if cur.rowcount == 1:
+        await _insert_events(db, [_expired_event(inbox, cause)])
+
+
+async def _release(
+    db: aiosqlite.Connection, inbox_ids: list[str], now: float, runs: dict[str, str]
+) -> None:
+    if not inbox_ids:
+        return
+    await db.executemany(
+        "UPDATE inboxes SET released_at = ?, evidence_release_at = ? "
+        "WHERE inbox_id = ? AND released_at IS NULL",
+        [(now, now, inbox_id) for inbox_id in inbox_ids],
+    )
+    # A message stored once for several inboxes keeps its body until every one is released.
+    await db.executemany(
+        """UPDATE messages SET raw = NULL, released_at = ?
+           WHERE raw IS NOT NULL
+             AND message_pk IN (SELECT message_pk FROM deliveries WHERE inbox_id = ?)
+             AND NOT EXISTS (SELECT 1 FROM deliveries d JOIN inboxes i ON i.inbox_id = d.inbox_id
+                             WHERE d.message_pk = messages.message_pk AND i.released_at IS NULL)""",
+        [(now, inbox_id) for inbox_id in inbox_ids],
+    )
+    await _insert_events(
+        db, [Event(run_id=runs[i], type="released", at=now, inbox_id=i) for i in inbox_ids]
+    )
+
+
+async def _insert_events(db: aiosqlite.Connection, events: Iterable[Event]) -> None:
+    await db.executemany(
+        "INSERT INTO events (run_id, inbox_id, message_id, at, type, detail_json) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        [(e.run_id, e.inbox_id, e.message_id, e.at, e.type, json.dumps(e.detail)) for e in events],
+    )
+
+
+async def _insert_batch(db: aiosqlite.Connection, items: list[Incoming]) -> None:
+    rows = list(await db.execute_fetchall("SELECT COALESCE(MAX(message_pk), 0) FROM messages"))
+    pk = int(rows[0][0])
+    messages: list[tuple[Any, ...]] = []
+    deliveries: list[tuple[Any, ...]] = []
+    unrouted: list[tuple[Any, ...]] = []
+    events: list[Event] = []
+    for item in items:
+        size = len(item.raw)
+        if item.deliveries:
+            pk += 1
+            s = item.summary
+            messages.append(
+                (
+                    pk,
+                    item.raw,
+                    size,
+                    s.subject,
+                    s.from_addr,
+                    json.dumps(list(s.to)),
+                    json.dumps(list(s.cc)),
+                    s.date,
+                    item.mail_from,
+                    item.received_at,
+                )
+            )
+            for d in item.deliveries:
+                deliveries.append((d.message_id, d.inbox_id, pk, json.dumps(list(d.rcpts))))
+                events.append(
+                    Event(
+                        run_id=d.run_id,
+                        type="message_accepted",
+                        at=item.received_at,
+                        inbox_id=d.inbox_id,
+                        message_id=d.message_id,
+                        detail={"size": size},
+                    )
+                )
+        unrouted.extend((rcpt, item.mail_from, item.received_at, size) for rcpt in item.unrouted)
+        events.extend(
+            Event(
+                run_id=late.run_id,
+                type="late_arrival",
+                at=item.received_at,
+                inbox_id=late.inbox_id,
+                detail={"size": size, "action": "dropped"},
+            )
+            for late in item.late
+        )
+    if messages:
+        await db.executemany(
+            "INSERT INTO messages (message_pk, raw, size, subject, from_addr, to_json, cc_json, "
+            "date, mail_from, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            messages,
+        )
+        await db.executemany(
+            "INSERT INTO deliveries (message_id, inbox_id, message_pk, rcpt_json) "
+            "VALUES (?, ?, ?, ?)",
+            deliveries,
+        )
+    if unrouted:
+        await db.executemany(
+            "INSERT INTO unrouted (rcpt, mail_from, received_at, size) VALUES (?, ?, ?, ?)",
+            unrouted,
+        )
+    if events:
+        await _insert_events(db, events)

@@ -1,0 +1,53 @@
+"""Shared fixtures: real runsink servers in subprocesses, on free ports, with real SQLite files."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support import Server, start_server
+
+TEST_POLICIES = """
+# Fast schedules for tests: the contract's rules, with intervals short enough for CI.
+[policy.ci]
+poll_interval_s = [0]
+long_poll_max_s = 10
+
+[policy.paced]
+poll_interval_s = [1.5, 3]
+
+[policy.tiny]
+poll_budget = 2
+poll_interval_s = [0]
+inboxes_per_purpose = 2
+
+[policy.strict]
+late_arrival = "reject"
+poll_interval_s = [0]
+
+[policy.fragile]
+poll_interval_s = [0]
+provider_deadline_s = 0.3
+breaker_failure_threshold = 2
+breaker_cooldown_s = 0.6
+breaker_cooldown_max_s = 1.0
+
+[policy.small]
+poll_interval_s = [0]
+max_message_bytes = 2048
+"""
+
+
+@pytest.fixture(scope="session")
+def policy_file(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("policies") / "policies.toml"
+    path.write_text(TEST_POLICIES)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory, policy_file: str) -> Server:
+    """One shared server for the suite (tests isolate themselves by run_id)."""
+    folder = tmp_path_factory.mktemp("server")
+    running = start_server(folder, "--policy-file", policy_file, "--enable-faults")
+    yield running
+    running.stop()

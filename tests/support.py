@@ -1,0 +1,155 @@
+"""Test support: start a real server process, send real SMTP, read its JSON logs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import smtplib
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+STARTUP_DEADLINE_S = 30.0
+
+
+def new_run_id(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[bytes]
+    folder: Path
+    db: Path
+    log_path: Path
+    smtp_port: int
+    http_port: int
+    args: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def http(self, **kwargs: Any) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=30, **kwargs)
+
+    def log_lines(self) -> list[dict[str, Any]]:
+        lines = []
+        for raw in self.log_path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if raw.strip():
+                lines.append(json.loads(raw))
+        return lines
+
+    def smtp(self) -> smtplib.SMTP:
+        return smtplib.SMTP("127.0.0.1", self.smtp_port, timeout=30)
+
+    def send(
+        self,
+        to: str | list[str],
+        subject: str = "Hello",
+        body: str = "Hello from the app.",
+        sender: str = "app@example.test",
+        html: str | None = None,
+    ) -> None:
+        message = EmailMessage()
+        message["From"] = sender
+        message["To"] = to if isinstance(to, str) else ", ".join(to)
+        message["Subject"] = subject
+        message.set_content(body)
+        if html is not None:
+            message.add_alternative(html, subtype="html")
+        with self.smtp() as client:
+            client.send_message(message)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                return self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+                raise
+        return self.process.returncode
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(10)
+
+
+def start_server(folder: Path, *args: str, db: Path | None = None, env: dict[str, str] | None = None) -> Server:
+    folder.mkdir(parents=True, exist_ok=True)
+    db = db or folder / "runsink.db"
+    log_path = folder / f"server-{uuid.uuid4().hex[:6]}.log"
+    command = [
+        sys.executable,
+        "-m",
+        "sink",
+        "serve",
+        "--smtp-port",
+        "0",
+        "--http-port",
+        "0",
+        "--db",
+        str(db),
+        "--log-level",
+        "debug",
+        *args,
+    ]
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("RUNSINK_")}
+    environment.update(env or {})
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log_file, env=environment)
+    deadline = time.monotonic() + STARTUP_DEADLINE_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"runsink exited with {process.returncode}: {log_path.read_text()[-2000:]}")
+        for line in _lines(log_path):
+            if line.get("event") == "listening":
+                server = Server(process, folder, db, log_path, line["smtp_port"], line["http_port"], list(args))
+                _wait_ready(server, deadline)
+                return server
+        time.sleep(0.02)
+    process.kill()
+    raise RuntimeError(f"runsink did not start within {STARTUP_DEADLINE_S}s: {log_path.read_text()[-2000:]}")
+
+
+def _lines(path: Path) -> Iterator[dict[str, Any]]:
+    for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            yield json.loads(raw)
+        except json.JSONDecodeError:
+            continue
+
+
+def _wait_ready(server: Server, deadline: float) -> None:
+    with server.http() as client:
+        while time.monotonic() < deadline:
+            try:
+                if client.get("/readyz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.02)
+    raise RuntimeError("runsink never became ready")
+
+
+def create_inbox(client: httpx.Client, run_id: str | None = None, purpose: str = "signup-check", **body: Any) -> dict[str, Any]:
+    payload = {"run_id": run_id or new_run_id(), "purpose": purpose, **body}
+    response = client.post("/v1/inboxes", json=payload)
+    assert response.status_code == 201, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def wait(client: httpx.Client, inbox_id: str, **body: Any) -> httpx.Response:
+    return client.post(f"/v1/inboxes/{inbox_id}/wait", json=body)
