@@ -35,15 +35,22 @@ _SAFE_HEADERS = [
 
 
 def explicit_trace(headers: Headers) -> str | None:
-    """The caller's trace: traceparent first, then X-Trace-Id; anything else starts a new one."""
+    """The caller's trace: traceparent first, then X-Trace-Id.
+
+    A header that is present but malformed starts a new trace (it is not silently
+    replaced by the inbox's); no header at all returns None, and an inbox call then
+    continues the inbox's trace.
+    """
     parent = headers.get("traceparent")
-    if parent:
+    if parent is not None:
         found = _TRACEPARENT.fullmatch(parent.strip().lower())
         if found and found.group(1) != "0" * 32:
             return found.group(1)
     given = headers.get("x-trace-id")
-    if given and _TRACE_ID.fullmatch(given):
+    if given is not None and _TRACE_ID.fullmatch(given):
         return given
+    if parent is not None or given is not None:
+        return ids.new_trace_id()
     return None
 
 

@@ -307,7 +307,7 @@ class Agent:
                 position = max(position, result.last_seq)
                 mismatched = mismatched or result.mismatched
                 found = result.found
-                if found is not None or self._waiters.closing:
+                if found is not None or self._waiters.closing or woken.ended:
                     break
                 remaining = deadline - clock.now()
                 if remaining <= 0:
@@ -318,6 +318,9 @@ class Agent:
             self._metrics.long_polls.dec()
             self._waiters.unregister(inbox.inbox_id, woken)
         ended = clock.now()
+        if found is None and woken.ended:
+            # Released (or swept) while we waited: answer as the store has it now.
+            return await self._describe(await self._load(inbox.inbox_id), ended, trace_id)
         if found is None and self._waiters.closing:
             # Shutting down: answer with the current envelope; this wait spends nothing.
             return await self._describe(inbox, ended, trace_id)
@@ -551,7 +554,7 @@ class Agent:
 
     async def release(self, run_id: str, trace: str | None) -> None:
         released = await self._store.release_run(run_id, clock.now())
-        self._waiters.wake(released)
+        self._waiters.end(released)
         self._bodies.clear()
         log("run_released", run_id=run_id, trace_id=trace, inboxes=len(released))
 

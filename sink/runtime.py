@@ -108,7 +108,7 @@ class Runtime:
                     )
                     await self.store.expire(expired, policy.retention_s)
                     self.metrics.expired("lease")
-                    self.waiters.wake([inbox.inbox_id])
+                    self.waiters.end([inbox.inbox_id])
                 await self.store.release_due(now, _SWEEP_BATCH)
             except Exception as exc:  # the sweeper must outlive a bad moment of the store
                 warn("sweep_failed", error=type(exc).__name__)

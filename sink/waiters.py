@@ -1,9 +1,10 @@
 """Per-inbox wake-ups for long-polls, in process.
 
 The order that loses no wake-up: ``register`` before querying the store, query,
-then wait on the returned event; ingest calls ``wake`` only after its commit.
-Always ``unregister`` in a ``finally``. A PostgreSQL LISTEN/NOTIFY version can
-replace this class behind the same three methods.
+then wait on the returned ``Wakeup``; ingest calls ``wake`` only after its commit.
+Always ``unregister`` in a ``finally``. ``end`` tells the waits of an inbox that
+it expired (released, or its lease swept) so they answer at once. A PostgreSQL
+LISTEN/NOTIFY version can replace this class behind the same methods.
 """
 
 from __future__ import annotations
@@ -12,37 +13,63 @@ import asyncio
 from collections.abc import Iterable
 
 
+class Wakeup:
+    """One wait's wake-up: set on new mail, or with ``ended`` when its inbox ended."""
+
+    __slots__ = ("_event", "ended")
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self.ended = False
+
+    def set(self) -> None:
+        self._event.set()
+
+    def clear(self) -> None:
+        self._event.clear()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+
 class Waiters:
     def __init__(self) -> None:
-        self._by_inbox: dict[str, set[asyncio.Event]] = {}
+        self._by_inbox: dict[str, set[Wakeup]] = {}
         self._closing = False
 
-    def register(self, inbox_id: str) -> asyncio.Event:
-        event = asyncio.Event()
+    def register(self, inbox_id: str) -> Wakeup:
+        wakeup = Wakeup()
         if self._closing:
-            event.set()
-        self._by_inbox.setdefault(inbox_id, set()).add(event)
-        return event
+            wakeup.set()
+        self._by_inbox.setdefault(inbox_id, set()).add(wakeup)
+        return wakeup
 
-    def unregister(self, inbox_id: str, event: asyncio.Event) -> None:
+    def unregister(self, inbox_id: str, wakeup: Wakeup) -> None:
         waiting = self._by_inbox.get(inbox_id)
         if waiting is None:
             return
-        waiting.discard(event)
+        waiting.discard(wakeup)
         if not waiting:
             del self._by_inbox[inbox_id]
 
     def wake(self, inbox_ids: Iterable[str]) -> None:
         for inbox_id in inbox_ids:
-            for event in self._by_inbox.get(inbox_id, ()):
-                event.set()
+            for wakeup in self._by_inbox.get(inbox_id, ()):
+                wakeup.set()
+
+    def end(self, inbox_ids: Iterable[str]) -> None:
+        """The inboxes expired: their waits stop waiting and answer as of now."""
+        for inbox_id in inbox_ids:
+            for wakeup in self._by_inbox.get(inbox_id, ()):
+                wakeup.ended = True
+                wakeup.set()
 
     def close(self) -> None:
         """Shutdown: every wait in progress returns now, with its current envelope."""
         self._closing = True
         for waiting in self._by_inbox.values():
-            for event in waiting:
-                event.set()
+            for wakeup in waiting:
+                wakeup.set()
 
     @property
     def closing(self) -> bool:

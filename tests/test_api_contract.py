@@ -1,0 +1,523 @@
+"""The contract's envelope table, row by row, over real HTTP and real SMTP."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import httpx
+
+from tests.support import Server, create_inbox, new_run_id, wait
+
+
+def _claim(client: httpx.Client, message_id: str, run_id: str) -> httpx.Response:
+    return client.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id})
+
+
+def _received(server: Server, client: httpx.Client, inbox: dict, subject: str = "Welcome") -> dict:
+    server.send(inbox["address"], subject=subject)
+    body = wait(client, inbox["inbox_id"], timeout_s=5).json()
+    assert body["state"] == "received", body
+    return body
+
+
+def test_created_envelope_has_every_field(server: Server) -> None:
+    """Create answers 201 with the full envelope: created, completed, wait_for_message."""
+    with server.http() as client:
+        response = client.post("/v1/inboxes", json={"run_id": new_run_id(), "purpose": "signup-check"})
+    body = response.json()
+    assert response.status_code == 201
+    assert set(body) == {
+        "state", "status", "next_action", "reason", "inbox_id", "run_id", "purpose", "address",
+        "expires_at", "attempt", "remaining_attempts", "retry_after", "next_poll_at", "cursor",
+        "message", "claim", "last_error", "trace_id",
+    }  # fmt: skip
+    assert (body["state"], body["status"], body["next_action"], body["reason"]) == (
+        "created", "completed", "wait_for_message", None,
+    )  # fmt: skip
+    assert body["address"].endswith("@sink.test") and body["address"] == body["address"].lower()
+    assert body["expires_at"].endswith("Z") and len(body["expires_at"]) == 24
+    assert body["attempt"] == 0 and body["remaining_attempts"] == 12
+    assert response.headers["x-trace-id"] == body["trace_id"]
+
+
+def test_wait_with_nothing_is_waiting_retryable(server: Server) -> None:
+    """A wait that finds nothing: waiting, retryable, wait_for_message, evidence_not_found."""
+    with server.http() as client:
+        inbox = create_inbox(client)
+        response = wait(client, inbox["inbox_id"])
+    body = response.json()
+    assert (body["state"], body["status"], body["next_action"], body["reason"]) == (
+        "waiting", "retryable", "wait_for_message", "evidence_not_found",
+    )  # fmt: skip
+    assert body["attempt"] == 1 and body["remaining_attempts"] == 11
+    assert body["retry_after"] is not None
+    assert response.headers["Retry-After"] == str(math.ceil(body["retry_after"]))
+
+
+def test_long_poll_returns_when_mail_arrives(server: Server) -> None:
+    """A long-poll answers received as soon as the message is stored, well before its timeout."""
+    with server.http() as client:
+        inbox = create_inbox(client)
+        sender = threading.Timer(0.3, server.send, args=(inbox["address"],), kwargs={"subject": "Hi"})
+        started = time.monotonic()
+        sender.start()
+        body = wait(client, inbox["inbox_id"], timeout_s=8).json()
+        elapsed = time.monotonic() - started
+        sender.join()
+    assert body["state"] == "received" and body["next_action"] == "claim_message"
+    assert body["message"]["subject"] == "Hi"
+    assert elapsed < 8
+
+
+def test_received_is_returned_again_until_claimed(server: Server) -> None:
+    """An unclaimed match is never skipped: waiting again returns the same message."""
+    run_id = new_run_id()
+    with server.http() as client:
+        inbox = create_inbox(client, run_id)
+        first = _received(server, client, inbox)
+        again = wait(client, inbox["inbox_id"]).json()
+        _claim(client, first["message"]["message_id"], run_id)
+        after_claim = wait(client, inbox["inbox_id"]).json()
+    assert again["message"]["message_id"] == first["message"]["message_id"]
+    assert again["cursor"] == first["cursor"]
+    assert after_claim["state"] == "waiting" and after_claim["message"] is None
+
+
+def test_get_reports_claimed_as_proceed(server: Server) -> None:
+    """After a claim, GET answers received, completed, proceed with the claim."""
+    run_id = new_run_id()
+    with server.http() as client:
+        inbox = create_inbox(client, run_id)
+        received = _received(server, client, inbox)
+        _claim(client, received["message"]["message_id"], run_id)
+        body = client.get(f"/v1/inboxes/{inbox['inbox_id']}").json()
+    assert (body["state"], body["status"], body["next_action"]) == ("received", "completed", "proceed")
+    assert body["claim"]["run_id"] == run_id
+    assert body["claim"]["message_id"] == received["message"]["message_id"]
+
+
+def test_get_spends_no_budget(server: Server) -> None:
+    """GET never spends a poll."""
+    with server.http() as client:
+        inbox = create_inbox(client)
+        for _ in range(3):
+            body = client.get(f"/v1/inboxes/{inbox['inbox_id']}").json()
+    assert body["attempt"] == 0 and body["remaining_attempts"] == 12
+
+
+def test_too_early_is_blocked_and_spends_nothing(server: Server) -> None:
+    """A wait before next_poll_at is blocked/too_early with retry_after and spends no poll."""
+    with server.http() as client:
+        inbox = create_inbox(client, policy="paced")
+        first = wait(client, inbox["inbox_id"]).json()
+        early = wait(client, inbox["inbox_id"])
+    body = early.json()
+    assert first["attempt"] == 1
+    assert (body["state"], body["status"], body["next_action"], body["reason"]) == (
+        "waiting", "blocked", "wait_then_retry", "too_early",
+    )  # fmt: skip
+    assert body["attempt"] == 1
+    assert 0 < body["retry_after"] <= 1.5
+    assert early.headers["Retry-After"] in ("1", "2")
+
+
+def test_budget_spent_without_evidence_expires_timeout(server: Server) -> None:
+    """The last poll without evidence expires the inbox (timeout); the policy allows another."""
+    run_id = new_run_id()
+    with server.http() as client:
+        inbox = create_inbox(client, run_id, poll_budget=2)
+        wait(client, inbox["inbox_id"])
+        last = wait(client, inbox["inbox_id"]).json()
+        after = wait(client, inbox["inbox_id"]).json()
+    assert (last["state"], last["status"], last["next_action"], last["reason"]) == (
+        "expired", "blocked", "create_new_inbox", "timeout",
+    )  # fmt: skip
+    assert last["retry_after"] is None and last["remaining_attempts"] == 0
+    assert after["state"] == "expired" and after["attempt"] == 2
+
+
+def test_expired_with_no_inbox_left_says_stop(server: Server) -> None:
+    """When inboxes_per_purpose is used up, an expired inbox says stop, and create is 409."""
+    run_id = new_run_id()
+    with server.http() as client:
+        first = create_inbox(client, run_id, policy="tiny", poll_budget=1)
+        wait(client, first["inbox_id"])
+        second = client.post(
+            "/v1/inboxes", json={"run_id": run_id, "purpose": "signup-check", "policy": "tiny", "poll_budget": 1}
+        )
+        assert second.status_code == 201, second.text
+        ended = wait(client, second.json()["inbox_id"]).json()
+        third = client.post(
+            "/v1/inboxes", json={"run_id": run_id, "purpose": "signup-check", "policy": "tiny", "poll_budget": 1}
+        )
+    assert second.json()["inbox_id"] != first["inbox_id"]
+    assert ended["state"] == "expired" and ended["next_action"] == "stop"
+    assert third.status_code == 409
+    assert third.json()["error"]["code"] == "policy_forbids"
+
+
+def test_lease_over_gives_expired_lease(server: Server) -> None:
+    """Once now >= expires_at the inbox is expired/lease (GET applies it, no wait needed)."""
+    with server.http() as client:
+        inbox = create_inbox(client, ttl_s=1)
+        deadline = time.monotonic() + 10
+        body = inbox
+        while body["state"] != "expired" and time.monotonic() < deadline:
+            time.sleep(0.1)
+            body = client.get(f"/v1/inboxes/{inbox['inbox_id']}").json()
+    assert (body["state"], body["status"], body["reason"]) == ("expired", "blocked", "lease")
+    assert body["next_action"] == "create_new_inbox"
+
+
+def test_idempotency_conflict_on_another_body(server: Server) -> None:
+    """The same key with another body is 409 idempotency_key_conflict."""
+    run_id = new_run_id()
+    key = "k-" + run_id
+    with server.http() as client:
+        first = client.post(
+            "/v1/inboxes", json={"run_id": run_id, "purpose": "a"}, headers={"Idempotency-Key": key}
+        )
+        other = client.post(
+            "/v1/inboxes", json={"run_id": run_id, "purpose": "b"}, headers={"Idempotency-Key": key}
+        )
+        same_parsed = client.post(
+            "/v1/inboxes",
+            content=b'{ "purpose": "a",   "run_id": "' + run_id.encode() + b'" }',
+            headers={"Idempotency-Key": key, "Content-Type": "application/json"},
+        )
+    assert first.status_code == 201
+    assert other.status_code == 409
+    assert other.json()["error"]["code"] == "idempotency_key_conflict"
+    assert same_parsed.status_code == 200
+    assert same_parsed.json()["inbox_id"] == first.json()["inbox_id"]
+
+
+def test_replay_after_expiry_creates_the_next_inbox(server: Server) -> None:
+    """Once the keyed inbox expired, the same create makes the run's next inbox (201)."""
+    run_id = new_run_id()
+    body = {"run_id": run_id, "purpose": "signup-check", "poll_budget": 1}
+    with server.http() as client:
+        first = client.post("/v1/inboxes", json=body).json()
+        wait(client, first["inbox_id"])
+        second = client.post("/v1/inboxes", json=body)
+    assert second.status_code == 201
+    assert second.json()["inbox_id"] != first["inbox_id"]
+
+
+def test_unknown_policy_is_400(server: Server) -> None:
+    """An unknown policy name is 400 unknown_policy."""
+    with server.http() as client:
+        response = client.post(
+            "/v1/inboxes", json={"run_id": new_run_id(), "purpose": "x", "policy": "nope"}
+        )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "unknown_policy"
+
+
+def test_caller_values_are_capped_by_the_policy(server: Server) -> None:
+    """ttl_s and poll_budget above the policy are capped, never raised past it."""
+    with server.http() as client:
+        body = create_inbox(client, ttl_s=10**8, poll_budget=999)
+    assert body["remaining_attempts"] == 12
+
+
+def test_wrong_run_is_403_and_leaks_nothing(server: Server) -> None:
+    """A wait naming another run is 403 wrong_run with only status, reason, next_action, trace."""
+    with server.http() as client:
+        inbox = create_inbox(client)
+        response = client.post(
+            f"/v1/inboxes/{inbox['inbox_id']}/wait", json={}, headers={"X-Run-Id": new_run_id("other")}
+        )
+    body = response.json()
+    assert response.status_code == 403
+    assert set(body) == {"status", "reason", "next_action", "retry_after", "trace_id", "error"}
+    assert (body["status"], body["reason"], body["next_action"]) == ("blocked", "wrong_run", "stop")
+    assert inbox["address"] not in response.text and inbox["inbox_id"] not in response.text
+
+
+def test_claim_by_another_run_is_409_claimed_by_other_run(server: Server) -> None:
+    """A claim of a message another run claimed is 409, and wins over wrong_run."""
+    run_id = new_run_id()
+    with server.http() as client:
+        inbox = create_inbox(client, run_id)
+        received = _received(server, client, inbox)
+        message_id = received["message"]["message_id"]
+        _claim(client, message_id, run_id)
+        response = _claim(client, message_id, new_run_id("thief"))
+    body = response.json()
+    assert response.status_code == 409
+    assert (body["reason"], body["next_action"], body["status"]) == ("claimed_by_other_run", "stop", "blocked")
+    assert "message" not in body and "claim" not in body
+
+
+def test_claim_of_unclaimed_message_by_another_run_is_wrong_run(server: Server) -> None:
+    """Claiming an unclaimed message of another run's inbox is 403 wrong_run."""
+    with server.http() as client:
+        inbox = create_inbox(client)
+        received = _received(server, client, inbox)
+        response = _claim(client, received["message"]["message_id"], new_run_id("thief"))
+        after = client.get(f"/v1/inboxes/{inbox['inbox_id']}").json()
+    assert response.status_code == 403 and response.json()["reason"] == "wrong_run"
+    assert after["claim"] is None and after["next_action"] == "claim_message"
+
+
+def test_claim_after_lease_is_409_lease_expired(server: Server) -> None:
+    """Claiming an unclaimed message after the lease ended is 409 lease_expired."""
+    run_id = new_run_id()
+    with server.http() as client:
+        inbox = create_inbox(client, run_id, ttl_s=1)
+        received = _received(server, client, inbox)
+        deadline = time.monotonic() + 10
+        while client.get(f"/v1/inboxes/{inbox['inbox_id']}").json()["state"] != "expired":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        response = _claim(client, received["message"]["message_id"], run_id)
+    body = response.json()
+    assert response.status_code == 409
+    assert (body["state"], body["status"], body["reason"]) == ("expired", "blocked", "lease_expired")
+    assert body["next_action"] == "create_new_inbox"
+
+
+def test_same_run_replay_wins_over_lease_expired(server: Server) -> None:
+    """A claimed inbox keeps its claim after expiry; the same run's replay is already_claimed."""
+    run_id = new_run_id()
+    with server.http() as client:
+        inbox = create_inbox(client, run_id, ttl_s=1)
+        received = _received(server, client, inbox)
+        message_id = received["message"]["message_id"]
+        _claim(client, message_id, run_id)
+        deadline = time.monotonic() + 10
+        while client.get(f"/v1/inboxes/{inbox['inbox_id']}").json()["state"] != "expired":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        replay = _claim(client, message_id, run_id)
+        got = client.get(f"/v1/inboxes/{inbox['inbox_id']}").json()
+    assert replay.status_code == 200 and replay.json()["reason"] == "already_claimed"
+    assert (got["state"], got["status"], got["next_action"]) == ("expired", "completed", "proceed")
+    assert got["claim"]["message_id"] == message_id
+
+
+def test_any_routed_message_can_be_claimed_and_moves_the_cursor(server: Server) -> None:
+    """A message never returned by a wait can be claimed; a wait never returns a claimed one."""
+    run_id = new_run_id()
+    with server.http() as client:
+        inbox = create_inbox(client, run_id)
+        server.send(inbox["address"], subject="one")
+        server.send(inbox["address"], subject="two")
+        listed = client.get(f"/v1/inboxes/{inbox['inbox_id']}/messages").json()["messages"]
+        second = listed[1]["message_id"]
+        claimed = _claim(client, second, run_id).json()
+        waited = wait(client, inbox["inbox_id"]).json()
+    assert claimed["state"] == "received" and claimed["message"]["subject"] == "two"
+    # The stored cursor moved past "two", so "one" (before it) is no longer beyond it.
+    assert waited["state"] == "waiting"
+
+
+def test_given_cursor_reads_from_there_but_never_moves_the_stored_one_back(server: Server) -> None:
+    """A wait with an older cursor can return an older unclaimed message; the stored cursor holds."""
+    run_id = new_run_id()
+    with server.http() as client:
+        inbox = create_inbox(client, run_id)
+        start_cursor = inbox["cursor"]
+        server.send(inbox["address"], subject="alpha")
+        mismatch = wait(client, inbox["inbox_id"], match={"subject_contains": "zzz"}).json()
+        again = wait(client, inbox["inbox_id"], cursor=start_cursor).json()
+    assert mismatch["reason"] == "evidence_mismatch"
+    assert again["state"] == "received" and again["message"]["subject"] == "alpha"
+
+
+def test_match_criteria_are_literal_and_case_insensitive(server: Server) -> None:
+    """subject/from/body criteria are literal substrings: regex characters mean themselves."""
+    run_id = new_run_id()
+    with server.http() as client:
+        inbox = create_inbox(client, run_id)
+        server.send(inbox["address"], subject="Order .* confirmed", body="Total: $42 (VAT incl.)")
+        regexish = wait(client, inbox["inbox_id"], match={"subject_contains": "ORDER .*"}).json()
+        inbox2 = create_inbox(client, run_id, purpose="p2")
+        server.send(inbox2["address"], subject="Order 1 confirmed", sender="Shop <shop@store.test>")
+        no_literal = wait(client, inbox2["inbox_id"], match={"subject_contains": "order .*"}).json()
+        inbox3 = create_inbox(client, run_id, purpose="p3", match={"from_contains": "STORE.test"})
+        server.send(inbox3["address"], subject="Hi", sender="shop@store.test", body="Your PIN is in here")
+        by_from = wait(client, inbox3["inbox_id"]).json()
+        inbox4 = create_inbox(client, run_id, purpose="p4")
+        server.send(inbox4["address"], subject="Hi", html="<p>Click <b>VERIFY now</b></p>")
+        by_body = wait(client, inbox4["inbox_id"], match={"body_contains": "verify NOW"}).json()
+    assert regexish["state"] == "received"
+    assert no_literal["state"] == "waiting" and no_literal["reason"] == "evidence_mismatch"
+    assert by_from["state"] == "received"
+    assert by_body["state"] == "received"
+
+
+def test_max_age_ignores_older_mail(server: Server) -> None:
+    """max_age_s ignores mail received longer ago than that, at the time of the wait."""
+    with server.http() as client:
+        inbox = create_inbox(client)
+        server.send(inbox["address"], subject="old")
+        time.sleep(1.2)  # the criterion itself is about real age: the mail must be older than 1 s
+        body = wait(client, inbox["inbox_id"], match={"max_age_s": 1}).json()
+    assert body["state"] == "waiting" and body["reason"] == "evidence_mismatch"
+
+
+def test_list_messages_pages_with_cursor(server: Server) -> None:
+    """Listing pages oldest first; next_cursor continues as more mail arrives."""
+    with server.http() as client:
+        inbox = create_inbox(client)
+        for n in range(3):
+            server.send(inbox["address"], subject=f"m{n}")
+        first = client.get(f"/v1/inboxes/{inbox['inbox_id']}/messages", params={"limit": 2}).json()
+        second = client.get(
+            f"/v1/inboxes/{inbox['inbox_id']}/messages", params={"after": first["next_cursor"]}
+        ).json()
+        server.send(inbox["address"], subject="m3")
+        third = client.get(
+            f"/v1/inboxes/{inbox['inbox_id']}/messages", params={"after": second["next_cursor"]}
+        ).json()
+    assert [m["subject"] for m in first["messages"]] == ["m0", "m1"] and first["has_more"]
+    assert [m["subject"] for m in second["messages"]] == ["m2"] and not second["has_more"]
+    assert [m["subject"] for m in third["messages"]] == ["m3"]
+    assert set(first["messages"][0]) == {"message_id", "subject", "from", "received_at", "size", "claimed"}
+
+
+def test_invalid_cursor_is_400(server: Server) -> None:
+    """A cursor that is not ours, or another inbox's, is 400 invalid_cursor."""
+    with server.http() as client:
+        inbox = create_inbox(client)
+        other = create_inbox(client)
+        bad = wait(client, inbox["inbox_id"], cursor="not-a-cursor")
+        foreign = wait(client, inbox["inbox_id"], cursor=other["cursor"])
+        listed = client.get(f"/v1/inboxes/{inbox['inbox_id']}/messages", params={"after": "zz"})
+    for response in (bad, foreign, listed):
+        assert response.status_code == 400
+        assert response.json()["error"]["code"] == "invalid_cursor"
+
+
+def test_read_message_returns_bodies_links_codes_and_envelope(server: Server) -> None:
+    """read_message returns text, html, headers, links, codes and the SMTP envelope."""
+    run_id = new_run_id()
+    with server.http() as client:
+        inbox = create_inbox(client, run_id)
+        server.send(
+            inbox["address"],
+            subject="Verify your email",
+            body="Your code is 482913.\nVerify: https://app.test/verify?t=abc",
+            html='<p>Code <b>482913</b> <a href="https://app.test/verify?t=abc">Verify</a></p>',
+            sender="App <noreply@app.test>",
+        )
+        received = wait(client, inbox["inbox_id"], timeout_s=5).json()
+        message_id = received["message"]["message_id"]
+        read = client.get(f"/v1/messages/{message_id}", headers={"X-Run-Id": run_id})
+        mismatch = client.get(f"/v1/messages/{message_id}", params={"run_id": new_run_id("x")})
+        raw = client.get(f"/v1/messages/{message_id}/raw")
+    body = read.json()
+    assert read.status_code == 200
+    assert body["subject"] == "Verify your email" and body["from"] == "noreply@app.test"
+    assert "482913" in body["text"] and "<b>482913</b>" in body["html"]
+    assert body["codes"][0] == "482913"
+    assert body["links"][0] == "https://app.test/verify?t=abc"
+    assert body["envelope"] == {"mail_from": "noreply@app.test", "rcpt_to": [inbox["address"]]}
+    assert body["released_at"] is None and body["claimed"] is False
+    assert mismatch.status_code == 403 and mismatch.json()["reason"] == "wrong_run"
+    assert raw.headers["content-type"].startswith("message/rfc822")
+    assert raw.headers["content-disposition"].startswith("attachment")
+    assert b"Subject: Verify your email" in raw.content
+
+
+def test_release_expires_and_drops_bodies(server: Server) -> None:
+    """DELETE /v1/runs/{id} expires live inboxes (lease), deletes bodies, keeps metadata; idempotent."""
+    run_id = new_run_id()
+    with server.http() as client:
+        inbox = create_inbox(client, run_id)
+        received = _received(server, client, inbox, subject="Secret")
+        message_id = received["message"]["message_id"]
+        first = client.delete(f"/v1/runs/{run_id}")
+        second = client.delete(f"/v1/runs/{run_id}")
+        got = client.get(f"/v1/inboxes/{inbox['inbox_id']}").json()
+        read = client.get(f"/v1/messages/{message_id}").json()
+        raw = client.get(f"/v1/messages/{message_id}/raw")
+        report = client.get(f"/v1/runs/{run_id}").json()
+    assert first.status_code == 204 and second.status_code == 204
+    assert got["state"] == "expired" and got["reason"] == "lease"
+    assert read["text"] is None and read["html"] is None and read["released_at"] is not None
+    assert read["subject"] == "Secret"
+    assert raw.status_code == 410 and raw.json()["error"]["code"] == "evidence_released"
+    types = [e["type"] for e in report["events"]]
+    assert "released" in types and "expired" in types
+    assert report["inboxes"][0]["evidence_release_at"] is not None
+
+
+def test_release_answers_a_waiting_long_poll(server: Server) -> None:
+    """A long-poll in progress on a released inbox answers expired at once."""
+    run_id = new_run_id()
+    with server.http() as client:
+        inbox = create_inbox(client, run_id)
+        releaser = threading.Timer(0.3, lambda: httpx.delete(f"{server.url}/v1/runs/{run_id}"))
+        releaser.start()
+        started = time.monotonic()
+        body = wait(client, inbox["inbox_id"], timeout_s=8).json()
+        elapsed = time.monotonic() - started
+        releaser.join()
+    assert body["state"] == "expired"
+    assert elapsed < 5
+
+
+def test_run_report_has_the_inbox_facts_and_ordered_events(server: Server) -> None:
+    """The run report names reservation, last poll, accepted message and release time, in order."""
+    run_id = new_run_id()
+    with server.http() as client:
+        inbox = create_inbox(client, run_id)
+        received = _received(server, client, inbox)
+        _claim(client, received["message"]["message_id"], run_id)
+        report = client.get(f"/v1/runs/{run_id}").json()
+        missing = client.get(f"/v1/runs/{new_run_id('nobody')}")
+    entry = report["inboxes"][0]
+    assert entry["reserved_at"] and entry["last_poll_at"] and entry["last_poll_latency_ms"] is not None
+    assert entry["accepted_message_id"] == received["message"]["message_id"]
+    assert entry["last_change_reason"] == "evidence_found"
+    assert entry["evidence_release_at"] is not None
+    types = [e["type"] for e in report["events"]]
+    assert types == ["created", "message_accepted", "polled", "claimed"]
+    stamps = [e["at"] for e in report["events"]]
+    assert stamps == sorted(stamps)
+    assert missing.status_code == 404
+
+
+def test_unrouted_mail_is_kept_without_bodies(server: Server) -> None:
+    """Mail for our domain with no inbox is listed as unrouted, newest first, without bodies."""
+    rcpt = f"{new_run_id('nobody')}@sink.test"
+    server.send(rcpt, subject="lost letter")
+    with server.http() as client:
+        body = client.get("/v1/unrouted", params={"limit": 500}).json()
+    ours = [u for u in body["unrouted"] if u["rcpt"] == rcpt]
+    assert len(ours) == 1
+    assert set(ours[0]) == {"rcpt", "mail_from", "received_at", "size"}
+    assert "lost letter" not in str(body)
+
+
+def test_plus_tag_and_case_reach_the_same_inbox(server: Server) -> None:
+    """local+anything@domain and upper case reach the same inbox."""
+    with server.http() as client:
+        inbox = create_inbox(client)
+        local, domain = inbox["address"].split("@")
+        server.send(f"{local.upper()}+signup@{domain.upper()}", subject="tagged")
+        body = wait(client, inbox["inbox_id"], timeout_s=5).json()
+    assert body["state"] == "received" and body["message"]["subject"] == "tagged"
+
+
+def test_trace_continues_from_header_or_inbox(server: Server) -> None:
+    """A request's trace comes from traceparent or X-Trace-Id, else continues the inbox's trace."""
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    with server.http() as client:
+        created = client.post(
+            "/v1/inboxes", json={"run_id": new_run_id(), "purpose": "t"}, headers={"traceparent": parent}
+        ).json()
+        continued = client.get(f"/v1/inboxes/{created['inbox_id']}")
+        explicit = client.get(f"/v1/inboxes/{created['inbox_id']}", headers={"X-Trace-Id": "my-trace-1"})
+        junk = client.get(f"/v1/inboxes/{created['inbox_id']}", headers={"X-Trace-Id": "bad trace!"})
+    assert created["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert continued.json()["trace_id"] == created["trace_id"]
+    assert continued.headers["x-trace-id"] == created["trace_id"]
+    assert explicit.json()["trace_id"] == "my-trace-1"
+    assert junk.json()["trace_id"] not in (created["trace_id"], "bad trace!")
+    assert junk.headers["x-trace-id"] == junk.json()["trace_id"]
