@@ -1,0 +1,201 @@
+"""Bad input on every endpoint gets a 4xx JSON error with a code: never a 500, never a trace."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.support import Server, create_inbox, new_run_id
+
+TYPO_RUN_IDS = ["temp gamil com", "tamp mail com", "", "x" * 129, "run/1", "ü-run", None, 42, ["r"]]
+
+
+def _assert_error(response: httpx.Response, status: int, code: str) -> None:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["error"]["code"] == code
+    assert "Traceback" not in response.text
+
+
+@pytest.mark.parametrize("run_id", TYPO_RUN_IDS)
+def test_create_rejects_bad_run_ids(server: Server, run_id: object) -> None:
+    """A run_id outside 1-128 chars of A-Za-z0-9._:- (typos like 'temp gamil com') is 422."""
+    with server.http() as client:
+        response = client.post("/v1/inboxes", json={"run_id": run_id, "purpose": "signup"})
+    _assert_error(response, 422, "invalid_request")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"purpose": "signup"},
+        {"run_id": "r1"},
+        {"run_id": "r1", "purpose": "has space"},
+        {"run_id": "r1", "purpose": "p", "ttl_s": 0},
+        {"run_id": "r1", "purpose": "p", "ttl_s": "60"},
+        {"run_id": "r1", "purpose": "p", "ttl_s": 1.5},
+        {"run_id": "r1", "purpose": "p", "ttl_s": True},
+        {"run_id": "r1", "purpose": "p", "poll_budget": -1},
+        {"run_id": "r1", "purpose": "p", "poll_budget": 10**30},
+        {"run_id": "r1", "purpose": "p", "match": {"subject_contains": 5}},
+        {"run_id": "r1", "purpose": "p", "match": {"regex": ".*"}},
+        {"run_id": "r1", "purpose": "p", "match": "subject"},
+        {"run_id": "r1", "purpose": "p", "unknown_field": 1},
+        {"run_id": "r1", "purpose": "p", "policy": "bad name!"},
+    ],
+)
+def test_create_rejects_wrong_shapes(server: Server, body: dict) -> None:
+    """Missing fields, wrong types, unknown fields and absurd numbers are 422 invalid_request."""
+    with server.http() as client:
+        response = client.post("/v1/inboxes", json=body)
+    _assert_error(response, 422, "invalid_request")
+    assert response.json()["error"]["details"]["errors"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"{", b"[]", b"null", b'"text"', b"\xff\xfe", b"", b"   ", b'{"run_id": "r1", "purpose": }'],
+)
+def test_create_rejects_broken_json(server: Server, content: bytes) -> None:
+    """Broken or non-object JSON bodies are 422 invalid_request."""
+    with server.http() as client:
+        response = client.post("/v1/inboxes", content=content, headers={"Content-Type": "application/json"})
+    _assert_error(response, 422, "invalid_request")
+
+
+def test_oversized_body_is_413(server: Server) -> None:
+    """A request body over the cap is refused with 413, not read into memory."""
+    with server.http() as client:
+        response = client.post(
+            "/v1/inboxes", content=b'{"run_id": "' + b"a" * (2 * 1024 * 1024) + b'"}'
+        )
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "invalid_request"
+
+
+def test_bad_idempotency_key_is_422(server: Server) -> None:
+    """An Idempotency-Key with spaces or too long is 422."""
+    with server.http() as client:
+        response = client.post(
+            "/v1/inboxes", json={"run_id": new_run_id(), "purpose": "p"}, headers={"Idempotency-Key": "a b"}
+        )
+    _assert_error(response, 422, "invalid_request")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/inboxes/ib_doesnotexist",
+        "/v1/inboxes/ib_aaaaaaaaaaaaaaaaaaaa",
+        "/v1/inboxes/%00",
+        "/v1/messages/msg_aaaaaaaaaaaaaaaaaaaaaaaa",
+        "/v1/messages/../../etc/passwd",
+        "/v1/messages/msg_aaaaaaaaaaaaaaaaaaaaaaaa/raw",
+        "/v1/inboxes/ib_aaaaaaaaaaaaaaaaaaaa/messages",
+        "/v1/nothing-here",
+    ],
+)
+def test_unknown_ids_are_404(server: Server, path: str) -> None:
+    """Unknown or malformed ids are 404 not_found."""
+    with server.http() as client:
+        response = client.get(path)
+    _assert_error(response, 404, "not_found")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"timeout_s": -1},
+        {"timeout_s": "5"},
+        {"timeout_s": 10**9},
+        {"cursor": 5},
+        {"match": {"max_age_s": -3}},
+        {"run_id": "temp gamil com"},
+        {"extra": True},
+    ],
+)
+def test_wait_rejects_bad_bodies(server: Server, body: dict) -> None:
+    """Bad wait bodies are 422 and spend no poll."""
+    with server.http() as client:
+        inbox = create_inbox(client)
+        response = client.post(f"/v1/inboxes/{inbox['inbox_id']}/wait", json=body)
+        after = client.get(f"/v1/inboxes/{inbox['inbox_id']}").json()
+    _assert_error(response, 422, "invalid_request")
+    assert after["attempt"] == 0
+
+
+def test_wait_rejects_infinite_timeout(server: Server) -> None:
+    """A non-finite timeout_s is 422, not a wait forever."""
+    with server.http() as client:
+        inbox = create_inbox(client)
+        response = client.post(
+            f"/v1/inboxes/{inbox['inbox_id']}/wait",
+            content=b'{"timeout_s": Infinity}',
+            headers={"Content-Type": "application/json"},
+        )
+    _assert_error(response, 422, "invalid_request")
+
+
+def test_wait_rejects_a_bad_run_header(server: Server) -> None:
+    """An X-Run-Id outside the alphabet is 422, never matched against the owner."""
+    with server.http() as client:
+        inbox = create_inbox(client)
+        response = client.post(
+            f"/v1/inboxes/{inbox['inbox_id']}/wait", json={}, headers={"X-Run-Id": "temp gamil com"}
+        )
+    _assert_error(response, 422, "invalid_request")
+
+
+@pytest.mark.parametrize("limit", ["0", "501", "-1", "abc", "1e3", "99999999999999999999"])
+def test_absurd_limits_are_422(server: Server, limit: str) -> None:
+    """limit outside 1..500 is 422 on both listings."""
+    with server.http() as client:
+        inbox = create_inbox(client)
+        listed = client.get(f"/v1/inboxes/{inbox['inbox_id']}/messages", params={"limit": limit})
+        unrouted = client.get("/v1/unrouted", params={"limit": limit})
+    _assert_error(listed, 422, "invalid_request")
+    _assert_error(unrouted, 422, "invalid_request")
+
+
+@pytest.mark.parametrize("body", [{}, {"run_id": ""}, {"run_id": "temp gamil com"}, {"run_id": 7}])
+def test_claim_rejects_bad_bodies(server: Server, body: dict) -> None:
+    """A claim needs a valid run_id."""
+    with server.http() as client:
+        response = client.post("/v1/messages/msg_aaaaaaaaaaaaaaaaaaaaaaaa/claim", json=body)
+    _assert_error(response, 422, "invalid_request")
+
+
+def test_run_paths_validate_the_run_id(server: Server) -> None:
+    """A run path with characters outside the alphabet is 422; an unknown run report is 404."""
+    with server.http() as client:
+        bad = client.get("/v1/runs/temp%20gamil%20com")
+        bad_delete = client.delete("/v1/runs/temp%20gamil%20com")
+        unknown = client.get(f"/v1/runs/{new_run_id('ghost')}")
+    _assert_error(bad, 422, "invalid_request")
+    _assert_error(bad_delete, 422, "invalid_request")
+    _assert_error(unknown, 404, "not_found")
+
+
+def test_wrong_method_is_405_json(server: Server) -> None:
+    """A wrong method is a JSON 405."""
+    with server.http() as client:
+        response = client.put("/v1/inboxes")
+    _assert_error(response, 405, "method_not_allowed")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"target": "nowhere", "mode": "error"},
+        {"target": "wait", "mode": "explode"},
+        {"target": "wait", "mode": "error", "count": 0},
+        {"target": "wait", "mode": "error", "probability": 2},
+        {"target": "wait", "mode": "error", "count": 1, "probability": 0.5},
+        {"target": "wait", "mode": "delay"},
+    ],
+)
+def test_fault_specs_are_validated(server: Server, body: dict) -> None:
+    """Bad fault specs are 422 invalid_request."""
+    with server.http() as client:
+        response = client.post("/v1/faults", json=body)
+    _assert_error(response, 422, "invalid_request")
