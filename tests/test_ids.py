@@ -1,0 +1,43 @@
+"""Ids are unguessable and cursors are opaque, bound to their inbox."""
+
+from __future__ import annotations
+
+import pytest
+
+from sink.clock import rfc3339, seconds_up
+from sink.errors import InvalidCursor
+from sink.ids import decode_cursor, encode_cursor, new_inbox_id, new_local_part, new_message_id
+
+
+def test_ids_are_distinct_and_lowercase() -> None:
+    """Generated ids do not repeat; addresses are lowercase."""
+    locals_ = {new_local_part() for _ in range(1000)}
+    assert len(locals_) == 1000 and all(x == x.lower() for x in locals_)
+    assert len({new_message_id() for _ in range(1000)}) == 1000
+
+
+def test_cursor_round_trip() -> None:
+    """A cursor decodes to the position it was made from, for its own inbox only."""
+    inbox_id, other = new_inbox_id(), new_inbox_id()
+    cursor = encode_cursor(inbox_id, 12345)
+    assert decode_cursor(inbox_id, cursor) == 12345
+    with pytest.raises(InvalidCursor):
+        decode_cursor(other, cursor)
+
+
+@pytest.mark.parametrize("cursor", ["", "abc", "c1_", "c1_!!!!", "c1_" + "A" * 200, "c1_aWJfeC4x"])
+def test_foreign_cursors_are_refused(cursor: str) -> None:
+    """Strings we did not issue are InvalidCursor."""
+    with pytest.raises(InvalidCursor):
+        decode_cursor(new_inbox_id(), cursor)
+
+
+def test_times_are_rfc3339_milliseconds_utc() -> None:
+    """Times are RFC 3339, UTC, milliseconds, Z."""
+    assert rfc3339(0) == "1970-01-01T00:00:00.000Z"
+    assert rfc3339(1.2349) == "1970-01-01T00:00:01.234Z"
+
+
+def test_retry_after_rounds_up_to_a_tenth() -> None:
+    """retry_after rounds up to 0.1 s and is never negative."""
+    assert seconds_up(1.21) == 1.3 and seconds_up(1.2) == 1.2 and seconds_up(-3) == 0.0
