@@ -1,0 +1,326 @@
+"""The agent safety layer end to end: breaker, failure taxonomy, fault injection, metrics."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support import Server, create_inbox, new_run_id, start_server, wait
+
+
+def _fault(client: httpx.Client, **spec: object) -> dict:
+    response = client.post("/v1/faults", json=spec)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def _fragile(client: httpx.Client, run_id: str | None = None, **body: object) -> dict:
+    return create_inbox(client, run_id or new_run_id("brk"), policy="fragile", **body)
+
+
+def _until(predicate: object, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def test_provider_error_is_retryable_and_spends_nothing(server: Server) -> None:
+    """An injected provider error: retryable, wait_then_retry, last_error set, no poll spent."""
+    with server.http() as client:
+        inbox = _fragile(client)
+        _fault(client, target="wait", mode="error", count=1, run_id=inbox["run_id"])
+        response = wait(client, inbox["inbox_id"])
+        after = client.get(f"/v1/inboxes/{inbox['inbox_id']}").json()
+    body = response.json()
+    assert (body["state"], body["status"], body["next_action"], body["reason"]) == (
+        "created", "retryable", "wait_then_retry", "provider_error",
+    )  # fmt: skip
+    assert body["retry_after"] > 0 and response.headers["Retry-After"]
+    assert body["attempt"] == 0 and body["last_error"] == "provider_error"
+    assert after["attempt"] == 0 and after["next_poll_at"] is None and after["last_error"] == "provider_error"
+
+
+def test_provider_timeout_holds_until_the_deadline(server: Server) -> None:
+    """A timeout fault holds the call until provider_deadline_s, then answers provider_timeout."""
+    with server.http() as client:
+        inbox = _fragile(client)
+        _fault(client, target="wait", mode="timeout", count=1, run_id=inbox["run_id"])
+        started = time.monotonic()
+        body = wait(client, inbox["inbox_id"]).json()
+        elapsed = time.monotonic() - started
+    assert body["reason"] == "provider_timeout" and body["status"] == "retryable"
+    assert elapsed >= 0.3
+
+
+def test_breaker_opens_blocks_and_closes_after_a_good_probe(server: Server) -> None:
+    """Threshold failures open it; while open calls are circuit_open (no poll); a good probe closes it."""
+    with server.http() as client:
+        inbox = _fragile(client)
+        run_id = inbox["run_id"]
+        _fault(client, target="wait", mode="error", count=2, run_id=run_id)
+        first = wait(client, inbox["inbox_id"]).json()
+        second = wait(client, inbox["inbox_id"]).json()
+        blocked = wait(client, inbox["inbox_id"])
+        state_while_open = client.get(f"/v1/inboxes/{inbox['inbox_id']}").json()
+        time.sleep(0.65)  # the cooldown itself is what is under test (0.6 s in the fragile policy)
+        probe = wait(client, inbox["inbox_id"]).json()
+        report = client.get(f"/v1/runs/{run_id}").json()
+    assert first["reason"] == second["reason"] == "provider_error"
+    body = blocked.json()
+    assert (body["status"], body["next_action"], body["reason"]) == ("blocked", "wait_then_retry", "circuit_open")
+    assert 0 < body["retry_after"] <= 0.6 and blocked.headers["Retry-After"] == "1"
+    assert state_while_open["attempt"] == 0
+    assert probe["state"] == "waiting" and probe["attempt"] == 1
+    types = [e["type"] for e in report["events"]]
+    assert types.count("breaker_opened") == 1
+    assert types.index("breaker_opened") < types.index("breaker_half_open") < types.index("breaker_closed")
+
+
+def test_failed_probe_doubles_the_cooldown_up_to_the_cap(server: Server) -> None:
+    """A failed probe reopens the breaker with the cooldown doubled, capped at cooldown_max_s."""
+    with server.http() as client:
+        inbox = _fragile(client)
+        _fault(client, target="wait", mode="error", count=3, run_id=inbox["run_id"])
+        wait(client, inbox["inbox_id"])
+        wait(client, inbox["inbox_id"])
+        time.sleep(0.65)
+        failed_probe = wait(client, inbox["inbox_id"]).json()
+        reopened = wait(client, inbox["inbox_id"]).json()
+    assert failed_probe["reason"] == "provider_error"
+    assert reopened["reason"] == "circuit_open"
+    # 0.6 doubled is 1.2, capped at the policy's 1.0.
+    assert 0.6 < reopened["retry_after"] <= 1.0
+
+
+def test_exactly_one_probe_among_concurrent_calls(server: Server) -> None:
+    """After the cooldown exactly one call goes through as the probe; the others stay blocked."""
+    with server.http() as client:
+        inbox = _fragile(client)
+        run_id = inbox["run_id"]
+        _fault(client, target="wait", mode="error", count=2, run_id=run_id)
+        wait(client, inbox["inbox_id"])
+        wait(client, inbox["inbox_id"])
+        _fault(client, target="wait", mode="delay", delay_s=0.25, count=1, run_id=run_id)
+        time.sleep(0.65)
+
+    def call(_: int) -> dict:
+        return httpx.post(f"{server.url}/v1/inboxes/{inbox['inbox_id']}/wait", json={}, timeout=10).json()
+
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(call, range(6)))
+    reasons = sorted(a["reason"] for a in answers)
+    assert reasons.count("circuit_open") == 5
+    assert [a for a in answers if a["reason"] != "circuit_open"][0]["state"] == "waiting"
+
+
+def test_breakers_are_isolated_by_operation_inbox_and_run(server: Server) -> None:
+    """An open wait breaker on one inbox leaves its reads, its claims and other inboxes alone."""
+    run_id = new_run_id("iso")
+    with server.http() as client:
+        broken = _fragile(client, run_id)
+        healthy = _fragile(client, run_id, purpose="other")
+        server.send(broken["address"], subject="kept")
+        message_id = client.get(f"/v1/inboxes/{broken['inbox_id']}/messages").json()["messages"][0]["message_id"]
+        _fault(client, target="wait", mode="error", count=2, run_id=run_id)
+        wait(client, broken["inbox_id"])
+        wait(client, broken["inbox_id"])
+        assert wait(client, broken["inbox_id"]).json()["reason"] == "circuit_open"
+        other_inbox = wait(client, healthy["inbox_id"]).json()
+        read = client.get(f"/v1/messages/{message_id}")
+        claim = client.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id}).json()
+        stranger = _fragile(client)
+        stranger_wait = wait(client, stranger["inbox_id"]).json()
+    assert other_inbox["state"] == "waiting"
+    assert read.status_code == 200
+    assert claim["next_action"] == "proceed"
+    assert stranger_wait["state"] == "waiting"
+
+
+def test_read_faults_are_503_with_retry_after_and_open_the_read_breaker(server: Server) -> None:
+    """read_message under provider trouble is 503 with Retry-After; then 503 circuit_open."""
+    with server.http() as client:
+        inbox = _fragile(client)
+        server.send(inbox["address"], subject="x")
+        message_id = wait(client, inbox["inbox_id"], timeout_s=5).json()["message"]["message_id"]
+        _fault(client, target="read", mode="error", count=2, run_id=inbox["run_id"])
+        first = client.get(f"/v1/messages/{message_id}")
+        second = client.get(f"/v1/messages/{message_id}/raw")
+        third = client.get(f"/v1/messages/{message_id}")
+        still_waits = client.get(f"/v1/inboxes/{inbox['inbox_id']}")
+    assert first.status_code == 503 and first.json()["error"]["code"] == "provider_error"
+    assert first.headers["Retry-After"]
+    assert second.status_code == 503
+    assert third.status_code == 503 and third.json()["error"]["code"] == "circuit_open"
+    assert still_waits.status_code == 200
+
+
+def test_claim_fault_is_an_envelope_and_claims_nothing(server: Server) -> None:
+    """A claim under provider trouble answers retryable and leaves the message unclaimed."""
+    with server.http() as client:
+        inbox = _fragile(client)
+        server.send(inbox["address"], subject="x")
+        message_id = wait(client, inbox["inbox_id"], timeout_s=5).json()["message"]["message_id"]
+        _fault(client, target="claim", mode="timeout", count=1, run_id=inbox["run_id"])
+        failed = client.post(f"/v1/messages/{message_id}/claim", json={"run_id": inbox["run_id"]})
+        retried = client.post(f"/v1/messages/{message_id}/claim", json={"run_id": inbox["run_id"]}).json()
+    assert failed.status_code == 200
+    assert failed.json()["reason"] == "provider_timeout" and failed.json()["claim"] is None
+    assert retried["reason"] is None and retried["next_action"] == "proceed"
+
+
+def test_fault_is_used_up_only_by_a_call_that_reaches_the_provider(server: Server) -> None:
+    """A too_early wait does not use up a count fault; the next real poll does."""
+    with server.http() as client:
+        inbox = create_inbox(client, new_run_id("fu"), policy="paced")
+        wait(client, inbox["inbox_id"])
+        fault = _fault(client, target="wait", mode="error", count=1, run_id=inbox["run_id"])
+        early = wait(client, inbox["inbox_id"]).json()
+        listed = client.get("/v1/faults").json()["faults"]
+    assert early["reason"] == "too_early"
+    mine = [f for f in listed if f["fault_id"] == fault["fault_id"]]
+    assert mine and mine[0]["remaining"] == 1
+
+
+def test_faults_never_apply_under_production(server: Server) -> None:
+    """An inbox under the production policy ignores injected faults."""
+    with server.http() as client:
+        inbox = create_inbox(client, new_run_id("prod"), policy="production")
+        _fault(client, target="wait", mode="error", run_id=inbox["run_id"])
+        body = wait(client, inbox["inbox_id"]).json()
+    assert body["state"] == "waiting"
+
+
+def test_smtp_faults_answer_451(server: Server) -> None:
+    """smtp.rcpt and smtp.data faults answer 451; the next try goes through."""
+    import smtplib
+
+    with server.http() as client:
+        inbox = create_inbox(client, new_run_id("smtpf"))
+        _fault(client, target="smtp.data", mode="error", count=1, run_id=inbox["run_id"])
+        with server.smtp() as smtp:
+            smtp.ehlo()
+            smtp.mail("a@app.test")
+            smtp.rcpt(inbox["address"])
+            code, _ = smtp.data(b"Subject: x\r\n\r\nbody\r\n")
+            assert code == 451
+            smtp.rset()
+            _fault(client, target="smtp.rcpt", mode="error", count=1, run_id=inbox["run_id"])
+            smtp.mail("a@app.test")
+            code, _ = smtp.rcpt(inbox["address"])
+            assert code == 451
+            code, _ = smtp.rcpt(inbox["address"])
+            assert code == 250
+            code, _ = smtp.data(b"Subject: y\r\n\r\nbody\r\n")
+            assert code == 250
+        listed = client.get(f"/v1/inboxes/{inbox['inbox_id']}/messages").json()["messages"]
+    assert [m["subject"] for m in listed] == ["y"]
+    assert smtplib  # the module is the client under test's peer
+
+
+def test_failure_taxonomy_leads_to_three_different_actions(server: Server) -> None:
+    """Provider trouble -> wait_then_retry; no evidence -> wait_for_message/verify_trigger;
+    invalid evidence -> stop or create_new_inbox."""
+    run_id = new_run_id("tax")
+    with server.http() as client:
+        slow = _fragile(client, run_id)
+        _fault(client, target="wait", mode="timeout", count=1, run_id=run_id)
+        unavailable = wait(client, slow["inbox_id"]).json()
+        empty = wait(client, slow["inbox_id"]).json()
+        server.send(slow["address"], subject="Newsletter")
+        mismatch = wait(client, slow["inbox_id"], match={"subject_contains": "reset"}).json()
+        server.send(slow["address"], subject="Password reset")
+        found = wait(client, slow["inbox_id"], match={"subject_contains": "reset"}).json()
+        message_id = found["message"]["message_id"]
+        client.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id})
+        reused = client.post(f"/v1/messages/{message_id}/claim", json={"run_id": new_run_id("x")}).json()
+    assert (unavailable["status"], unavailable["next_action"]) == ("retryable", "wait_then_retry")
+    assert (empty["status"], empty["next_action"]) == ("retryable", "wait_for_message")
+    assert (mismatch["status"], mismatch["next_action"]) == ("retryable", "verify_trigger")
+    assert (reused["status"], reused["next_action"], reused["reason"]) == ("blocked", "stop", "claimed_by_other_run")
+
+
+def test_faults_are_404_without_the_flag(tmp_path: Path, policy_file: str) -> None:
+    """Without --enable-faults the fault endpoints answer 404."""
+    plain = start_server(tmp_path, "--policy-file", policy_file)
+    try:
+        with plain.http() as client:
+            post = client.post("/v1/faults", json={"target": "wait", "mode": "error"})
+            get = client.get("/v1/faults")
+            delete = client.delete("/v1/faults")
+    finally:
+        plain.stop()
+    assert post.status_code == get.status_code == delete.status_code == 404
+
+
+def _metrics(client: httpx.Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    values = {}
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        for sample in family.samples:
+            values[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return values
+
+
+def test_metrics_move_after_a_scripted_scenario(tmp_path: Path, policy_file: str) -> None:
+    """Messages, claims, polls, breaker openings and HTTP latency move as the scenario says."""
+    fresh = start_server(tmp_path, "--policy-file", policy_file, "--enable-faults")
+    run_id = new_run_id("met")
+    try:
+        with fresh.http() as client:
+            inbox = create_inbox(client, run_id)
+            wait(client, inbox["inbox_id"])
+            fresh.send(inbox["address"], subject="hello")
+            fresh.send("nobody-here@sink.test", subject="lost")
+            message_id = wait(client, inbox["inbox_id"], timeout_s=5).json()["message"]["message_id"]
+            client.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id})
+            client.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id})
+            fragile = create_inbox(client, run_id, purpose="f", policy="fragile")
+            _fault(client, target="wait", mode="error", count=2, run_id=run_id)
+            wait(client, fragile["inbox_id"])
+            wait(client, fragile["inbox_id"])
+            wait(client, fragile["inbox_id"])
+            values = _metrics(client)
+            text = client.get("/metrics").text
+    finally:
+        fresh.stop()
+    assert values[("runsink_messages_total", (("outcome", "stored"),))] == 1
+    assert values[("runsink_messages_total", (("outcome", "unrouted"),))] == 1
+    assert values[("runsink_claims_total", (("result", "claimed"),))] == 1
+    assert values[("runsink_claims_total", (("result", "already_claimed"),))] == 1
+    opened = ("runsink_breaker_transitions_total", (("cause", "provider_error"), ("event", "breaker_opened"), ("operation", "wait")))
+    assert values[opened] == 1
+    assert values[("runsink_blocked_calls_total", (("operation", "wait"), ("reason", "circuit_open")))] == 1
+    assert values[("runsink_polls_per_inbox_count", ())] == 1
+    assert values[("runsink_time_to_first_evidence_seconds_count", ())] == 1
+    assert values[("runsink_active_long_polls", ())] == 0
+    assert values[("runsink_polls_total", (("outcome", "received"),))] == 1
+    route = (("method", "POST"), ("route", "/v1/inboxes/{inbox_id}/wait"), ("status", "2xx"))
+    assert values[("runsink_http_request_duration_seconds_count", route)] >= 5
+    # Bounded cardinality: no run id, inbox id or address ever appears in a label.
+    for secret in (run_id, inbox["inbox_id"], inbox["address"], message_id):
+        assert secret not in text
+
+
+@pytest.mark.parametrize("operation", ["read"])
+def test_wrong_run_counts_against_the_named_run(server: Server, operation: str) -> None:
+    """wrong_run refusals count as failures for the run the caller named (its breaker opens)."""
+    owner = new_run_id("own")
+    intruder = new_run_id("intr")
+    with server.http() as client:
+        inbox = _fragile(client, owner)
+        server.send(inbox["address"], subject="x")
+        message_id = wait(client, inbox["inbox_id"], timeout_s=5).json()["message"]["message_id"]
+        for _ in range(2):
+            refused = client.get(f"/v1/messages/{message_id}", headers={"X-Run-Id": intruder})
+            assert refused.status_code == 403
+        _until(lambda: any(e["type"] == "breaker_opened" for e in client.get(f"/v1/runs/{intruder}").json().get("events", [])))
+        report = client.get(f"/v1/runs/{intruder}").json()
+        owner_read = client.get(f"/v1/messages/{message_id}", headers={"X-Run-Id": owner})
+    opened = [e for e in report["events"] if e["type"] == "breaker_opened"]
+    assert opened[0]["detail"]["cause"] == "wrong_run" and opened[0]["detail"]["operation"] == operation
+    assert owner_read.status_code == 200
