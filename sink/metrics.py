@@ -63,6 +63,9 @@ class Metrics:
             "runsink_inboxes_expired", "Inboxes expired", ["reason"], registry=r
         )
         self.long_polls = Gauge("runsink_active_long_polls", "Waits in progress", registry=r)
+        self.sweeps = Counter(
+            "runsink_sweeps", "Rounds of the expiry / retention sweeper", registry=r
+        )
         self.smtp_connections = Gauge(
             "runsink_smtp_connections", "Open SMTP connections", registry=r
         )

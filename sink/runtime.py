@@ -33,6 +33,7 @@ from sink.waiters import Waiters
 
 _SWEEP_EVERY_S = 1.0
 _SWEEP_BATCH = 500
+_UNROUTED_KEPT = 10_000
 
 
 class Runtime:
@@ -51,6 +52,7 @@ class Runtime:
         self.smtp_port = settings.smtp_port
         self.tls_context: ssl.SSLContext | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        self._over_cap = False
         self.stopping = asyncio.Event()
 
     def _on_breaker_change(self, change: Any) -> None:
@@ -110,8 +112,30 @@ class Runtime:
                     self.metrics.expired("lease")
                     self.waiters.end([inbox.inbox_id])
                 await self.store.release_due(now, _SWEEP_BATCH)
+                await self._enforce_size_cap(now)
+                await self.store.trim_unrouted(_UNROUTED_KEPT)
+                self.metrics.sweeps.inc()
             except Exception as exc:  # the sweeper must outlive a bad moment of the store
                 warn("sweep_failed", error=type(exc).__name__)
+
+
+    async def _enforce_size_cap(self, now: float) -> None:
+        """Over --max-store-mb: release the oldest released-eligible evidence first.
+
+        Live evidence is never released for space; the store may stay over the cap
+        until leases end (a warning says so).
+        """
+        if self.settings.max_store_mb is None:
+            return
+        cap = self.settings.max_store_mb * 1024 * 1024
+        while await self.store.used_bytes() > cap:
+            if await self.store.release_oldest_expired(now, 50) == 0:
+                if not self._over_cap:
+                    used_mb = round(await self.store.used_bytes() / 2**20, 1)
+                    warn("store_over_cap", used_mb=used_mb, cap_mb=self.settings.max_store_mb)
+                self._over_cap = True
+                return
+        self._over_cap = False
 
 
 class _UvicornServer(uvicorn.Server):
@@ -158,8 +182,16 @@ def bind_http(settings: Settings) -> socket.socket:
     return sock
 
 
-async def serve(settings: Settings, app_factory: Callable[[Runtime], Any]) -> None:
-    """Run one server until SIGINT/SIGTERM (or ``runtime.begin_shutdown``)."""
+async def serve(
+    settings: Settings,
+    app_factory: Callable[[Runtime], Any],
+    lifespan: Callable[[], contextlib.AbstractAsyncContextManager[object]] | None = None,
+) -> None:
+    """Run one server until SIGINT/SIGTERM (or ``runtime.begin_shutdown``).
+
+    ``lifespan``, when given, runs what the app needs running (the MCP session manager)
+    while HTTP serves: uvicorn runs with lifespan="off", the runtime owns the lifecycle.
+    """
     runtime = Runtime(settings)
     await runtime.start()
     try:
@@ -185,7 +217,10 @@ async def serve(settings: Settings, app_factory: Callable[[Runtime], Any]) -> No
         )
         stopper = asyncio.create_task(_stop_when(runtime, server), name="stopper")
         try:
-            await server.serve(sockets=[sock])
+            async with contextlib.AsyncExitStack() as running:
+                if lifespan is not None:
+                    await running.enter_async_context(lifespan())
+                await server.serve(sockets=[sock])
         finally:
             stopper.cancel()
     finally:

@@ -31,6 +31,15 @@ breaker_failure_threshold = 2
 breaker_cooldown_s = 0.6
 breaker_cooldown_max_s = 1.0
 
+[policy.brief]
+poll_interval_s = [0]
+ttl_default_s = 1
+retention_s = 1
+
+[policy.kept]
+poll_interval_s = [0]
+retention_s = 86400
+
 [policy.small]
 poll_interval_s = [0]
 max_message_bytes = 2048

@@ -162,6 +162,13 @@ class Store(Protocol):
     async def release_due(self, now: float, limit: int) -> int:
         """Release bodies whose retention ended; returns how many inboxes were released."""
 
+    async def release_oldest_expired(self, now: float, limit: int) -> int:
+        """Release the oldest evidence whose lease is over (for the store size cap)."""
+
+    async def used_bytes(self) -> int: ...
+
+    async def trim_unrouted(self, keep: int) -> int: ...
+
     async def add_events(self, events: list[Event]) -> None: ...
 
     async def run_report(self, run_id: str) -> tuple[list[InboxReport], list[Event]]: ...

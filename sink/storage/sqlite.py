@@ -443,12 +443,28 @@ class SQLiteStore:
         return await self._transaction(work)
 
     async def release_due(self, now: float, limit: int) -> int:
+        return await self._release_where(
+            "i.evidence_release_at <= ? ORDER BY i.evidence_release_at", (now,), now, limit
+        )
+
+    async def release_oldest_expired(self, now: float, limit: int) -> int:
+        # Released-eligible: the lease is over (or the inbox expired); oldest lease end first.
+        return await self._release_where(
+            "(i.state = 'expired' OR i.expires_at <= ?) "
+            "ORDER BY COALESCE(i.expired_at, i.expires_at)",
+            (now,),
+            now,
+            limit,
+        )
+
+    async def _release_where(
+        self, where: str, params: tuple[Any, ...], now: float, limit: int
+    ) -> int:
         async def work(db: aiosqlite.Connection) -> int:
             rows = list(
                 await db.execute_fetchall(
-                    _INBOX_SELECT
-                    + " WHERE i.released_at IS NULL AND i.evidence_release_at <= ? LIMIT ?",
-                    (now, limit),
+                    f"{_INBOX_SELECT} WHERE i.released_at IS NULL AND {where} LIMIT ?",
+                    (*params, limit),
                 )
             )
             inboxes = [_inbox(row) for row in rows]
@@ -461,11 +477,40 @@ class SQLiteStore:
 
         count = await self._transaction(work)
         if count:
-            try:
-                await self._writer.execute("PRAGMA incremental_vacuum") if self._writer else None
-            except sqlite3.Error as exc:
-                raise StorageError(f"vacuum failed: {exc}") from exc
+            await self._maintenance("PRAGMA incremental_vacuum")
         return count
+
+    async def _maintenance(self, sql: str) -> None:
+        """A statement that must not land inside another coroutine's transaction."""
+        async with self._write_lock:
+            if self._writer is None:
+                raise StorageError("the store is closed")
+            try:
+                await self._writer.execute(sql)
+            except sqlite3.Error as exc:
+                raise StorageError(f"maintenance failed: {exc}") from exc
+
+    async def used_bytes(self) -> int:
+        """Bytes in use (pages minus free pages): what --max-store-mb caps."""
+        rows = await self._read(
+            "SELECT (SELECT page_count FROM pragma_page_count())"
+            " - (SELECT freelist_count FROM pragma_freelist_count()),"
+            " (SELECT page_size FROM pragma_page_size())"
+        )
+        return int(rows[0][0]) * int(rows[0][1])
+
+    async def trim_unrouted(self, keep: int) -> int:
+        """Unrouted mail is diagnosis, not evidence: keep the newest ``keep`` rows."""
+
+        async def work(db: aiosqlite.Connection) -> int:
+            cur = await db.execute(
+                "DELETE FROM unrouted WHERE id <= (SELECT id FROM unrouted ORDER BY id DESC "
+                "LIMIT 1 OFFSET ?)",
+                (keep,),
+            )
+            return int(cur.rowcount)
+
+        return await self._transaction(work)
 
     # -- reports -----------------------------------------------------------------
 
