@@ -31,6 +31,14 @@ breaker_failure_threshold = 2
 breaker_cooldown_s = 0.6
 breaker_cooldown_max_s = 1.0
 
+[policy.sturdy]
+# Like fragile, with a cooldown long enough to observe on a loaded machine.
+poll_interval_s = [0]
+provider_deadline_s = 0.3
+breaker_failure_threshold = 2
+breaker_cooldown_s = 1.0
+breaker_cooldown_max_s = 1.5
+
 [policy.brief]
 poll_interval_s = [0]
 ttl_default_s = 1
@@ -39,6 +47,13 @@ retention_s = 1
 [policy.kept]
 poll_interval_s = [0]
 retention_s = 86400
+
+[policy.probing]
+poll_interval_s = [0]
+provider_deadline_s = 10.0
+breaker_failure_threshold = 2
+breaker_cooldown_s = 0.6
+breaker_cooldown_max_s = 1.0
 
 [policy.small]
 poll_interval_s = [0]

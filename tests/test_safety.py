@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 import time
 from pathlib import Path
 
@@ -20,7 +21,7 @@ def _fault(client: httpx.Client, **spec: object) -> dict:
 
 
 def _fragile(client: httpx.Client, run_id: str | None = None, **body: object) -> dict:
-    return create_inbox(client, run_id or new_run_id("brk"), policy="fragile", **body)
+    return create_inbox(client, run_id or new_run_id("brk"), policy="sturdy", **body)
 
 
 def _until(predicate: object, seconds: float = 5.0) -> None:
@@ -68,13 +69,13 @@ def test_breaker_opens_blocks_and_closes_after_a_good_probe(server: Server) -> N
         second = wait(client, inbox["inbox_id"]).json()
         blocked = wait(client, inbox["inbox_id"])
         state_while_open = client.get(f"/v1/inboxes/{inbox['inbox_id']}").json()
-        time.sleep(0.65)  # the cooldown itself is what is under test (0.6 s in the fragile policy)
+        time.sleep(1.05)  # the cooldown itself is what is under test (1.0 s in the sturdy policy)
         probe = wait(client, inbox["inbox_id"]).json()
         report = client.get(f"/v1/runs/{run_id}").json()
     assert first["reason"] == second["reason"] == "provider_error"
     body = blocked.json()
     assert (body["status"], body["next_action"], body["reason"]) == ("blocked", "wait_then_retry", "circuit_open")
-    assert 0 < body["retry_after"] <= 0.6 and blocked.headers["Retry-After"] == "1"
+    assert 0 < body["retry_after"] <= 1.0 and blocked.headers["Retry-After"] == "1"
     assert state_while_open["attempt"] == 0
     assert probe["state"] == "waiting" and probe["attempt"] == 1
     types = [e["type"] for e in report["events"]]
@@ -89,28 +90,31 @@ def test_failed_probe_doubles_the_cooldown_up_to_the_cap(server: Server) -> None
         _fault(client, target="wait", mode="error", count=3, run_id=inbox["run_id"])
         wait(client, inbox["inbox_id"])
         wait(client, inbox["inbox_id"])
-        time.sleep(0.65)
+        time.sleep(1.05)  # past the 1.0 s cooldown
         failed_probe = wait(client, inbox["inbox_id"]).json()
         reopened = wait(client, inbox["inbox_id"]).json()
     assert failed_probe["reason"] == "provider_error"
     assert reopened["reason"] == "circuit_open"
-    # 0.6 doubled is 1.2, capped at the policy's 1.0.
-    assert 0.6 < reopened["retry_after"] <= 1.0
+    # 1.0 doubled is 2.0, capped at the policy's 1.5.
+    assert 1.0 < reopened["retry_after"] <= 1.5
 
 
 def test_exactly_one_probe_among_concurrent_calls(server: Server) -> None:
     """After the cooldown exactly one call goes through as the probe; the others stay blocked."""
     with server.http() as client:
-        inbox = _fragile(client)
+        # A long provider deadline, so the probe can be held (3 s) while the others arrive.
+        inbox = create_inbox(client, new_run_id("probe"), policy="probing")
         run_id = inbox["run_id"]
         _fault(client, target="wait", mode="error", count=2, run_id=run_id)
         wait(client, inbox["inbox_id"])
         wait(client, inbox["inbox_id"])
-        _fault(client, target="wait", mode="delay", delay_s=0.25, count=1, run_id=run_id)
-        time.sleep(0.65)
+        _fault(client, target="wait", mode="delay", delay_s=3, count=1, run_id=run_id)
+        time.sleep(0.65)  # the cooldown (0.6 s) must pass before a probe is let through
+    start = threading.Barrier(6)
 
     def call(_: int) -> dict:
-        return httpx.post(f"{server.url}/v1/inboxes/{inbox['inbox_id']}/wait", json={}, timeout=10).json()
+        start.wait()
+        return httpx.post(f"{server.url}/v1/inboxes/{inbox['inbox_id']}/wait", json={}, timeout=30).json()
 
     with concurrent.futures.ThreadPoolExecutor(6) as pool:
         answers = list(pool.map(call, range(6)))
@@ -279,7 +283,7 @@ def test_metrics_move_after_a_scripted_scenario(tmp_path: Path, policy_file: str
             message_id = wait(client, inbox["inbox_id"], timeout_s=5).json()["message"]["message_id"]
             client.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id})
             client.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id})
-            fragile = create_inbox(client, run_id, purpose="f", policy="fragile")
+            fragile = create_inbox(client, run_id, purpose="f", policy="sturdy")
             _fault(client, target="wait", mode="error", count=2, run_id=run_id)
             wait(client, fragile["inbox_id"])
             wait(client, fragile["inbox_id"])
