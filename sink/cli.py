@@ -6,10 +6,13 @@ import argparse
 import asyncio
 import os
 import sys
+from functools import partial
 
 from sink import __version__
 from sink.config import add_serve_arguments, settings_from
 from sink.errors import ConfigError, StorageError
+
+_DEFAULT_URL = "http://127.0.0.1:8025"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -20,6 +23,13 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the SMTP sink and the HTTP API")
     add_serve_arguments(serve)
+    mcp = commands.add_parser(
+        "mcp", help="serve the MCP tools over stdio, answered by a running runsink server"
+    )
+    mcp.add_argument(
+        "--url", help=f"the server's HTTP API (env RUNSINK_URL; default {_DEFAULT_URL})"
+    )
+    mcp.add_argument("--api-token", help="its bearer token (env RUNSINK_API_TOKEN)")
     return parser
 
 
@@ -27,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "mcp":
+        return _mcp(args)
     return 2  # pragma: no cover - argparse requires a command
 
 
@@ -42,15 +54,29 @@ def _serve(args: argparse.Namespace) -> int:
     logs.setup(settings.log_level)
     # The composition root: the only place in sink/ that names the HTTP layer.
     from api.app import create_app
+    from api.mcp import McpEndpoint
 
+    mcp = McpEndpoint(settings.http_host)
     try:
-        asyncio.run(serve(settings, create_app))
+        asyncio.run(serve(settings, partial(create_app, extra_routes=[mcp.route]), mcp.running))
     except StorageError as exc:
         print(f"runsink: --db {settings.db}: {exc.message}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"runsink: cannot listen: {exc.strerror or exc}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    from sink.mcp_stdio import run
+
+    url = args.url or os.environ.get("RUNSINK_URL") or _DEFAULT_URL
+    if not url.startswith(("http://", "https://")):
+        print(f"runsink: --url {url!r}: expected an http:// or https:// URL", file=sys.stderr)
+        return 2
+    token = args.api_token or os.environ.get("RUNSINK_API_TOKEN") or None
+    asyncio.run(run(url, token))
     return 0
 
 

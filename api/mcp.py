@@ -1,0 +1,180 @@
+"""MCP over streamable HTTP at ``/mcp``, answered by the Agent in this process.
+
+The tools call the Agent as the HTTP routes do: the same request models
+(``api/schemas.py``), the same domain calls, the same wire JSON (``api/views.py``) and
+the same error bodies (``api/errors.py``, given the ``/mcp`` request itself), so a tool's
+answer equals the HTTP API's JSON for the same call. The endpoint sits behind the
+app's middleware: the bearer token, trace ids and the access log apply to it too.
+
+Stateless: every tool call is one POST, and nothing the tools do needs a session.
+Not JSON-only: on the SDK's SSE path a long-poll that outlasts its deferral window is
+kept alive with pings (so a proxy's idle timeout does not cut it), and a client that
+goes away cancels the wait, as it does on ``/v1/inboxes/{id}/wait``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.routing import Route
+
+from api.errors import internal_error, runsink_error, validation_error
+from api.schemas import ClaimIn, CreateInboxIn, MatchIn, WaitIn
+from api.views import envelope_out, message_out, run_report_out
+from sink.agent import Agent, CreateRequest, WaitRequest
+from sink.envelope import Envelope
+from sink.errors import RunsinkError
+from sink.inbox import Match
+from sink.mcp_server import Backend, Json, tools_server
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class McpEndpoint:
+    """The ``/mcp`` route and the session manager behind it (run it while serving)."""
+
+    def __init__(self, http_host: str) -> None:
+        self._manager = StreamableHTTPSessionManager(
+            app=tools_server(_backend_for),
+            stateless=True,
+            security_settings=_security(http_host),
+        )
+        self.route = Route("/mcp", StreamableHTTPASGIApp(self._manager))
+
+    def running(self) -> AbstractAsyncContextManager[None]:
+        """Enter before the first request and leave after the last (once per endpoint)."""
+        return self._manager.run()
+
+
+def _security(http_host: str) -> TransportSecuritySettings | None:
+    # The SDK's DNS-rebinding guard, as its own apps set it, when we listen on loopback
+    # only; bound wider, the Host is whatever name the server is reached by, and the
+    # bearer token (--api-token) is the guard, as for /v1.
+    if http_host not in _LOOPBACK:
+        return None
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+    )
+
+
+def _backend_for(request: Any) -> Backend:
+    if not isinstance(request, Request):
+        raise RuntimeError("the /mcp tools are answered only over HTTP")
+    return AgentBackend(request)
+
+
+class AgentBackend:
+    """The five calls on this process's Agent, for one ``/mcp`` request."""
+
+    def __init__(self, request: Request) -> None:
+        agent = request.app.state.runtime.agent
+        assert isinstance(agent, Agent), "the runtime is not started"
+        self._agent = agent
+        self._request = request
+        self._trace: str | None = request.scope.get("runsink.explicit_trace")
+
+    async def create_inbox(self, body: Json) -> Json:
+        async def create() -> Json:
+            given = CreateInboxIn.model_validate(body)
+            self._note(run_id=given.run_id)
+            request = CreateRequest(
+                run_id=given.run_id,
+                purpose=given.purpose,
+                ttl_s=given.ttl_s,
+                poll_budget=given.poll_budget,
+                policy=given.policy,
+                match=_match(given.match),
+            )
+            created = await self._agent.create(request, body, None, self._trace)
+            return self._envelope(created.envelope)
+
+        return await self._answer(create())
+
+    async def wait_for_message(self, inbox_id: str, body: Json) -> Json:
+        async def wait() -> Json:
+            self._note(inbox_id=inbox_id)
+            given = WaitIn.model_validate(body)
+            self._note(run_id=given.run_id)
+            request = WaitRequest(
+                timeout_s=given.timeout_s or 0.0,
+                cursor=given.cursor,
+                match=_match(given.match) if given.match is not None else None,
+                run_id=given.run_id,
+            )
+            return self._envelope(await self._agent.wait(inbox_id, request, self._trace))
+
+        return await self._answer(wait())
+
+    async def read_message(self, message_id: str, run_id: str | None) -> Json:
+        async def read() -> Json:
+            self._note(run_id=run_id)
+            result = await self._agent.read(message_id, run_id, self._trace)
+            return message_out(result).model_dump(mode="json")
+
+        return await self._answer(read())
+
+    async def claim_message(self, message_id: str, body: Json) -> Json:
+        async def claim() -> Json:
+            given = ClaimIn.model_validate(body)
+            self._note(run_id=given.run_id)
+            return self._envelope(await self._agent.claim(message_id, given.run_id, self._trace))
+
+        return await self._answer(claim())
+
+    async def get_run_report(self, run_id: str) -> Json:
+        async def report() -> Json:
+            self._note(run_id=run_id)
+            return run_report_out(await self._agent.run_report(run_id)).model_dump(mode="json")
+
+        return await self._answer(report())
+
+    # -- helpers ---------------------------------------------------------------------
+
+    async def _answer(self, work: Awaitable[Json]) -> Json:
+        """The answer, or the HTTP API's error body for what went wrong (never a traceback)."""
+        try:
+            return await work
+        except RunsinkError as exc:
+            response = runsink_error(self._request, exc)
+        except ValidationError as exc:
+            response = validation_error(self._request, exc)
+        except Exception as exc:
+            response = internal_error(self._request, exc)
+        return _json_of(response.body)
+
+    def _envelope(self, envelope: Envelope) -> Json:
+        # As the routes do: the access log and X-Trace-Id of the /mcp request name them.
+        self._request.scope["runsink.trace_id"] = envelope.trace_id
+        self._note(run_id=envelope.run_id, inbox_id=envelope.inbox_id)
+        return envelope_out(envelope).model_dump(mode="json")
+
+    def _note(self, run_id: str | None = None, inbox_id: str | None = None) -> None:
+        if run_id is not None:
+            self._request.scope["runsink.run_id"] = run_id
+        if inbox_id is not None:
+            self._request.scope["runsink.inbox_id"] = inbox_id
+
+
+def _match(given: MatchIn | None) -> Match:
+    if given is None:
+        return Match()
+    return Match(
+        subject_contains=given.subject_contains,
+        from_contains=given.from_contains,
+        body_contains=given.body_contains,
+        max_age_s=given.max_age_s,
+    )
+
+
+def _json_of(raw: bytes | memoryview) -> Json:
+    body: Json = json.loads(bytes(raw))
+    return body

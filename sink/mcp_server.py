@@ -1,0 +1,171 @@
+"""The MCP server over a backend: the same tools, checks and answers on every transport.
+
+A backend performs the five calls the HTTP API way and returns the API's JSON: the
+in-process one (``api/mcp.py``) calls the Agent, the stdio one (``sink/mcp_stdio.py``)
+calls a running server over HTTP. This module checks the arguments both share,
+dispatches, and turns the JSON into a tool result: an answer is structured content;
+a body with an ``error`` member (what the HTTP API sends for a 4xx/5xx that is not an
+envelope) is a tool error whose text is that body.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import mcp.types as types
+from mcp.server import Server, ServerRequestContext
+from mcp.shared.exceptions import MCPError
+
+from sink import __version__
+from sink.mcp_tools import INSTRUCTIONS, TOOLS, ToolSpec
+
+Json = dict[str, Any]
+
+# The HTTP routes' own checks on what they take in a URL (api/routes.py), so a value
+# that could never reach a route fails the same way on every transport.
+_IDS = {
+    "inbox_id": (re.compile(r"ib_[a-z2-7]{20}"), "inbox"),
+    "message_id": (re.compile(r"msg_[a-z2-7]{24}"), "message"),
+}
+_RUN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+class Backend(Protocol):
+    """The five calls, with the HTTP API's semantics; each returns the API's JSON body."""
+
+    async def create_inbox(self, body: Json) -> Json: ...
+
+    async def wait_for_message(self, inbox_id: str, body: Json) -> Json: ...
+
+    async def read_message(self, message_id: str, run_id: str | None) -> Json: ...
+
+    async def claim_message(self, message_id: str, body: Json) -> Json: ...
+
+    async def get_run_report(self, run_id: str) -> Json: ...
+
+
+# Given the transport's HTTP request (a Starlette request on streamable HTTP, None on stdio).
+BackendFor = Callable[[Any], Backend]
+
+
+def error_body(code: str, message: str, details: Json | None = None) -> Json:
+    """The HTTP API's error shape: ``{"error": {"code", "message", "details"}}``."""
+    return {"error": {"code": code, "message": message, "details": details or {}}}
+
+
+def tools_server(backend_for: BackendFor) -> Server[Any]:
+    """The runsink MCP server: five tools, answered by ``backend_for(request)``."""
+    specs = {spec.name: spec for spec in TOOLS}
+    listed = [_tool(spec) for spec in TOOLS]
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=listed)
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        spec = specs.get(params.name)
+        if spec is None:
+            raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name!r}")
+        arguments = {k: v for k, v in (params.arguments or {}).items() if v is not None}
+        refused = check_arguments(spec, arguments)
+        if refused is not None:
+            return tool_result(refused)
+        return tool_result(await _dispatch(backend_for(ctx.request), spec.name, arguments))
+
+    return Server(
+        "runsink",
+        version=__version__,
+        title="runsink",
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+def check_arguments(spec: ToolSpec, arguments: Json) -> Json | None:
+    """The error body for arguments no transport could send, else None.
+
+    Unknown arguments are refused (a typo must not be ignored), and every argument the
+    HTTP API takes in the URL gets the route's own check: an id that cannot be one of
+    ours is ``not_found``, a bad run_id is ``invalid_request``.
+    """
+    known = spec.input_schema["properties"]
+    for name in arguments:
+        if name not in known:
+            return error_body(
+                "invalid_request",
+                f"{name}: unknown argument; {spec.name} takes {', '.join(known)}",
+                {"field": name},
+            )
+    required = spec.input_schema["required"]
+    for name in spec.url_args:
+        if name in arguments:
+            refused = _check_url_arg(name, arguments[name])
+            if refused is not None:
+                return refused
+        elif name in required:
+            return error_body("invalid_request", f"{name}: a value is required", {"field": name})
+    return None
+
+
+def _check_url_arg(name: str, value: object) -> Json | None:
+    if not isinstance(value, str):
+        return error_body("invalid_request", f"{name}: expected a string", {"field": name})
+    if name == "run_id":
+        if _RUN_ID.fullmatch(value):
+            return None
+        return error_body(
+            "invalid_request", "run_id: a run_id is 1-128 chars of A-Za-z0-9._:-", {"field": name}
+        )
+    pattern, noun = _IDS[name]
+    if pattern.fullmatch(value):
+        return None
+    return error_body("not_found", f"no {noun} {value[:64]!r}")
+
+
+def tool_result(body: Json) -> types.CallToolResult:
+    """An answer as structured content (and its JSON text); an error body as a tool error."""
+    text = types.TextContent(type="text", text=json.dumps(body, ensure_ascii=False))
+    if "error" in body:
+        return types.CallToolResult(content=[text], is_error=True)
+    return types.CallToolResult(content=[text], structured_content=body)
+
+
+async def _dispatch(backend: Backend, tool: str, arguments: Json) -> Json:
+    args = dict(arguments)
+    if tool == "create_inbox":
+        return await backend.create_inbox(args)
+    if tool == "wait_for_message":
+        inbox_id = args.pop("inbox_id")
+        return await backend.wait_for_message(inbox_id, args)
+    if tool == "read_message":
+        return await backend.read_message(args["message_id"], args.get("run_id"))
+    if tool == "claim_message":
+        message_id = args.pop("message_id")
+        return await backend.claim_message(message_id, args)
+    if tool == "get_run_report":
+        return await backend.get_run_report(args["run_id"])
+    raise AssertionError(f"no dispatch for tool {tool!r}")  # TOOLS and this list disagree
+
+
+def _tool(spec: ToolSpec) -> types.Tool:
+    return types.Tool(
+        name=spec.name,
+        title=spec.title,
+        description=spec.description,
+        input_schema=spec.input_schema,
+        output_schema=spec.output_schema,
+        annotations=types.ToolAnnotations(
+            title=spec.title,
+            read_only_hint=spec.read_only,
+            destructive_hint=False,
+            idempotent_hint=spec.idempotent,
+            open_world_hint=False,
+        ),
+    )

@@ -1,0 +1,470 @@
+"""The MCP tools via the SDK's own client: streamable HTTP at /mcp, and `runsink mcp` (stdio)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import sys
+import time
+import typing
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from pydantic import BaseModel
+
+from api import schemas
+from sink import mcp_tools
+from sink.mcp_server import tools_server
+from sink.mcp_stdio import HttpBackend, proxy_client
+from sink.mcp_tools import ENVELOPE_SCHEMA, MESSAGE_SCHEMA, RUN_REPORT_SCHEMA
+from tests.support import Server, create_inbox, new_run_id, start_server, wait
+
+TOOL_NAMES = ["create_inbox", "wait_for_message", "read_message", "claim_message", "get_run_report"]
+TRANSPORTS = ["http", "http-legacy", "stdio"]
+LOOP_DEADLINE_S = 60.0
+CODE = "482913"
+LINK = "https://app.example.test/verify?token=abc123"
+
+
+@asynccontextmanager
+async def connect(
+    transport: str, url: str, token: str | None = None, env: dict[str, str] | None = None
+) -> AsyncIterator[Client]:
+    """An SDK client on the named transport (stdio runs `python -m sink mcp`)."""
+    if transport == "stdio":
+        args = ["-m", "sink", "mcp"] if env else ["-m", "sink", "mcp", "--url", url]
+        if token:
+            args += ["--api-token", token]
+        params = StdioServerParameters(command=sys.executable, args=args, env=env)
+        async with Client(params) as client:
+            yield client
+        return
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    timeout = httpx2.Timeout(30.0, read=300.0)
+    async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
+        transport_streams = streamable_http_client(f"{url}/mcp", http_client=http)
+        mode = "legacy" if transport == "http-legacy" else "auto"
+        async with Client(transport_streams, mode=mode) as client:
+            yield client
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
+    """A tool's structured answer; fails on a tool error."""
+    result = await client.call_tool(tool, arguments)
+    assert not result.is_error, result.content
+    body: dict[str, Any] = result.structured_content
+    assert json.loads(result.content[0].text) == body  # type: ignore[union-attr]
+    return body
+
+
+async def call_error(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
+    """A tool error's body: the HTTP API's error JSON, as the result's text."""
+    result = await client.call_tool(tool, arguments)
+    assert result.is_error, result.structured_content
+    body: dict[str, Any] = json.loads(result.content[0].text)  # type: ignore[union-attr]
+    return body
+
+
+def send_signup_mail(server: Server, address: str) -> None:
+    server.send(
+        address,
+        subject="Confirm your account",
+        body=f"Hi!\nYour verification code is {CODE}.\nOr confirm here: {LINK}\n",
+    )
+
+
+async def agent_loop(client: Client, server: Server, run_id: str) -> list[tuple[str, str, str]]:
+    """What an agent does: follow next_action (honouring retry_after) from create to proceed."""
+    steps: list[tuple[str, str, str]] = []
+
+    async def step(tool: str, **arguments: Any) -> dict[str, Any]:
+        answer = await call(client, tool, **arguments)
+        steps.append((tool, answer["state"], answer["next_action"]))
+        return answer
+
+    envelope = await step("create_inbox", run_id=run_id, purpose="signup-check")
+    inbox_id = envelope["inbox_id"]
+    triggered = False
+    deadline = time.monotonic() + LOOP_DEADLINE_S
+    while envelope["next_action"] != "proceed":
+        assert time.monotonic() < deadline, steps
+        if envelope["retry_after"]:
+            await asyncio.sleep(envelope["retry_after"])
+        action = envelope["next_action"]
+        if action == "wait_for_message" and envelope["state"] == "waiting" and not triggered:
+            # Trigger the app while the long-poll is open: the wait returns on arrival.
+            waiting = asyncio.ensure_future(
+                step("wait_for_message", inbox_id=inbox_id, run_id=run_id, timeout_s=10)
+            )
+            await asyncio.to_thread(send_signup_mail, server, envelope["address"])
+            triggered = True
+            envelope = await waiting
+        elif action == "wait_for_message":
+            envelope = await step("wait_for_message", inbox_id=inbox_id, run_id=run_id, timeout_s=0)
+        elif action == "claim_message":
+            message_id = envelope["message"]["message_id"]
+            envelope = await step("claim_message", message_id=message_id, run_id=run_id)
+        else:
+            pytest.fail(f"the agent was told {action!r}: {envelope}")
+    return steps
+
+
+# -- the agent loop --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_agent_follows_next_action_from_create_to_claim(server: Server, transport: str) -> None:
+    """An agent that only follows next_action gets from create_inbox to a claimed code and link."""
+    run_id = new_run_id("mcp")
+
+    async def scenario() -> tuple[list[tuple[str, str, str]], dict[str, Any], dict[str, Any]]:
+        async with connect(transport, server.url) as client:
+            listed = await client.list_tools()
+            assert [tool.name for tool in listed.tools] == TOOL_NAMES
+            steps = await agent_loop(client, server, run_id)
+            report = await call(client, "get_run_report", run_id=run_id)
+            message_id = report["inboxes"][0]["accepted_message_id"]
+            message = await call(client, "read_message", message_id=message_id, run_id=run_id)
+            return steps, message, report
+
+    steps, message, report = asyncio.run(scenario())
+    assert steps == [
+        ("create_inbox", "created", "wait_for_message"),
+        ("wait_for_message", "waiting", "wait_for_message"),
+        ("wait_for_message", "received", "claim_message"),
+        ("claim_message", "received", "proceed"),
+    ]
+    assert message["subject"] == "Confirm your account"
+    assert message["codes"][0] == CODE
+    assert message["links"][0] == LINK
+    assert message["claimed"] is True
+    types = [event["type"] for event in report["events"]]
+    for expected in ("created", "polled", "message_accepted", "claimed"):
+        assert expected in types
+
+
+# -- the tool list ----------------------------------------------------------------------
+
+
+def test_tool_descriptions_explain_states_next_actions_and_stopping(server: Server) -> None:
+    """The five tools' descriptions teach the envelope: states, next actions, when to stop."""
+
+    async def listing() -> list[dict[str, Any]]:
+        # stdio serves the same definition (sink/mcp_tools.py); the loop test lists it too.
+        async with connect("http", server.url) as client:
+            listed = await client.list_tools()
+            return [tool.model_dump(mode="json", by_alias=True) for tool in listed.tools]
+
+    tools_listed = asyncio.run(listing())
+    tools = {tool["name"]: tool for tool in tools_listed}
+    assert list(tools) == TOOL_NAMES
+    assert not any("check_email" in name for name in tools)
+    wait_text = tools["wait_for_message"]["description"]
+    for word in (*mcp_tools.NEXT_ACTIONS, *mcp_tools.STATES, "retry_after"):
+        assert word in wait_text, word
+    for name in ("create_inbox", "claim_message"):
+        text = tools[name]["description"]
+        for word in ("state", "next_action", "retry_after", "stop", "blocked"):
+            assert word in text, (name, word)
+    for tool in tools.values():
+        assert "stop" in tool["description"]
+        assert tool["outputSchema"]["type"] == "object"
+        assert tool["inputSchema"]["additionalProperties"] is False
+    assert tools["read_message"]["annotations"]["readOnlyHint"] is True
+    assert tools["get_run_report"]["annotations"]["readOnlyHint"] is True
+    assert tools["wait_for_message"]["annotations"]["readOnlyHint"] is False
+
+
+def _properties(model: type[BaseModel]) -> set[str]:
+    return {field.alias or name for name, field in model.model_fields.items()}
+
+
+def test_output_schemas_name_every_wire_field() -> None:
+    """The tools' output schemas have exactly the wire models' fields and enumerations."""
+    envelope_props = ENVELOPE_SCHEMA["properties"]
+    report_props = RUN_REPORT_SCHEMA["properties"]
+    pairs: list[tuple[dict[str, Any], type[BaseModel]]] = [
+        (ENVELOPE_SCHEMA, schemas.EnvelopeOut),
+        (envelope_props["message"]["anyOf"][0], schemas.MessageRef),
+        (envelope_props["claim"]["anyOf"][0], schemas.ClaimOut),
+        (MESSAGE_SCHEMA, schemas.MessageOut),
+        (MESSAGE_SCHEMA["properties"]["attachments"]["items"], schemas.AttachmentOut),
+        (MESSAGE_SCHEMA["properties"]["envelope"], schemas.SmtpEnvelopeOut),
+        (RUN_REPORT_SCHEMA, schemas.RunReportOut),
+        (report_props["inboxes"]["items"], schemas.RunInboxOut),
+        (report_props["events"]["items"], schemas.RunEventOut),
+    ]
+    for schema, model in pairs:
+        assert set(schema["properties"]) == _properties(model), model.__name__
+    assert typing.get_args(schemas.State) == mcp_tools.STATES
+    assert typing.get_args(schemas.StatusT) == mcp_tools.STATUSES
+    assert typing.get_args(schemas.NextAction) == mcp_tools.NEXT_ACTIONS
+    assert typing.get_args(schemas.Reason) == mcp_tools.REASONS
+
+
+# -- the same answers as the HTTP API -----------------------------------------------------
+
+
+def _received_inbox(server: Server, http: httpx.Client, run_id: str) -> tuple[str, str]:
+    inbox = create_inbox(http, run_id, purpose="parity")
+    send_signup_mail(server, inbox["address"])
+    answer = wait(http, inbox["inbox_id"], timeout_s=10, run_id=run_id).json()
+    assert answer["next_action"] == "claim_message", answer
+    return inbox["inbox_id"], answer["message"]["message_id"]
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+def test_answers_equal_the_http_api_json(server: Server, transport: str) -> None:
+    """read_message, get_run_report and a claim replay answer the HTTP API's JSON, unchanged."""
+    run_id = new_run_id("mcp")
+    with server.http() as http:
+        inbox_id, message_id = _received_inbox(server, http, run_id)
+        first = http.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id})
+        assert first.json()["next_action"] == "proceed"
+
+        async def over_mcp() -> list[dict[str, Any]]:
+            async with connect(transport, server.url) as client:
+                return [
+                    await call(client, "claim_message", message_id=message_id, run_id=run_id),
+                    await call(client, "read_message", message_id=message_id, run_id=run_id),
+                    await call(client, "get_run_report", run_id=run_id),
+                ]
+
+        claim, message, report = asyncio.run(over_mcp())
+        assert (
+            claim == http.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id}).json()
+        )
+        assert claim["reason"] == "already_claimed"
+        assert message == http.get(f"/v1/messages/{message_id}").json()
+        assert report == http.get(f"/v1/runs/{run_id}").json()
+        assert inbox_id in {row["inbox_id"] for row in report["inboxes"]}
+
+
+def _without_trace(body: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in body.items() if key != "trace_id"}
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+def test_errors_are_tool_errors_with_the_http_api_body(server: Server, transport: str) -> None:
+    """Refusals and errors come back as tool errors carrying the HTTP API's code and message."""
+    run_id = new_run_id("mcp")
+    with server.http() as http:
+        inbox_id, message_id = _received_inbox(server, http, run_id)
+        unknown_inbox = "ib_" + "a" * 20
+        unknown_message = "msg_" + "a" * 24
+        nobody = new_run_id("nobody")
+        cases: list[tuple[str, dict[str, Any], httpx.Response]] = [
+            (
+                "claim_message",
+                {"message_id": message_id, "run_id": "someone-else"},
+                http.post(f"/v1/messages/{message_id}/claim", json={"run_id": "someone-else"}),
+            ),
+            (
+                "wait_for_message",
+                {"inbox_id": inbox_id, "run_id": "someone-else"},
+                wait(http, inbox_id, run_id="someone-else"),
+            ),
+            (
+                "read_message",
+                {"message_id": message_id, "run_id": "someone-else"},
+                http.get(f"/v1/messages/{message_id}", params={"run_id": "someone-else"}),
+            ),
+            ("wait_for_message", {"inbox_id": unknown_inbox}, wait(http, unknown_inbox)),
+            ("wait_for_message", {"inbox_id": "nope"}, wait(http, "nope")),
+            (
+                "wait_for_message",
+                {"inbox_id": inbox_id, "cursor": "not-ours"},
+                wait(http, inbox_id, cursor="not-ours"),
+            ),
+            (
+                "create_inbox",
+                {"run_id": run_id, "purpose": "p", "ttl_s": "600"},
+                http.post("/v1/inboxes", json={"run_id": run_id, "purpose": "p", "ttl_s": "600"}),
+            ),
+            (
+                "create_inbox",
+                {"run_id": run_id, "purpose": "p", "policy": "no-such-policy"},
+                http.post(
+                    "/v1/inboxes",
+                    json={"run_id": run_id, "purpose": "p", "policy": "no-such-policy"},
+                ),
+            ),
+            (
+                "read_message",
+                {"message_id": unknown_message},
+                http.get(f"/v1/messages/{unknown_message}"),
+            ),
+            ("get_run_report", {"run_id": nobody}, http.get(f"/v1/runs/{nobody}")),
+        ]
+
+        async def over_mcp() -> list[dict[str, Any]]:
+            async with connect(transport, server.url) as client:
+                return [await call_error(client, tool, **args) for tool, args, _ in cases]
+
+        bodies = asyncio.run(over_mcp())
+    for (tool, args, response), body in zip(cases, bodies, strict=True):
+        assert response.status_code >= 400, (tool, args)
+        assert _without_trace(body) == _without_trace(response.json()), (tool, args)
+    refusal = bodies[0]
+    assert refusal["reason"] == "wrong_run"
+    assert refusal["error"]["code"] == "wrong_run"
+    assert (refusal["status"], refusal["next_action"]) == ("blocked", "stop")
+    codes = [body["error"]["code"] for body in bodies]
+    assert codes == [
+        "wrong_run",
+        "wrong_run",
+        "wrong_run",
+        "not_found",
+        "not_found",
+        "invalid_cursor",
+        "invalid_request",
+        "unknown_policy",
+        "not_found",
+        "not_found",
+    ]
+
+
+def test_arguments_no_route_could_take_are_refused(server: Server) -> None:
+    """An unknown argument, a missing or non-string id are invalid_request before any call."""
+
+    async def over_mcp() -> list[dict[str, Any]]:
+        async with connect("http", server.url) as client:
+            return [
+                await call_error(client, "get_run_report", run_id="r1", verbose=True),
+                await call_error(client, "wait_for_message", timeout_s=0),
+                await call_error(client, "read_message", message_id=42),
+                await call_error(client, "get_run_report", run_id="a/../b"),
+            ]
+
+    unknown, missing, not_text, bad_run = asyncio.run(over_mcp())
+    assert unknown["error"]["code"] == "invalid_request"
+    assert unknown["error"]["details"] == {"field": "verbose"}
+    assert missing["error"]["details"] == {"field": "inbox_id"}
+    assert not_text["error"]["details"] == {"field": "message_id"}
+    with server.http() as http:
+        # The route's own check and words, for a run_id no URL could carry.
+        by_route = http.get("/v1/runs/a%20b").json()
+    assert bad_run == by_route
+
+
+# -- auth and reachability ---------------------------------------------------------------
+
+
+def test_mcp_is_under_the_api_token(tmp_path: Path, policy_file: str) -> None:
+    """With --api-token, /mcp needs the bearer token; `runsink mcp` sends it (flag or env)."""
+    token = "mcp-test-token-0123456789"
+    guarded = start_server(tmp_path / "guarded", "--policy-file", policy_file, "--api-token", token)
+    try:
+        with httpx.Client(base_url=guarded.url, timeout=30) as http:
+            refused = http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        assert refused.status_code == 401
+        assert refused.json()["error"]["code"] == "unauthorized"
+
+        async def listed(transport: str, env: dict[str, str] | None = None) -> list[str]:
+            async with connect(transport, guarded.url, token=None if env else token, env=env) as c:
+                return [tool.name for tool in (await c.list_tools()).tools]
+
+        assert asyncio.run(listed("http")) == TOOL_NAMES
+        env = {"RUNSINK_URL": guarded.url, "RUNSINK_API_TOKEN": token}
+        assert asyncio.run(listed("stdio", env)) == TOOL_NAMES
+
+        async def proxied(given: str | None) -> dict[str, Any]:
+            async with proxy_client(guarded.url, given) as http_client:
+                server = tools_server(lambda _request: HttpBackend(http_client))
+                async with Client(server) as client:
+                    return await call_error(client, "get_run_report", run_id="r1")
+
+        assert asyncio.run(proxied(None))["error"]["code"] == "unauthorized"
+        assert asyncio.run(proxied(token))["error"]["code"] == "not_found"
+    finally:
+        guarded.stop()
+
+
+def test_unreachable_server_is_a_tool_error() -> None:
+    """`runsink mcp` pointed at nothing answers a server_unreachable tool error, not a crash."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    async def scenario() -> dict[str, Any]:
+        async with proxy_client(f"http://127.0.0.1:{port}", None) as http_client:
+            server = tools_server(lambda _request: HttpBackend(http_client))
+            async with Client(server) as client:
+                return await call_error(client, "create_inbox", run_id="r1", purpose="p")
+
+    body = asyncio.run(scenario())
+    assert body["error"]["code"] == "server_unreachable"
+
+
+def test_mcp_command_refuses_a_url_that_is_not_http() -> None:
+    """`runsink mcp --url` takes only http(s) URLs; anything else exits 2 naming the flag."""
+    from sink.cli import main
+
+    assert main(["mcp", "--url", "ftp://example.test"]) == 2
+
+
+def test_abandoned_long_poll_is_cancelled(server: Server) -> None:
+    """A client that gives up on a wait over /mcp ends the long-poll: no poll is recorded."""
+    run_id = new_run_id("mcp")
+
+    async def scenario() -> list[str]:
+        async with connect("http", server.url) as client:
+            created = await call(client, "create_inbox", run_id=run_id, purpose="abandon")
+            waiting = asyncio.ensure_future(
+                call(client, "wait_for_message", inbox_id=created["inbox_id"], timeout_s=10)
+            )
+            await asyncio.to_thread(_until_long_polls, server, 1)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            await asyncio.to_thread(_until_long_polls, server, 0)
+            report = await call(client, "get_run_report", run_id=run_id)
+            return [event["type"] for event in report["events"]]
+
+    # A wait that ran to its end would have recorded a "polled" event.
+    assert asyncio.run(scenario()) == ["created"]
+
+
+def test_shutdown_answers_an_mcp_wait_in_progress(tmp_path: Path, policy_file: str) -> None:
+    """SIGTERM during an MCP long-poll: the wait answers its envelope and the server exits 0."""
+    stopping = start_server(tmp_path / "stopping", "--policy-file", policy_file)
+
+    async def scenario() -> dict[str, Any]:
+        async with connect("http", stopping.url) as client:
+            run_id = new_run_id("mcp")
+            created = await call(client, "create_inbox", run_id=run_id, purpose="shutdown")
+            waiting = asyncio.ensure_future(
+                call(client, "wait_for_message", inbox_id=created["inbox_id"], timeout_s=10)
+            )
+            await asyncio.to_thread(_until_long_polls, stopping, 1)
+            stopping.process.send_signal(signal.SIGTERM)
+            return await waiting
+
+    try:
+        answer = asyncio.run(scenario())
+        assert stopping.process.wait(30) == 0
+    finally:
+        stopping.stop()
+    assert (answer["state"], answer["next_action"]) == ("created", "wait_for_message")
+    assert answer["attempt"] == 0
+    troubles = [line for line in stopping.log_lines() if line["level"] not in ("debug", "info")]
+    assert troubles == []
+
+
+def _until_long_polls(server: Server, count: int) -> None:
+    deadline = time.monotonic() + LOOP_DEADLINE_S
+    with server.http() as http:
+        while time.monotonic() < deadline:
+            if f"runsink_active_long_polls {float(count)}" in http.get("/metrics").text:
+                return
+            time.sleep(0.02)
+    raise AssertionError("the long-poll never started")
