@@ -18,11 +18,13 @@ from urllib.parse import unquote, urlsplit
 
 # Transactional mail is small (Gmail clips HTML at 102 KB); a body this long is not one, and
 # html.parser costs microseconds per tag, so extraction looks at this much and no more.
-MAX_SCAN_CHARS = 1_000_000
+MAX_SCAN_CHARS = 256 * 1024
+MAX_CODE_SCAN_CHARS = 200_000  # codes sit near the top; Gmail clips a message at 102 KB
 MAX_LINKS = 200
 MAX_CODES = 20
 MAX_URL_CHARS = 8192
 MAX_CANDIDATES = 2000  # numbers looked at per source; a body with more is a report, not a code
+MAX_LINK_OCCURRENCES = 2000  # hrefs and text URLs looked at per message
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +71,7 @@ _BLOCK = frozenset(
     }
 )  # fmt: skip
 _CELL = frozenset({"td", "th"})
+_SOURCE_BREAKS = dict.fromkeys(map(ord, "\r\n\t\f"), " ")
 # Invisible padding that marketing mail puts in its preheader (zero-width joiners, soft hyphens).
 _INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u034f\u200b\u200c\u200d\u2060\ufeff"))
 _TAG_OPEN = re.compile(r"</?[A-Za-z]")
@@ -94,15 +97,18 @@ class _Renderer(HTMLParser):
         self.pieces: list[str] = []
         self.anchors: list[_Anchor] = []
         self._skip = 0
+        self._pre = 0
         self._href: str | None = None
         self._label: list[str] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag in _SKIP:
             self._skip += 1
+        if self._skip:
             return
         if tag in _BLOCK:
             self.pieces.append("\n")
+            self._pre += tag == "pre"
         elif tag in _CELL:
             self.pieces.append(" ")
         values = {name: value or "" for name, value in attrs}
@@ -132,10 +138,14 @@ class _Renderer(HTMLParser):
             self._close_anchor()
         elif tag in _BLOCK:
             self.pieces.append("\n")
+            if tag == "pre":
+                self._pre = max(0, self._pre - 1)
 
     def handle_data(self, data: str) -> None:
         if self._skip:
             return
+        if not self._pre:  # in HTML a newline in the source is just a space
+            data = data.translate(_SOURCE_BREAKS)
         self.pieces.append(data)
         if self._href is not None:
             self._label.append(data)
@@ -153,7 +163,7 @@ def _render(html: str) -> _Rendered:
     try:
         renderer.feed(_tidy(html[:MAX_SCAN_CHARS]))
         renderer.close()
-    except Exception:
+    except Exception:  # html.parser asserts on some oddities: keep what was rendered so far
         pass
     renderer._close_anchor()
     lines = "".join(renderer.pieces).translate(_INVISIBLE).split("\n")
@@ -169,7 +179,8 @@ def _tidy(html: str) -> str:
     """Rewrite markup so html.parser only ever sees complete tags, in linear time.
 
     html.parser rescans to the end of the input for every construct left unfinished
-    (``<!--``, ``</x``, ``<a href="``), which is quadratic on crafted mail (CVE-2025-6069).
+    (``<!--``, ``</x``, ``<![``), which is quadratic on crafted mail (python/cpython#135462,
+    CVE-2025-6069; the Python here predates the fix).
     Here every ``<`` that does not open a complete tag becomes text, comments and
     declarations go, and a tag with an unbalanced quote loses its quotes.
     """
@@ -253,16 +264,23 @@ _WEAK_ACTION = re.compile(
     r"log[-_ ]?in|sign[-_ ]?in|signin|anmeld|iniciar sesi|connexion|se connecter|ログイン"
 )
 
-_ACTION_TIER, _WEAK_TIER, _PLAIN_TIER, _LOW_TIER = 0, 1, 2, 3
+# Link tiers, best first. The fine print (help, privacy) still beats what no agent wants to
+# open at all (unsubscribe, tracking pixels, images, social profiles).
+_ACTION_TIER, _WEAK_TIER, _PLAIN_TIER, _FINE_PRINT_TIER, _USELESS_TIER = range(5)
 
 
 def _rank_links(text: str | None, rendered: _Rendered | None) -> tuple[str, ...]:
+    occurrences: list[tuple[str, str, bool]] = []  # url, what it says, is an image
+    if rendered is not None:
+        occurrences += [(a.url, a.label, a.image) for a in rendered.anchors]
+        occurrences += [(url, context, False) for url, context in _urls_in_text(rendered.text)]
+    if text:
+        occurrences += [(url, context, False) for url, context in _urls_in_text(text)]
     best: dict[str, tuple[int, int]] = {}  # url -> (tier, first seen)
-
-    def offer(raw_url: str, label: str, image: bool) -> None:
+    for raw_url, label, image in occurrences[:MAX_LINK_OCCURRENCES]:
         url = _clean_url(raw_url)
         if url is None:
-            return
+            continue
         tier = _link_tier(url, label, image)
         seen = best.get(url)
         if seen is None:
@@ -270,15 +288,6 @@ def _rank_links(text: str | None, rendered: _Rendered | None) -> tuple[str, ...]
                 best[url] = (tier, len(best))
         elif tier < seen[0]:
             best[url] = (tier, seen[1])
-
-    if rendered is not None:
-        for anchor in rendered.anchors:
-            offer(anchor.url, anchor.label, anchor.image)
-        for url, context in _urls_in_text(rendered.text):
-            offer(url, context, False)
-    if text:
-        for url, context in _urls_in_text(text[:MAX_SCAN_CHARS]):
-            offer(url, context, False)
     return tuple(sorted(best, key=best.__getitem__))
 
 
@@ -299,7 +308,7 @@ def _urls_in_text(text: str) -> list[tuple[str, str]]:
     """URLs in running text, each with the words just before it (its context)."""
     found: list[tuple[str, str]] = []
     line_start = scanned = 0
-    for match in _TEXT_URL.finditer(text):
+    for match in itertools.islice(_TEXT_URL.finditer(text[:MAX_SCAN_CHARS]), MAX_LINK_OCCURRENCES):
         url = match.group()
         while url and url[-1] in _TRAILING:
             if url[-1] == ")" and url.count("(") >= url.count(")"):
@@ -322,15 +331,15 @@ def _link_tier(url: str, label: str, image: bool) -> int:
     label = label.lower()
     targets = [url, *_EMBEDDED_URL.findall(about[8:])]
     if image or any(_is_image(target) for target in targets):
-        return _LOW_TIER
+        return _USELESS_TIER
     if _HARD_LOW.search(about) or _HARD_LOW.search(label):
-        return _LOW_TIER
+        return _USELESS_TIER
     if any(_SOCIAL_HOSTS.search(_host(target)) for target in targets):
-        return _LOW_TIER
+        return _USELESS_TIER
     if _ACTION.search(about) or _ACTION.search(label):
         return _ACTION_TIER
     if _SOFT_LOW.search(about) or _SOFT_LOW.search(label):
-        return _LOW_TIER
+        return _FINE_PRINT_TIER
     if _WEAK_ACTION.search(about) or _WEAK_ACTION.search(label):
         return _WEAK_TIER
     return _PLAIN_TIER
@@ -370,61 +379,93 @@ def _is_image(url: str) -> bool:
 
 # --- codes ------------------------------------------------------------------------------------
 
-# Spans that hold digits but no code: links, addresses, phone numbers, dates, times, prices,
-# colours. They are blanked (same length, so positions hold) before codes are looked for.
-_NOT_CODES = re.compile(
-    r"(?:https?://|www\.)\S+"
-    r"|(?<![\w.+-])[\w.+-]++@[\w-]+(?:\.[\w-]+)+"
-    r"|\+\s?[0-9][0-9 ().-]{5,}[0-9]"
-    r"|\(?\b[0-9]{3}\)?[ .-][0-9]{3}[ .-][0-9]{4}\b"
-    r"|\b[0-9]{1,4}[./-][0-9]{1,2}[./-][0-9]{1,4}\b"
-    r"|\b[0-9]{1,2}:[0-9]{2}(?::[0-9]{2})?(?:\s?[AaPp]\.?[Mm]\b\.?)?"
-    r"|[$€£¥₹]\s?[0-9][0-9.,]*|(?<![0-9.,])[0-9][0-9.,]*+\s?(?:€|EUR|USD|GBP|JPY|円|ドル|元)"
-    r"|#[0-9A-Fa-f]{3,8}\b",
-    re.IGNORECASE,
-)
+# Links and e-mail domains hold digits but no code: they are blanked (same length, so
+# positions hold) before codes are looked for. Dates, times, phone numbers, prices and
+# colours need no blanking: the boundaries of _DIGIT_CODE already refuse "2024-05-30",
+# "10:30", "+1 415 555 0100", "$12.00" and "#ffffff".
+_LINKISH = re.compile(r"(?:https?://|www\.)\S+|@[\w-]+(?:\.[\w-]+)+")
 _DIGIT_CODE = re.compile(
-    r"(?<![0-9A-Za-z_#$€£¥.,/@+%&=-])(?<![0-9][ -])"
+    r"(?<![0-9A-Za-z_#$€£¥.,/@+%&=:-])(?<![0-9][ -])(?<![0-9]\) )"
     r"(?:(?P<grouped>[0-9]{3,4}[ -][0-9]{3,4})"
     r"|(?P<spaced>[0-9](?: [0-9]){3,7})"
     r"|(?P<plain>[0-9]{4,10}))"
-    r"(?![0-9A-Za-z_%@]|[ -][0-9]|[.,/][0-9])"
+    r"(?![0-9A-Za-z_%@]|[ -][0-9]|[.,/:][0-9])"
 )
 _ALNUM_CODE = re.compile(
     r"(?<![0-9A-Za-z_#$.,/@+%&=-])"
     r"(?:[A-Z0-9]{2,6}(?:-[A-Z0-9]{2,6}){1,2}|[A-Z0-9]{4,10})"
     r"(?![0-9A-Za-z_%@]|-[0-9A-Za-z])"
 )
-# "code" inside a compound counts (Bestätigungscode, passcode); zip/promo/error codes do not.
-_STRONG_WORDS = re.compile(
-    r"(?<!zip )(?<!postal )(?<!promo )(?<!coupon )(?<!discount )(?<!error )(?<!country )"
-    r"(?<!source )(?<!qr )(?<!\bbar)(?<!\ben)(?<!\bde)(?<!\buni)"
-    r"(?:code|c[óo]digo|codice|\botp\b|\bpin\b|\btan\b|one[- ]time|einmal|contrase[ñn]a de un solo"
-    r"|код|コード|認証番号|確認番号|暗証番号|ワンタイム|验证码|驗證碼|인증)",
-    re.IGNORECASE,
-)
-_MEDIUM_WORDS = re.compile(
-    r"v[ée]rif|best[äa]tig|confirm|authenticat|\b2fa\b|two[- ]factor|security|sicherheit"
-    r"|seguridad|log[- ]?in|sign[- ]?in|anmeld|iniciar sesi|connexion|\benter\b|eingeben|ingresa"
-    r"|introduce|saisi|expire|valid for|g[üu]ltig|caduca|入力|有効|認証|確認",
-    re.IGNORECASE,
-)
-_NEGATIVE_WORDS = re.compile(
-    r"\border|invoice|receipt|\bref\b|reference|ticket|\bcase\b|tracking|customer|\bphone"
-    r"|\btel\b|\bfax\b|\bcall\b|\bzip\b|postal|\bsuite\b|\bstreet\b|\bave\b|\bid\b|pedido"
-    r"|factura|bestellung|rechnung|kundennummer|注文|請求|電話",
-    re.IGNORECASE,
+_CURRENCY_BEFORE = re.compile(r"(?:[$€£¥₹]|usd|eur|gbp|chf|jpy)\s?$")
+_AFTER_NUMBER = re.compile(
+    r"\s?(?:%|€|円|元|ドル|分|時間|件|年|月|日|(?:px|ms|kb|mb|gb|kg|km|min|minutes|minuten"
+    r"|minutos|seconds|hours|días|days|tage|points|puntos|punkte|users|eur|usd|gbp|chf|jpy)\b)"
 )
 _DATE_CONTEXT = re.compile(
-    r"©|\(c\)|copyright|\b(?:jan|feb|m[äa]r|apr|ma[iy]|jun|jul|aug|sep|o[ck]t|nov|de[cz]"
-    r"|enero|febrero|marzo|abril|mayo|junio|julio|agosto|septiembre|octubre|noviembre|diciembre"
-    r"|januar|februar|juni|juli|oktober|dezember)|年|月|日",
-    re.IGNORECASE,
+    r"©|\(c\)|copyright|年|月|日|\b(?:jan(?:uary|uar)?|feb(?:ruary|ruar)?|mar(?:ch)?|märz|apr(?:il)?"
+    r"|ma[iy]|june?|juni|july?|juli|aug(?:ust)?|sept?(?:ember)?|o[ck]t(?:ober)?|nov(?:ember)?"
+    r"|de[cz](?:ember)?|enero|febrero|marzo|abril|mayo|junio|julio|agosto|septiembre|octubre"
+    r"|noviembre|diciembre)\b"
 )
-_UNIT_AFTER = re.compile(
-    r"\s?(?:%|px|ms|kb|mb|gb|kg|km|min|minutes|minuten|minutos|seconds|hours|días|days|tage"
-    r"|points|puntos|punkte|users|分|時間|円|件)\b",
-    re.IGNORECASE,
+
+
+@dataclass(frozen=True, slots=True)
+class _Keywords:
+    """Words looked for in lower-cased text: one alternation, so the regex engine can skip."""
+
+    pattern: re.Pattern[str]
+    whole: frozenset[str] = frozenset()  # matches that must stand alone ("pin", not "spinner")
+    word_start: bool = False  # every ASCII match must begin a word ("order", not "border")
+
+    def spans(self, lowered: str) -> list[tuple[int, int]]:
+        found: list[tuple[int, int]] = []
+        for match in self.pattern.finditer(lowered):
+            start, end = match.span()
+            word = match.group()
+            before = lowered[start - 1 : start] if start else ""
+            after = lowered[end : end + 1]
+            if (self.word_start or word in self.whole) and word.isascii() and _is_word(before):
+                continue
+            if word in self.whole and _is_word(after):
+                continue
+            if word.startswith("code") and _NOT_OTP_CODE.search(lowered, max(0, start - 14), start):
+                continue
+            found.append((start, end))
+        return found
+
+
+def _is_word(char: str) -> bool:
+    return char.isascii() and char.isalnum()
+
+
+# "code" inside a compound counts (Bestätigungscode, passcode); zip, promo, error codes do not.
+_NOT_OTP_CODE = re.compile(
+    r"(?:(?:zip|postal|promo|promotional|coupon|discount|voucher|gift|referral|error|status"
+    r"|country|area|source|sort|swift|bank|qr) |(?:^|[^a-z])(?:bar|en|de|uni|zip))$"
+)
+_STRONG = _Keywords(
+    re.compile(
+        r"code|c[óo]digo|codice|otp|pin|tan|one[- ]time|einmal|contraseña de un solo|код"
+        r"|コード|認証番号|確認番号|暗証番号|ワンタイム|验证码|驗證碼|인증"
+    ),
+    whole=frozenset({"otp", "pin", "tan"}),
+)
+_MEDIUM = _Keywords(
+    re.compile(
+        r"verif|vérif|bestätig|confirm|authenticat|2fa|two[- ]factor|security|sicherheit"
+        r"|seguridad|log[- ]?in|sign[- ]?in|anmeld|iniciar sesi|connexion|enter|eingeben"
+        r"|ingresa|introduce|saisi|expire|valid for|gültig|caduca|入力|有効|認証|確認"
+    ),
+    whole=frozenset({"2fa", "enter"}),
+)
+_NEGATIVE = _Keywords(
+    re.compile(
+        r"order|invoice|receipt|ref|reference|ticket|case|tracking|customer|phone|account"
+        r"|card|ending in|no\.|registered|nr\.|tel|fax|call|zip|postal|suite|street|ave|id"
+        r"|pedido|factura|bestellung|rechnung|kundennummer|注文|請求|電話"
+    ),
+    whole=frozenset({"ref", "case", "tel", "fax", "call", "zip", "ave", "id", "card"}),
+    word_start=True,
 )
 
 _STRONG_WINDOW = 160
@@ -445,7 +486,7 @@ def _rank_codes(text: str | None, html_text: str | None, subject: str) -> tuple[
     for source, in_subject in ((subject, True), (text, False), (html_text, False)):
         if not source:
             continue
-        for code, score in _score_codes(source[:MAX_SCAN_CHARS]):
+        for code, score in _score_codes(source[:MAX_CODE_SCAN_CHARS]):
             order += 1
             seen = scores.get(code)
             if seen is None:
@@ -461,86 +502,131 @@ def _rank_codes(text: str | None, html_text: str | None, subject: str) -> tuple[
     return tuple(code for _, _, code in sorted(ranked)[:MAX_CODES])
 
 
+def _lower(text: str) -> str:
+    """``text.lower()`` with positions kept ("İ" lower-cases to two characters)."""
+    lowered = text.lower()
+    if len(lowered) == len(text):
+        return lowered
+    return "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+
+
+def _blank(text: str, spans: list[tuple[int, int]]) -> str:
+    pieces: list[str] = []
+    pos = 0
+    for start, end in spans:
+        pieces += (text[pos:start], "\x00" * (end - start))
+        pos = end
+    pieces.append(text[pos:])
+    return "".join(pieces)
+
+
 def _score_codes(source: str) -> list[tuple[str, float]]:
     """Each candidate code in ``source`` with its score (>= _ACCEPT means: report it)."""
-    masked = _NOT_CODES.sub(lambda m: "\x00" * len(m.group()), source)
-    strong = [(m.start(), m.end()) for m in _STRONG_WORDS.finditer(masked)]
-    medium = [(m.start(), m.end()) for m in _MEDIUM_WORDS.finditer(masked)]
-    negative = [(m.start(), m.end()) for m in _NEGATIVE_WORDS.finditer(masked)]
-    found: list[tuple[str, float]] = []
+    lowered = _lower(source)
+    # an address keeps its "@", so that "482913@example.test" is not taken for a code
+    linkish = [
+        (match.start() + (match.group()[0] == "@"), match.end())
+        for match in _LINKISH.finditer(lowered)
+    ]
+    masked, lowered = _blank(source, linkish), _blank(lowered, linkish)
+    words = _Words(
+        strong=_STRONG.spans(lowered),
+        medium=_MEDIUM.spans(lowered),
+        negative=_NEGATIVE.spans(lowered),
+    )
+    candidates: list[tuple[int, int, str, float]] = []  # start, end, code, bonus
     for match in itertools.islice(_DIGIT_CODE.finditer(masked), MAX_CANDIDATES):
-        token = match.group()
-        code = token.replace(" ", "").replace("-", "")
-        bonus = 0.0
-        if match.group("plain") is not None:
-            bonus = {6: 10, 4: 5, 8: 5}.get(len(code), 2)
-            if len(code) == 4 and 1900 <= int(code) <= 2099:
-                window = masked[max(0, match.start() - 30) : match.end() + 30]
-                if _DATE_CONTEXT.search(window):
-                    continue
-                bonus = -15
+        start, end = match.span()
+        code = match.group().replace(" ", "").replace("-", "")
+        if match.group("plain") is None:
+            bonus = 8.0 if match.group("grouped") is not None else 4.0
+        elif len(code) == 4 and 1900 <= int(code) <= 2099:
+            if _DATE_CONTEXT.search(lowered, max(0, start - 30), end + 30):
+                continue  # "© 2024", "May 2024": a year
+            bonus = -15.0
         else:
-            bonus = 8 if match.group("grouped") is not None else 4
-        if _UNIT_AFTER.match(masked, match.end()):
-            continue
-        score = _proximity(match.start(), match.end(), strong, medium, negative, masked)
-        found.append((code, score + bonus))
+            bonus = {6: 10.0, 4: 5.0, 8: 5.0}.get(len(code), 2.0)
+        if _AFTER_NUMBER.match(lowered, end) or _CURRENCY_BEFORE.search(
+            lowered, max(0, start - 5), start
+        ):
+            continue  # "15 minutes", "1200 €", "USD 1200"
+        candidates.append((start, end, code, bonus))
     for match in itertools.islice(_ALNUM_CODE.finditer(masked), MAX_CANDIDATES):
         token = match.group()
-        if not (any(c.isdigit() for c in token) and any(c.isalpha() for c in token)):
-            continue
-        score = _proximity(match.start(), match.end(), strong, medium, negative, masked)
-        found.append((token, score - 5))
-    return found
+        if any(c.isdigit() for c in token) and any(c.isalpha() for c in token):
+            candidates.append((*match.span(), token, -5.0))
+    candidates.sort()
+    spans = [(start, end) for start, end, _, _ in candidates]
+    return [
+        (code, bonus + _context_score(start, end, words, spans, masked))
+        for start, end, code, bonus in candidates
+    ]
 
 
-def _proximity(
-    start: int,
-    end: int,
-    strong: list[tuple[int, int]],
-    medium: list[tuple[int, int]],
-    negative: list[tuple[int, int]],
-    masked: str,
+@dataclass(frozen=True, slots=True)
+class _Words:
+    strong: list[tuple[int, int]]  # spans of "code", "OTP", "PIN", "código", "コード"...
+    medium: list[tuple[int, int]]  # "verify", "sign in", "expires"...
+    negative: list[tuple[int, int]]  # "order", "invoice", "phone"...
+
+
+def _context_score(
+    start: int, end: int, words: _Words, candidates: list[tuple[int, int]], masked: str
 ) -> float:
     """How strongly the words around [start, end) say "this is a one-time code"."""
-    gap = _distance(start, end, strong, _STRONG_WINDOW)
-    if gap is not None:
-        score = 100 - gap / 3
+    near = _nearest(start, end, words.strong, _STRONG_WINDOW)
+    if near is not None:
+        score = 100 - near[0] / 3
     else:
-        gap = _distance(start, end, medium, _MEDIUM_WINDOW)
-        if gap is None:
+        near = _nearest(start, end, words.medium, _MEDIUM_WINDOW)
+        if near is None:
             return 0.0
-        score = 55 - gap / 3
-    bad = _distance(start, end, negative, 25, before_only=True)
-    if bad is not None and bad < gap:  # "order 123456" is an order number, not a code
+        score = 55 - near[0] / 3
+    gap, word_start, word_end = near
+    # A keyword speaks of the number next to it: "code: 123456 ... CA 94104" is about 123456.
+    closest = _nearest(word_start, word_end, candidates, _STRONG_WINDOW, reverse=True)
+    if closest is not None and closest[0] < gap:
+        score -= 40
+    bad = _nearest(start, end, words.negative, 25, before_only=True)
+    if bad is not None and bad[0] < gap:  # "order 123456" is an order number, not a code
         score -= 60
     line_start = masked.rfind("\n", max(0, start - 200), start) + 1
     line_end = masked.find("\n", end, end + 200)
     if line_end < 0:
-        line_end = len(masked) if len(masked) - end <= 200 else end + 200
+        line_end = min(len(masked), end + 200)
     if not masked[line_start:start].strip() and not masked[end:line_end].strip(" \t\r."):
         score += 10  # alone on its line, as codes are usually shown
     return score
 
 
-def _distance(
-    start: int, end: int, spans: list[tuple[int, int]], window: int, *, before_only: bool = False
-) -> float | None:
-    """Characters between [start, end) and the nearest span within ``window``; after counts 1.5x."""
-    if not spans:
-        return None
-    best: float | None = None
+def _nearest(
+    start: int,
+    end: int,
+    spans: list[tuple[int, int]],
+    window: int,
+    *,
+    before_only: bool = False,
+    reverse: bool = False,
+) -> tuple[float, int, int] | None:
+    """The span nearest [start, end) within ``window``, as (gap, span start, span end).
+
+    A keyword after its code ("482913 is your code") is less usual than before it, so gaps
+    to spans after [start, end) count 1.5 times; ``reverse`` is the same rule seen from the
+    keyword (gaps to spans before it count 1.5 times).
+    """
+    best: tuple[float, int, int] | None = None
+    before_weight, after_weight = (1.5, 1.0) if reverse else (1.0, 1.5)
     i = bisect_left(spans, (start, start))
-    # spans ending before the candidate: walk left while within the window
     j = i - 1
     while j >= 0 and start - spans[j][1] <= window and i - j <= 8:
-        gap: float = max(0, start - spans[j][1])
-        best = gap if best is None else min(best, gap)
+        gap = max(0, start - spans[j][1]) * before_weight
+        if best is None or gap < best[0]:
+            best = (gap, *spans[j])
         j -= 1
-    if not before_only:
-        k = i
-        while k < len(spans) and spans[k][0] - end <= window and k - i < 8:
-            gap = max(0, spans[k][0] - end) * 1.5
-            best = gap if best is None else min(best, gap)
-            k += 1
+    k = i
+    while not before_only and k < len(spans) and spans[k][0] - end <= window and k - i < 8:
+        gap = max(0, spans[k][0] - end) * after_weight
+        if best is None or gap < best[0]:
+            best = (gap, *spans[k])
+        k += 1
     return best

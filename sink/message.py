@@ -45,6 +45,8 @@ class Summary:
 
 @dataclass(frozen=True, slots=True)
 class Attachment:
+    """A MIME part that is not a body: a file, an inline image, a forwarded message."""
+
     filename: str  # safe to use as a file name: a basename, no control or bidi characters
     content_type: str
     size: int  # of the decoded payload
@@ -53,6 +55,8 @@ class Attachment:
 
 @dataclass(frozen=True, slots=True)
 class ParsedMessage:
+    """Everything read_message reports about a message's content."""
+
     headers: dict[str, list[str]]  # name as first seen -> decoded, sanitised values in order
     subject: str
     from_addr: str
@@ -70,7 +74,7 @@ def summarize(raw: bytes) -> Summary:
     """Subject, From, To, Cc and Date from the header block only."""
     try:
         head_end, _ = _head_span(raw, 0, len(raw))
-        return _summary(_fields(raw[: min(head_end, MAX_HEAD_BYTES)]))
+        return _summary(_fields(raw[: min(head_end, MAX_HEAD_BYTES)], _SUMMARY_FIELDS))
     except Exception:  # a bug here must not lose mail: ingest stores what it can
         return Summary(subject="", from_addr="", to=(), cc=(), date=None)
 
@@ -81,7 +85,7 @@ def parse(raw: bytes) -> ParsedMessage:
         head_end, body_start = _head_span(raw, 0, len(raw))
         fields = _fields(raw[: min(head_end, MAX_HEAD_BYTES)])
         summary = _summary(fields)
-        bodies = _Bodies()
+        bodies = _Bodies(scan_budget=_scan_budget(raw))
         _walk(raw, body_start, len(raw), fields, 0, bodies)
         text, html = bodies.text(), bodies.html()
         evidence = extract_evidence(text, html, summary.subject)
@@ -119,7 +123,7 @@ def searchable_text(raw: bytes) -> str:
     """The text body and the HTML body rendered as text, for ``body_contains`` matching."""
     try:
         head_end, body_start = _head_span(raw, 0, len(raw))
-        bodies = _Bodies()
+        bodies = _Bodies(scan_budget=_scan_budget(raw))
         _walk(raw, body_start, len(raw), _fields(raw[: min(head_end, MAX_HEAD_BYTES)]), 0, bodies)
         text, html = bodies.text(), bodies.html()
         return "\n".join(part for part in (text, html_to_text(html) if html else None) if part)
@@ -131,6 +135,7 @@ def searchable_text(raw: bytes) -> str:
 
 _FIELD_NAME = re.compile(r"[!-9;-~]+")  # RFC 5322 2.2: printable US-ASCII except ":"
 _CONTROLS = dict.fromkeys([*range(32), *range(127, 160), 0x2028, 0x2029], " ")
+_WHITESPACE = re.compile(r"\s")
 _ENCODED_WORD = re.compile(r"=\?([^?\s*]+)(?:\*[^?\s]*)?\?([bBqQ])\?([^?\s]*)\?=")
 # "Name <local@domain>" or "local@domain": most From/To values, parsed without getaddresses.
 _ADDR_SPEC = r'[^<>\s@",;:()\\]+@[^<>\s@",;:()\\]+'
@@ -139,9 +144,9 @@ _SIMPLE_ADDRESS = re.compile(rf'[^<>"(),;:@\\]*<({_ADDR_SPEC})>|({_ADDR_SPEC})')
 
 def _head_span(raw: bytes, start: int, end: int) -> tuple[int, int]:
     """Where the header block at ``start`` ends, and where the body after it begins."""
-    if raw.startswith(b"\n", start):
+    if raw.startswith(b"\n", start, end):
         return start, start + 1
-    if raw.startswith(b"\r\n", start):
+    if raw.startswith(b"\r\n", start, end):
         return start, start + 2
     crlf = raw.find(b"\n\r\n", start, end)
     lf = raw.find(b"\n\n", start, crlf + 2 if crlf >= 0 else end)
@@ -152,30 +157,41 @@ def _head_span(raw: bytes, start: int, end: int) -> tuple[int, int]:
     return end, end
 
 
-def _fields(head: bytes) -> list[tuple[str, str]]:
-    """Header fields in order, unfolded (RFC 5322 2.2.3), values not yet decoded."""
+def _fields(head: bytes, wanted: frozenset[str] | None = None) -> list[tuple[str, str]]:
+    """Header fields in order, unfolded (RFC 5322 2.2.3), values not yet decoded.
+
+    With ``wanted`` (lower-case names), other fields are skipped: summarize's fast path.
+    """
     try:
         lines = head.decode("utf-8").split("\n")
     except UnicodeDecodeError:  # 8-bit headers without SMTPUTF8: decode line by line
         lines = [_decode_8bit(line) for line in head.split(b"\n")]
     fields: list[list[str]] = []
+    current: list[str] | None = None  # the field that continuation lines belong to
     for line in lines:
         if line.endswith("\r"):
             line = line[:-1]
         if not line:
             continue
         if line[0] in " \t":
-            if fields:
-                fields[-1].append(line)
+            if current is not None:
+                current.append(line)
             continue
         name, colon, value = line.partition(":")
         name = name.rstrip(" \t")
+        current = None
+        if wanted is not None and name.lower() not in wanted:
+            continue
         if not colon or not _FIELD_NAME.fullmatch(name):
             continue  # an mbox "From " line, or junk: not a field
         if len(fields) == MAX_FIELDS:
             break
-        fields.append([name, value])
+        current = [name, value]
+        fields.append(current)
     return [(f[0], "".join(f[1:])[:MAX_VALUE_CHARS].strip()) for f in fields]
+
+
+_SUMMARY_FIELDS = frozenset({"subject", "from", "to", "cc", "date"})
 
 
 def _summary(fields: list[tuple[str, str]]) -> Summary:
@@ -229,7 +245,7 @@ def _addresses(value: str) -> list[str]:
     found: list[str] = []
     for _, address in pairs[:MAX_ADDRESSES]:
         local, at, domain = address.strip().rpartition("@")
-        if at and local and domain and "@" not in domain and not any(c.isspace() for c in address):
+        if at and local and domain and "@" not in domain and not _WHITESPACE.search(address):
             found.append(f"{local}@{domain.lower()}")
     return found
 
@@ -277,15 +293,20 @@ _CHARSET_ALIASES = {
     "unicode-1-1-utf-8": "utf-8",
     "utf8mb4": "utf-8",
 }
+# Charsets whose bytes are all ASCII: ASCII-only data is not plain text in these.
+_SEVEN_BIT_CHARSETS = frozenset(
+    {"iso2022_jp", "iso2022_jp_1", "iso2022_jp_2", "iso2022_jp_2004", "iso2022_jp_3"}
+    | {"iso2022_jp_ext", "iso2022_kr", "utf-7", "hz"}
+)
 # Declared charsets that mislabelled UTF-8 usually hides behind.
 _WEAK_CHARSETS = frozenset({"ascii", "iso8859-1", "cp1252"})
 
 
 def _decode_text(data: bytes, charset: str | None) -> str:
     """Decode a body or word: the declared charset if it fits, else the best fallback."""
-    if data.isascii():
-        return data.decode("ascii")
     codec = _codec(charset)
+    if data.isascii() and codec not in _SEVEN_BIT_CHARSETS:
+        return data.decode("ascii")
     if codec is None and charset and charset.strip().lower() not in ("us-ascii", "ascii"):
         return data.decode("utf-8", "replace")  # declared but unknown
     if codec is None or codec in _WEAK_CHARSETS:
@@ -297,8 +318,12 @@ def _decode_text(data: bytes, charset: str | None) -> str:
             return data.decode("cp1252", "replace")
     try:
         return data.decode(codec)
-    except (UnicodeError, LookupError):
+    except UnicodeError:
+        pass
+    try:
         return data.decode(codec, "replace")
+    except (UnicodeError, LookupError):  # e.g. idna refuses long labels even with "replace"
+        return data.decode("utf-8", "replace")
 
 
 def _codec(charset: str | None) -> str | None:
@@ -306,12 +331,13 @@ def _codec(charset: str | None) -> str | None:
     if not charset:
         return None
     name = charset.strip().strip("\"'").lower()
-    name = _CHARSET_ALIASES.get(name, name)
     try:
-        b"".decode(name)  # LookupError for unknown names and for bytes codecs ("base64")
-        return codecs.lookup(name).name
-    except (LookupError, ValueError, TypeError, UnicodeError):
+        info = codecs.lookup(_CHARSET_ALIASES.get(name, name))
+    except (LookupError, ValueError, TypeError):
         return None
+    # "base64", "zlib", "rot13"... are codecs too, but not text encodings (bytes.decode
+    # refuses them the same way, through this flag).
+    return info.name if getattr(info, "_is_text_encoding", True) else None
 
 
 def _decode_8bit(line: bytes) -> str:
@@ -349,12 +375,17 @@ class _Bodies:
     htmls: list[str] = field(default_factory=list)
     attachments: list[Attachment] = field(default_factory=list)
     parts: int = 0
+    scan_budget: int = 0  # bytes multipart splitting may still search through
 
     def text(self) -> str | None:
         return "\n".join(self.texts) if self.texts else None
 
     def html(self) -> str | None:
         return "\n".join(self.htmls) if self.htmls else None
+
+
+def _scan_budget(raw: bytes) -> int:
+    return 4 * len(raw) + (1 << 20)
 
 
 def _walk(
@@ -369,13 +400,16 @@ def _walk(
     for name, value in fields:
         key = name.lower()
         if key in ("content-type", "content-disposition") and key not in info:
-            info[key] = value.translate(_CONTROLS)
+            info[key] = value
         elif key == "content-transfer-encoding" and not encoding:
             encoding = value.strip().lower()
     content_type = info.get_content_type()
     if content_type.startswith("multipart/"):
-        if depth >= MAX_DEPTH:
+        # Each level searches its whole span for its boundary, so nesting costs depth x size;
+        # the budget (a few times the message) keeps a deeply nested 25 MB message linear.
+        if depth >= MAX_DEPTH or bodies.scan_budget < end - start:
             return
+        bodies.scan_budget -= end - start
         spans = _split_multipart(raw, start, end, info.get_boundary() or "")
         if spans is not None:
             for part_start, part_end in spans:
@@ -437,23 +471,16 @@ def _split_multipart(
 
 def _delimiters(raw: bytes, start: int, end: int, marker: bytes) -> list[tuple[int, int, bool]]:
     """Delimiter lines as (line start, next line start, closing), up to the closing one."""
+    # A delimiter is a whole line: "\n--boundary", optional "--", optional blanks, end of line.
+    # The leading "\n" gives the regex a literal prefix, so lines that merely start like
+    # one ("--boundary-2", spam) cost no Python.
+    line = re.compile(b"\n" + re.escape(marker) + rb"(--)?[ \t]*(?:\r?\n|\r?\Z)")
+    from_ = start - 1 if start > 0 and raw[start - 1 : start] == b"\n" else start
     found: list[tuple[int, int, bool]] = []
-    pos = start
-    while len(found) <= MAX_PARTS:
-        at = raw.find(marker, pos, end)
-        if at < 0:
-            break
-        pos = at + len(marker)
-        if at > start and raw[at - 1 : at] != b"\n":
-            continue
-        closing = raw.startswith(b"--", pos, end)
-        line_end = raw.find(b"\n", pos, end)
-        next_line = end if line_end < 0 else line_end + 1
-        if raw[pos + 2 if closing else pos : next_line].strip():
-            continue  # "--boundary-more": a longer boundary, or text
-        found.append((at, next_line, closing))
-        pos = next_line
-        if closing:
+    for match in line.finditer(raw, from_, end):
+        closing = match.group(1) is not None
+        found.append((match.start() + 1, match.end(), closing))
+        if closing or len(found) > MAX_PARTS:
             break
     return found
 
