@@ -1,0 +1,72 @@
+"""The Python client for runsink: ``from sink.client import Sink`` (sync) or ``AsyncSink``.
+
+    with Sink("http://127.0.0.1:8025") as sink:
+        inbox = sink.create_inbox(run_id="ci-1842", purpose="password-reset")
+        app.request_password_reset(inbox.address)
+        message = inbox.expect_message(subject_contains="Reset")
+        code = message.code
+
+``expect_message`` follows the server's ``next_action`` and ``retry_after`` until it has the
+message or a terminal answer, and raises ``ExpectationFailed`` naming the reason and the
+next action. ``sink.fake.FakeSink`` has the same interface, in-process and scripted.
+"""
+
+from __future__ import annotations
+
+from sink.client.aio import AsyncSink
+from sink.client.base import AsyncClock, AsyncSinkApi, Clock, SinkApi
+from sink.client.errors import (
+    ApiError,
+    ExpectationFailed,
+    OwnershipRefused,
+    ProtocolError,
+    RunsinkClientError,
+    TransportFailed,
+    Unavailable,
+)
+from sink.client.inbox import AsyncInbox, Inbox
+from sink.client.models import (
+    Attachment,
+    Claim,
+    Envelope,
+    Match,
+    Message,
+    MessagePage,
+    MessageRef,
+    MessageSummary,
+    RunEvent,
+    RunInbox,
+    RunReport,
+    SmtpEnvelope,
+)
+from sink.client.sync import Sink
+
+__all__ = [
+    "ApiError",
+    "AsyncClock",
+    "AsyncInbox",
+    "AsyncSink",
+    "AsyncSinkApi",
+    "Attachment",
+    "Claim",
+    "Clock",
+    "Envelope",
+    "ExpectationFailed",
+    "Inbox",
+    "Match",
+    "Message",
+    "MessagePage",
+    "MessageRef",
+    "MessageSummary",
+    "OwnershipRefused",
+    "ProtocolError",
+    "RunEvent",
+    "RunInbox",
+    "RunReport",
+    "RunsinkClientError",
+    "Sink",
+    "SinkApi",
+    "SmtpEnvelope",
+    "TransportFailed",
+    "Unavailable",
+]

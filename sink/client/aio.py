@@ -1,0 +1,152 @@
+"""``AsyncSink``: the asyncio HTTP client, on httpx."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import TypeVar
+
+import httpx
+
+from sink.client import wire
+from sink.client.base import AsyncClock, AsyncSystemClock
+from sink.client.errors import TransportFailed
+from sink.client.inbox import AsyncInbox
+from sink.client.models import Envelope, Match, Message, MessagePage, RunReport
+from sink.client.sync import DEFAULT_TIMEOUT, DEFAULT_URL, client_headers
+
+T = TypeVar("T")
+
+
+class AsyncSink:
+    """A runsink server over HTTP, for asyncio. ``async with AsyncSink(url) as sink: ...``.
+
+    The same operations as ``Sink``, awaited.
+    """
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        api_token: str | None = None,
+        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+        transport: httpx.AsyncBaseTransport | None = None,
+        clock: AsyncClock | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+        self._http = httpx.AsyncClient(
+            base_url=self.url,
+            headers=client_headers(api_token),
+            timeout=self._timeout,
+            transport=transport,
+        )
+        self._clock = clock or AsyncSystemClock()
+
+    @property
+    def clock(self) -> AsyncClock:
+        return self._clock
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncSink:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"<AsyncSink {self.url}>"
+
+    async def _send(self, call: wire.Call[T]) -> T:
+        try:
+            response = await self._http.request(
+                call.method,
+                call.path,
+                json=call.json,
+                params=call.params or None,
+                headers=call.headers or None,
+                timeout=call.timeout(self._timeout),
+            )
+        except httpx.TransportError as exc:
+            raise TransportFailed(
+                f"{call.method} {self.url}{call.path}: {type(exc).__name__}: {exc}"
+            ) from exc
+        return call.read(response)
+
+    async def create_inbox(
+        self,
+        run_id: str,
+        purpose: str,
+        *,
+        ttl_s: int | None = None,
+        poll_budget: int | None = None,
+        policy: str | None = None,
+        match: Match | None = None,
+        idempotency_key: str | None = None,
+    ) -> AsyncInbox:
+        created = await self._send(
+            wire.create_inbox(
+                run_id,
+                purpose,
+                ttl_s=ttl_s,
+                poll_budget=poll_budget,
+                policy=policy,
+                match=match,
+                idempotency_key=idempotency_key,
+            )
+        )
+        return AsyncInbox(self, created.envelope, replayed=created.replayed)
+
+    async def open_inbox(self, inbox_id: str) -> AsyncInbox:
+        return AsyncInbox(self, await self.get_inbox(inbox_id))
+
+    async def get_inbox(self, inbox_id: str) -> Envelope:
+        return await self._send(wire.get_inbox(inbox_id))
+
+    async def wait_for_message(
+        self,
+        inbox_id: str,
+        *,
+        timeout_s: float = 0.0,
+        cursor: str | None = None,
+        match: Match | None = None,
+        run_id: str | None = None,
+    ) -> Envelope:
+        return await self._send(
+            wire.wait_for_message(
+                inbox_id, timeout_s=timeout_s, cursor=cursor, match=match, run_id=run_id
+            )
+        )
+
+    async def list_messages(
+        self,
+        inbox_id: str,
+        *,
+        after: str | None = None,
+        limit: int | None = None,
+        run_id: str | None = None,
+    ) -> MessagePage:
+        return await self._send(
+            wire.list_messages(inbox_id, after=after, limit=limit, run_id=run_id)
+        )
+
+    async def read_message(self, message_id: str, *, run_id: str | None = None) -> Message:
+        return await self._send(wire.read_message(message_id, run_id=run_id))
+
+    async def raw_message(self, message_id: str, *, run_id: str | None = None) -> bytes:
+        return await self._send(wire.raw_message(message_id, run_id=run_id))
+
+    async def claim_message(self, message_id: str, run_id: str) -> Envelope:
+        return await self._send(wire.claim_message(message_id, run_id))
+
+    async def run_report(self, run_id: str) -> RunReport:
+        return await self._send(wire.run_report(run_id))
+
+    async def release_run(self, run_id: str) -> None:
+        await self._send(wire.release_run(run_id))

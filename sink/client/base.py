@@ -1,0 +1,146 @@
+"""What an inbox handle needs from a sink: the operations, and a clock to pause on.
+
+``Sink`` (HTTP) and ``sink.fake.FakeSink`` (in-process, scripted) both provide ``SinkApi``;
+``AsyncSink`` provides ``AsyncSinkApi``. The inbox handles and ``expect_message`` are written
+once against these, so the fake and the real client cannot differ in how they are used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from sink.client.inbox import AsyncInbox, Inbox
+    from sink.client.models import Envelope, Match, Message, MessagePage, RunReport
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class AsyncClock(Protocol):
+    def monotonic(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    """Real time: ``time.monotonic`` and ``time.sleep``."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+
+class AsyncSystemClock:
+    """Real time for asyncio: ``time.monotonic`` and ``asyncio.sleep``."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            await asyncio.sleep(seconds)
+
+
+class SinkApi(Protocol):
+    @property
+    def clock(self) -> Clock: ...
+
+    def create_inbox(
+        self,
+        run_id: str,
+        purpose: str,
+        *,
+        ttl_s: int | None = None,
+        poll_budget: int | None = None,
+        policy: str | None = None,
+        match: Match | None = None,
+        idempotency_key: str | None = None,
+    ) -> Inbox: ...
+
+    def get_inbox(self, inbox_id: str) -> Envelope: ...
+
+    def wait_for_message(
+        self,
+        inbox_id: str,
+        *,
+        timeout_s: float = 0.0,
+        cursor: str | None = None,
+        match: Match | None = None,
+        run_id: str | None = None,
+    ) -> Envelope: ...
+
+    def list_messages(
+        self,
+        inbox_id: str,
+        *,
+        after: str | None = None,
+        limit: int | None = None,
+        run_id: str | None = None,
+    ) -> MessagePage: ...
+
+    def read_message(self, message_id: str, *, run_id: str | None = None) -> Message: ...
+
+    def raw_message(self, message_id: str, *, run_id: str | None = None) -> bytes: ...
+
+    def claim_message(self, message_id: str, run_id: str) -> Envelope: ...
+
+    def run_report(self, run_id: str) -> RunReport: ...
+
+    def release_run(self, run_id: str) -> None: ...
+
+
+class AsyncSinkApi(Protocol):
+    @property
+    def clock(self) -> AsyncClock: ...
+
+    async def create_inbox(
+        self,
+        run_id: str,
+        purpose: str,
+        *,
+        ttl_s: int | None = None,
+        poll_budget: int | None = None,
+        policy: str | None = None,
+        match: Match | None = None,
+        idempotency_key: str | None = None,
+    ) -> AsyncInbox: ...
+
+    async def get_inbox(self, inbox_id: str) -> Envelope: ...
+
+    async def wait_for_message(
+        self,
+        inbox_id: str,
+        *,
+        timeout_s: float = 0.0,
+        cursor: str | None = None,
+        match: Match | None = None,
+        run_id: str | None = None,
+    ) -> Envelope: ...
+
+    async def list_messages(
+        self,
+        inbox_id: str,
+        *,
+        after: str | None = None,
+        limit: int | None = None,
+        run_id: str | None = None,
+    ) -> MessagePage: ...
+
+    async def read_message(self, message_id: str, *, run_id: str | None = None) -> Message: ...
+
+    async def raw_message(self, message_id: str, *, run_id: str | None = None) -> bytes: ...
+
+    async def claim_message(self, message_id: str, run_id: str) -> Envelope: ...
+
+    async def run_report(self, run_id: str) -> RunReport: ...
+
+    async def release_run(self, run_id: str) -> None: ...

@@ -1,0 +1,110 @@
+"""The client's exceptions: one small tree, each naming what happened and what to do next.
+
+    RunsinkClientError
+    ├── TransportFailed         the server could not be reached (wraps httpx's error)
+    ├── ProtocolError           the answer is not what the contract promises
+    ├── ApiError                an error answer: .status, .code, .message, .details
+    │   ├── Unavailable         503 on read: provider_timeout / provider_error / circuit_open
+    │   └── OwnershipRefused    wrong_run (403) / claimed_by_other_run (409): .reason
+    └── ExpectationFailed       expect_message ended without the message: .reason, .next_action
+
+These are the client's own classes; ``sink.errors`` is the server's tree and is never
+raised to a client.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sink.client.models import Envelope
+
+
+class RunsinkClientError(Exception):
+    """Base of every error the runsink client raises."""
+
+
+class TransportFailed(RunsinkClientError):
+    """The request did not get an answer (connection refused, reset, timed out)."""
+
+
+class ProtocolError(RunsinkClientError):
+    """The server's answer does not have the shape the contract promises."""
+
+
+class ApiError(RunsinkClientError):
+    """The server answered with an error object: ``{"error": {code, message, details}}``."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        trace_id: str | None = None,
+    ) -> None:
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details or {}
+        self.trace_id = trace_id
+        super().__init__(
+            f"{status} {code}: {message}" + (f" (trace_id={trace_id})" if trace_id else "")
+        )
+
+
+class Unavailable(ApiError):
+    """Provider trouble or an open circuit on read (503); retry after ``retry_after`` seconds."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        trace_id: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(status, code, message, details, trace_id)
+        self.retry_after = retry_after
+
+
+class OwnershipRefused(ApiError):
+    """The call named a run that does not own the inbox or message (``next_action`` is stop).
+
+    ``reason`` is ``wrong_run`` or ``claimed_by_other_run``. The server says nothing more
+    about the other run's inbox or mail.
+    """
+
+    next_action = "stop"
+
+    @property
+    def reason(self) -> str:
+        return self.code
+
+
+class ExpectationFailed(RunsinkClientError):
+    """``expect_message`` ended without the message.
+
+    ``reason`` and ``next_action`` are the server's last answer (``envelope``); the text says
+    what they mean and what to do. ``deadline_exceeded`` is True when the caller's own
+    ``timeout_s`` ran out while the server still said "retry"; ``mismatch`` is True when mail
+    arrived but none matched the criteria (``evidence_mismatch``) at some point.
+    """
+
+    def __init__(
+        self,
+        text: str,
+        *,
+        reason: str | None,
+        next_action: str,
+        envelope: Envelope | None,
+        deadline_exceeded: bool = False,
+        mismatch: bool = False,
+    ) -> None:
+        super().__init__(text)
+        self.reason = reason
+        self.next_action = next_action
+        self.envelope = envelope
+        self.deadline_exceeded = deadline_exceeded
+        self.mismatch = mismatch

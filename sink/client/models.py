@@ -1,0 +1,458 @@
+"""What the server answers, as frozen dataclasses parsed from its JSON.
+
+The field names are the contract's (CONTRACT.md), except ``from`` which is ``from_`` in
+Python. Times are aware UTC ``datetime`` values. Parsing is lenient about values the
+contract may grow (a new ``reason`` arrives as a plain string) and strict about shape:
+a missing field is a ``ProtocolError``, because a client that guesses is worse than one
+that says the server and the client disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, cast
+
+from sink.client.errors import ProtocolError
+
+State = Literal["created", "waiting", "received", "expired"]
+Status = Literal["completed", "retryable", "blocked"]
+NextAction = Literal[
+    "wait_for_message",
+    "claim_message",
+    "proceed",
+    "wait_then_retry",
+    "verify_trigger",
+    "create_new_inbox",
+    "stop",
+]
+Reason = Literal[
+    "evidence_not_found",
+    "evidence_mismatch",
+    "provider_timeout",
+    "provider_error",
+    "circuit_open",
+    "too_early",
+    "lease",
+    "timeout",
+    "already_claimed",
+    "claimed_by_other_run",
+    "wrong_run",
+    "lease_expired",
+]
+
+Json = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """Wait criteria: literal, case-insensitive substrings (never regex); all optional."""
+
+    subject_contains: str | None = None
+    from_contains: str | None = None
+    body_contains: str | None = None
+    max_age_s: int | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        items = {
+            "subject_contains": self.subject_contains,
+            "from_contains": self.from_contains,
+            "body_contains": self.body_contains,
+            "max_age_s": self.max_age_s,
+        }
+        return {k: v for k, v in items.items() if v is not None}
+
+    def __bool__(self) -> bool:
+        return bool(self.as_json())
+
+    def __str__(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.as_json().items()) or "(no criteria)"
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRef:
+    """The message a wait returned: ``envelope.message``."""
+
+    message_id: str
+    subject: str
+    from_: str
+    received_at: datetime
+
+    @classmethod
+    def from_json(cls, data: Json) -> MessageRef:
+        return cls(
+            message_id=_str(data, "message_id"),
+            subject=_str(data, "subject"),
+            from_=_str(data, "from"),
+            received_at=_time(data, "received_at"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The one-time consumption of a message by its run: ``envelope.claim``."""
+
+    claim_id: str
+    message_id: str
+    run_id: str
+    claimed_at: datetime
+
+    @classmethod
+    def from_json(cls, data: Json) -> Claim:
+        return cls(
+            claim_id=_str(data, "claim_id"),
+            message_id=_str(data, "message_id"),
+            run_id=_str(data, "run_id"),
+            claimed_at=_time(data, "claimed_at"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """Every agent-facing answer (create, get, wait, claim): state, status and next action."""
+
+    state: State
+    status: Status
+    next_action: NextAction
+    reason: Reason | None
+    inbox_id: str
+    run_id: str
+    purpose: str
+    address: str
+    expires_at: datetime
+    attempt: int
+    remaining_attempts: int
+    retry_after: float | None
+    next_poll_at: datetime | None
+    cursor: str
+    message: MessageRef | None
+    claim: Claim | None
+    last_error: str | None
+    trace_id: str
+
+    @classmethod
+    def from_json(cls, data: Json) -> Envelope:
+        message = _optional_object(data, "message")
+        claim = _optional_object(data, "claim")
+        retry_after = data.get("retry_after")
+        return cls(
+            state=cast(State, _str(data, "state")),
+            status=cast(Status, _str(data, "status")),
+            next_action=cast(NextAction, _str(data, "next_action")),
+            reason=cast("Reason | None", _optional_str(data, "reason")),
+            inbox_id=_str(data, "inbox_id"),
+            run_id=_str(data, "run_id"),
+            purpose=_str(data, "purpose"),
+            address=_str(data, "address"),
+            expires_at=_time(data, "expires_at"),
+            attempt=_int(data, "attempt"),
+            remaining_attempts=_int(data, "remaining_attempts"),
+            retry_after=None if retry_after is None else float(retry_after),
+            next_poll_at=_optional_time(data, "next_poll_at"),
+            cursor=_str(data, "cursor"),
+            message=None if message is None else MessageRef.from_json(message),
+            claim=None if claim is None else Claim.from_json(claim),
+            last_error=_optional_str(data, "last_error"),
+            trace_id=_str(data, "trace_id"),
+        )
+
+    def summary(self) -> str:
+        """One line for logs and exception messages (no subject, no content)."""
+        parts = [
+            f"state={self.state}",
+            f"status={self.status}",
+            f"next_action={self.next_action}",
+            f"reason={self.reason}",
+            f"attempt={self.attempt}",
+            f"remaining_attempts={self.remaining_attempts}",
+        ]
+        if self.retry_after is not None:
+            parts.append(f"retry_after={self.retry_after:g}s")
+        if self.last_error:
+            parts.append(f"last_error={self.last_error}")
+        parts.append(f"trace_id={self.trace_id}")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    filename: str
+    content_type: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class SmtpEnvelope:
+    mail_from: str
+    rcpt_to: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """read_message: the whole message, decoded; bodies are None once the evidence is released."""
+
+    message_id: str
+    inbox_id: str
+    headers: Mapping[str, tuple[str, ...]] | None
+    from_: str
+    to: tuple[str, ...]
+    cc: tuple[str, ...]
+    subject: str
+    date: str | None
+    text: str | None
+    html: str | None
+    attachments: tuple[Attachment, ...]
+    links: tuple[str, ...]
+    codes: tuple[str, ...]
+    envelope: SmtpEnvelope
+    size: int
+    claimed: bool
+    received_at: datetime
+    released_at: datetime | None
+
+    @property
+    def code(self) -> str | None:
+        """The likeliest one-time code, or None."""
+        return self.codes[0] if self.codes else None
+
+    @property
+    def link(self) -> str | None:
+        """The likeliest action link (absolute http(s) URL), or None."""
+        return self.links[0] if self.links else None
+
+    @classmethod
+    def from_json(cls, data: Json) -> Message:
+        headers = data.get("headers")
+        smtp = _object(data, "envelope")
+        return cls(
+            message_id=_str(data, "message_id"),
+            inbox_id=_str(data, "inbox_id"),
+            headers=None
+            if headers is None
+            else {str(k): tuple(str(v) for v in vs) for k, vs in headers.items()},
+            from_=_str(data, "from"),
+            to=_strs(data, "to"),
+            cc=_strs(data, "cc"),
+            subject=_str(data, "subject"),
+            date=_optional_str(data, "date"),
+            text=_optional_str(data, "text"),
+            html=_optional_str(data, "html"),
+            attachments=tuple(
+                Attachment(
+                    filename=_str(a, "filename"),
+                    content_type=_str(a, "content_type"),
+                    size=_int(a, "size"),
+                    sha256=_str(a, "sha256"),
+                )
+                for a in _list(data, "attachments")
+            ),
+            links=_strs(data, "links"),
+            codes=_strs(data, "codes"),
+            envelope=SmtpEnvelope(
+                mail_from=_str(smtp, "mail_from"), rcpt_to=_strs(smtp, "rcpt_to")
+            ),
+            size=_int(data, "size"),
+            claimed=bool(data.get("claimed", False)),
+            received_at=_time(data, "received_at"),
+            released_at=_optional_time(data, "released_at"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MessageSummary:
+    """One row of an inbox's message list."""
+
+    message_id: str
+    subject: str
+    from_: str
+    received_at: datetime
+    size: int
+    claimed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MessagePage:
+    messages: tuple[MessageSummary, ...]
+    next_cursor: str
+    has_more: bool
+
+    @classmethod
+    def from_json(cls, data: Json) -> MessagePage:
+        return cls(
+            messages=tuple(
+                MessageSummary(
+                    message_id=_str(m, "message_id"),
+                    subject=_str(m, "subject"),
+                    from_=_str(m, "from"),
+                    received_at=_time(m, "received_at"),
+                    size=_int(m, "size"),
+                    claimed=bool(m.get("claimed", False)),
+                )
+                for m in _list(data, "messages")
+            ),
+            next_cursor=_str(data, "next_cursor"),
+            has_more=bool(data.get("has_more", False)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RunInbox:
+    """One inbox of a run, as the run report shows it."""
+
+    inbox_id: str
+    purpose: str
+    address: str
+    policy: str
+    state: State
+    reason: str | None
+    reserved_at: datetime
+    expires_at: datetime
+    attempt: int
+    remaining_attempts: int
+    last_poll_at: datetime | None
+    last_poll_latency_ms: float | None
+    accepted_message_id: str | None
+    last_change_reason: str | None
+    evidence_release_at: datetime | None
+    released_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunEvent:
+    at: datetime
+    type: str
+    inbox_id: str | None
+    message_id: str | None
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RunReport:
+    """A run's inboxes and its ordered events: what happened, without any mail content."""
+
+    run_id: str
+    inboxes: tuple[RunInbox, ...]
+    events: tuple[RunEvent, ...]
+
+    @classmethod
+    def from_json(cls, data: Json) -> RunReport:
+        return cls(
+            run_id=_str(data, "run_id"),
+            inboxes=tuple(_run_inbox(i) for i in _list(data, "inboxes")),
+            events=tuple(
+                RunEvent(
+                    at=_time(e, "at"),
+                    type=_str(e, "type"),
+                    inbox_id=_optional_str(e, "inbox_id"),
+                    message_id=_optional_str(e, "message_id"),
+                    detail=dict(e.get("detail") or {}),
+                )
+                for e in _list(data, "events")
+            ),
+        )
+
+    def describe(self) -> str:
+        """Several lines for a test failure: the inboxes, then the events in order."""
+        lines = [f"run {self.run_id}:"]
+        for i in self.inboxes:
+            lines.append(
+                f"  inbox {i.inbox_id} <{i.address}> purpose={i.purpose} policy={i.policy} "
+                f"state={i.state} reason={i.reason} attempt={i.attempt} "
+                f"remaining_attempts={i.remaining_attempts} expires_at={_wire_time(i.expires_at)}"
+            )
+        for e in self.events:
+            detail = " ".join(f"{k}={v}" for k, v in e.detail.items())
+            target = " ".join(x for x in (e.inbox_id, e.message_id) if x)
+            lines.append(f"  {_wire_time(e.at)} {e.type} {target} {detail}".rstrip())
+        return "\n".join(lines)
+
+
+def _run_inbox(data: Json) -> RunInbox:
+    latency = data.get("last_poll_latency_ms")
+    return RunInbox(
+        inbox_id=_str(data, "inbox_id"),
+        purpose=_str(data, "purpose"),
+        address=_str(data, "address"),
+        policy=_str(data, "policy"),
+        state=cast(State, _str(data, "state")),
+        reason=_optional_str(data, "reason"),
+        reserved_at=_time(data, "reserved_at"),
+        expires_at=_time(data, "expires_at"),
+        attempt=_int(data, "attempt"),
+        remaining_attempts=_int(data, "remaining_attempts"),
+        last_poll_at=_optional_time(data, "last_poll_at"),
+        last_poll_latency_ms=None if latency is None else float(latency),
+        accepted_message_id=_optional_str(data, "accepted_message_id"),
+        last_change_reason=_optional_str(data, "last_change_reason"),
+        evidence_release_at=_optional_time(data, "evidence_release_at"),
+        released_at=_optional_time(data, "released_at"),
+    )
+
+
+# -- field readers: each names the field the server left out or got wrong -----------------
+
+
+def _get(data: Json, key: str) -> Any:
+    try:
+        return data[key]
+    except (KeyError, TypeError):
+        raise ProtocolError(f"the server's answer has no {key!r} field") from None
+
+
+def _str(data: Json, key: str) -> str:
+    value = _get(data, key)
+    if not isinstance(value, str):
+        raise ProtocolError(f"{key!r}: expected a string, got {type(value).__name__}")
+    return value
+
+
+def _optional_str(data: Json, key: str) -> str | None:
+    value = data.get(key)
+    return None if value is None else str(value)
+
+
+def _int(data: Json, key: str) -> int:
+    value = _get(data, key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ProtocolError(f"{key!r}: expected an integer, got {type(value).__name__}")
+    return value
+
+
+def _list(data: Json, key: str) -> list[Any]:
+    value = _get(data, key)
+    if not isinstance(value, list):
+        raise ProtocolError(f"{key!r}: expected a list, got {type(value).__name__}")
+    return value
+
+
+def _strs(data: Json, key: str) -> tuple[str, ...]:
+    return tuple(str(v) for v in _list(data, key))
+
+
+def _object(data: Json, key: str) -> Json:
+    value = _get(data, key)
+    if not isinstance(value, Mapping):
+        raise ProtocolError(f"{key!r}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def _optional_object(data: Json, key: str) -> Json | None:
+    return None if data.get(key) is None else _object(data, key)
+
+
+def _time(data: Json, key: str) -> datetime:
+    text = _str(data, key)
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise ProtocolError(f"{key!r}: not an RFC 3339 time: {text[:40]!r}") from None
+
+
+def _optional_time(data: Json, key: str) -> datetime | None:
+    return None if data.get(key) is None else _time(data, key)
+
+
+def _wire_time(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"

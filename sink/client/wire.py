@@ -1,0 +1,209 @@
+"""The HTTP shape of each call, shared by the sync and async clients.
+
+Each operation is a ``Call`` (method, path, body, headers, how long it may take) and a way
+to read its answer. Building and reading are pure; the clients only send.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+import httpx
+
+from sink.client.errors import ApiError, OwnershipRefused, ProtocolError, Unavailable
+from sink.client.models import Envelope, Match, Message, MessagePage, RunReport
+
+T = TypeVar("T")
+
+# A long-poll is held by the server for up to timeout_s; the HTTP read timeout must outlast it.
+LONG_POLL_MARGIN_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    method: str
+    path: str
+    read: Callable[[httpx.Response], T]
+    json: dict[str, Any] | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    long_poll_s: float | None = None
+
+    def timeout(self, default: httpx.Timeout) -> httpx.Timeout:
+        if self.long_poll_s is None or default.read is None:
+            return default
+        read = default.read + self.long_poll_s + LONG_POLL_MARGIN_S
+        return httpx.Timeout(default.connect, read=read, write=default.write, pool=default.pool)
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    envelope: Envelope
+    replayed: bool
+
+
+def create_inbox(
+    run_id: str,
+    purpose: str,
+    *,
+    ttl_s: int | None,
+    poll_budget: int | None,
+    policy: str | None,
+    match: Match | None,
+    idempotency_key: str | None,
+) -> Call[Created]:
+    body: dict[str, Any] = {"run_id": run_id, "purpose": purpose}
+    for key, value in (("ttl_s", ttl_s), ("poll_budget", poll_budget), ("policy", policy)):
+        if value is not None:
+            body[key] = value
+    if match:
+        body["match"] = match.as_json()
+    headers = {} if idempotency_key is None else {"Idempotency-Key": idempotency_key}
+    return Call("POST", "/v1/inboxes", _created, json=body, headers=headers)
+
+
+def get_inbox(inbox_id: str) -> Call[Envelope]:
+    return Call("GET", f"/v1/inboxes/{_seg(inbox_id)}", envelope)
+
+
+def wait_for_message(
+    inbox_id: str,
+    *,
+    timeout_s: float,
+    cursor: str | None,
+    match: Match | None,
+    run_id: str | None,
+) -> Call[Envelope]:
+    body: dict[str, Any] = {"timeout_s": timeout_s}
+    if cursor is not None:
+        body["cursor"] = cursor
+    if match is not None:
+        body["match"] = match.as_json()
+    if run_id is not None:
+        body["run_id"] = run_id
+    path = f"/v1/inboxes/{_seg(inbox_id)}/wait"
+    return Call("POST", path, envelope, json=body, long_poll_s=timeout_s)
+
+
+def list_messages(
+    inbox_id: str, *, after: str | None, limit: int | None, run_id: str | None
+) -> Call[MessagePage]:
+    params: dict[str, Any] = {}
+    if after is not None:
+        params["after"] = after
+    if limit is not None:
+        params["limit"] = limit
+    path = f"/v1/inboxes/{_seg(inbox_id)}/messages"
+    return Call("GET", path, _reader(MessagePage.from_json), params=params, headers=_run(run_id))
+
+
+def read_message(message_id: str, *, run_id: str | None) -> Call[Message]:
+    path = f"/v1/messages/{_seg(message_id)}"
+    return Call("GET", path, _reader(Message.from_json), headers=_run(run_id))
+
+
+def raw_message(message_id: str, *, run_id: str | None) -> Call[bytes]:
+    path = f"/v1/messages/{_seg(message_id)}/raw"
+    return Call("GET", path, _raw, headers=_run(run_id))
+
+
+def claim_message(message_id: str, run_id: str) -> Call[Envelope]:
+    path = f"/v1/messages/{_seg(message_id)}/claim"
+    return Call("POST", path, envelope, json={"run_id": run_id})
+
+
+def run_report(run_id: str) -> Call[RunReport]:
+    return Call("GET", f"/v1/runs/{_seg(run_id)}", _reader(RunReport.from_json))
+
+
+def release_run(run_id: str) -> Call[None]:
+    return Call("DELETE", f"/v1/runs/{_seg(run_id)}", _nothing)
+
+
+# -- reading answers -----------------------------------------------------------------
+
+
+def envelope(response: httpx.Response) -> Envelope:
+    """An envelope answer; a claim after the lease (409 ``lease_expired``) is one too."""
+    data = _json(response)
+    if response.is_success or (isinstance(data, dict) and "state" in data):
+        return Envelope.from_json(data)
+    raise _error(response, data)
+
+
+def _created(response: httpx.Response) -> Created:
+    replayed = response.headers.get("idempotent-replayed", "").lower() == "true"
+    return Created(envelope(response), replayed)
+
+
+def _reader(parse: Callable[[dict[str, Any]], T]) -> Callable[[httpx.Response], T]:
+    def read(response: httpx.Response) -> T:
+        data = _json(response)
+        if not response.is_success:
+            raise _error(response, data)
+        return parse(data)
+
+    return read
+
+
+def _raw(response: httpx.Response) -> bytes:
+    if not response.is_success:
+        raise _error(response, _json(response))
+    return response.content
+
+
+def _nothing(response: httpx.Response) -> None:
+    if not response.is_success:
+        raise _error(response, _json(response))
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        if response.is_success:
+            raise ProtocolError(
+                f"{response.request.method} {response.request.url.path}: "
+                f"{response.status_code} with a body that is not JSON"
+            ) from None
+        return None
+
+
+def _error(response: httpx.Response, data: Any) -> ApiError:
+    """The exception for an error answer: refusal, 503 with Retry-After, or an error object."""
+    status = response.status_code
+    trace = response.headers.get("x-trace-id")
+    body = data if isinstance(data, dict) else {}
+    found = body.get("error")
+    error: dict[str, Any] = found if isinstance(found, dict) else {}
+    code = str(error.get("code") or body.get("reason") or f"http_{status}")
+    message = str(error.get("message") or response.reason_phrase or "error")
+    given = error.get("details")
+    details: dict[str, Any] = given if isinstance(given, dict) else {}
+    if body.get("reason") in ("wrong_run", "claimed_by_other_run"):
+        return OwnershipRefused(status, str(body["reason"]), message, details, trace)
+    if status == 503:
+        return Unavailable(status, code, message, details, trace, _retry_after(response))
+    return ApiError(status, code, message, details, trace)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after", "")
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _seg(value: str) -> str:
+    return quote(value, safe="")
+
+
+def _run(run_id: str | None) -> dict[str, str]:
+    return {} if run_id is None else {"X-Run-Id": run_id}
