@@ -26,12 +26,11 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from api.errors import internal_error, runsink_error, validation_error
-from api.schemas import ClaimIn, CreateInboxIn, MatchIn, WaitIn
-from api.views import envelope_out, message_out, run_report_out
+from api.schemas import ClaimIn, CreateInboxIn, WaitIn
+from api.views import envelope_out, match_from, message_out, run_report_out
 from sink.agent import Agent, CreateRequest, WaitRequest
 from sink.envelope import Envelope
 from sink.errors import RunsinkError
-from sink.inbox import Match
 from sink.mcp_server import Backend, Json, tools_server
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -92,7 +91,7 @@ class AgentBackend:
                 ttl_s=given.ttl_s,
                 poll_budget=given.poll_budget,
                 policy=given.policy,
-                match=_match(given.match),
+                match=match_from(given.match),
             )
             created = await self._agent.create(request, body, None, self._trace)
             return self._envelope(created.envelope)
@@ -107,7 +106,7 @@ class AgentBackend:
             request = WaitRequest(
                 timeout_s=given.timeout_s or 0.0,
                 cursor=given.cursor,
-                match=_match(given.match) if given.match is not None else None,
+                match=match_from(given.match) if given.match is not None else None,
                 run_id=given.run_id,
             )
             return self._envelope(await self._agent.wait(inbox_id, request, self._trace))
@@ -163,16 +162,6 @@ class AgentBackend:
         if inbox_id is not None:
             self._request.scope["runsink.inbox_id"] = inbox_id
 
-
-def _match(given: MatchIn | None) -> Match:
-    if given is None:
-        return Match()
-    return Match(
-        subject_contains=given.subject_contains,
-        from_contains=given.from_contains,
-        body_contains=given.body_contains,
-        max_age_s=given.max_age_s,
-    )
 
 
 def _json_of(raw: bytes | memoryview) -> Json:

@@ -230,7 +230,7 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": _json("EnvelopeOut", "claimed, or already claimed by this run"),
                     "409": {
-                        "description": "claimed_by_other_run (RefusalOut), or lease_expired (envelope)",
+                        "description": "claimed_by_other_run (RefusalOut) or lease_expired",
                         "content": {
                             "application/json": {
                                 "schema": {"oneOf": [_ref("RefusalOut"), _ref("EnvelopeOut")]}

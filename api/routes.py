@@ -17,28 +17,28 @@ from starlette.routing import Route
 from api.errors import error_response
 from api.middleware import BodyTooLarge
 from api.openapi import openapi_document
-from api.schemas import ClaimIn, CreateInboxIn, FaultIn, FaultListOut, MatchIn, WaitIn
+from api.schemas import ClaimIn, CreateInboxIn, FaultIn, FaultListOut, WaitIn
 from api.views import (
     envelope_out,
     fault_out,
+    match_from,
     message_list_out,
     message_out,
     run_report_out,
     unrouted_out,
 )
-from sink import clock
+from sink import clock, ids
 from sink.agent import Agent, CreateRequest, WaitRequest
 from sink.envelope import Envelope
 from sink.errors import FaultsDisabled, InvalidRequest, NotFound, StorageError
 from sink.faults import FaultSpec
-from sink.inbox import Match
 from sink.runtime import Runtime
 
 M = TypeVar("M", bound=BaseModel)
 
-_INBOX_ID = re.compile(r"ib_[a-z2-7]{20}")
-_MESSAGE_ID = re.compile(r"msg_[a-z2-7]{24}")
-_RUN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_INBOX_ID = ids.INBOX_ID
+_MESSAGE_ID = ids.MESSAGE_ID
+_RUN_ID = ids.RUN_ID
 _IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
 
 
@@ -76,16 +76,6 @@ def _model(model: type[M], body: Any) -> M:
         raise InvalidRequest("the body must be a JSON object")
     return model.model_validate(body)
 
-
-def _match(given: MatchIn | None) -> Match:
-    if given is None:
-        return Match()
-    return Match(
-        subject_contains=given.subject_contains,
-        from_contains=given.from_contains,
-        body_contains=given.body_contains,
-        max_age_s=given.max_age_s,
-    )
 
 
 def _inbox_id(request: Request) -> str:
@@ -173,7 +163,7 @@ async def create_inbox(request: Request) -> Response:
             ttl_s=given.ttl_s,
             poll_budget=given.poll_budget,
             policy=given.policy,
-            match=_match(given.match),
+            match=match_from(given.match),
         ),
         body,
         key,
@@ -204,7 +194,7 @@ async def wait_for_message(request: Request) -> Response:
     wait = WaitRequest(
         timeout_s=given.timeout_s or 0.0,
         cursor=given.cursor,
-        match=_match(given.match) if given.match is not None else None,
+        match=match_from(given.match) if given.match is not None else None,
         run_id=run_id,
     )
     work = asyncio.ensure_future(_agent(request).wait(inbox_id, wait, _explicit_trace(request)))

@@ -7,6 +7,7 @@ from api.schemas import (
     ClaimOut,
     EnvelopeOut,
     FaultOut,
+    MatchIn,
     MessageListItem,
     MessageListOut,
     MessageOut,
@@ -22,8 +23,20 @@ from sink.agent import MessagePage, ReadResult, RunReport
 from sink.clock import rfc3339, rfc3339_or_none
 from sink.envelope import Envelope
 from sink.faults import Fault
-from sink.inbox import Claim, Evidence
+from sink.inbox import Claim, Evidence, Match
 from sink.storage.base import UnroutedMail
+
+
+def match_from(given: MatchIn | None) -> Match:
+    """The wire's match criteria as the domain's (none given: match anything)."""
+    if given is None:
+        return Match()
+    return Match(
+        subject_contains=given.subject_contains,
+        from_contains=given.from_contains,
+        body_contains=given.body_contains,
+        max_age_s=given.max_age_s,
+    )
 
 
 def claim_out(claim: Claim | None) -> ClaimOut | None:

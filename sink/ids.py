@@ -11,6 +11,12 @@ from sink.errors import InvalidCursor
 
 _B32 = "abcdefghijklmnopqrstuvwxyz234567"
 
+# The shapes of what callers name: every transport checks input against these.
+INBOX_ID = re.compile(r"ib_[a-z2-7]{20}")
+MESSAGE_ID = re.compile(r"msg_[a-z2-7]{24}")
+RUN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+PURPOSE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
 
 def _token(chars: int) -> str:
     return "".join(secrets.choice(_B32) for _ in range(chars))

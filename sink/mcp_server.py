@@ -11,7 +11,6 @@ envelope) is a tool error whose text is that body.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -19,7 +18,7 @@ import mcp.types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from sink import __version__
+from sink import __version__, ids
 from sink.mcp_tools import INSTRUCTIONS, TOOLS, ToolSpec
 
 Json = dict[str, Any]
@@ -27,10 +26,10 @@ Json = dict[str, Any]
 # The HTTP routes' own checks on what they take in a URL (api/routes.py), so a value
 # that could never reach a route fails the same way on every transport.
 _IDS = {
-    "inbox_id": (re.compile(r"ib_[a-z2-7]{20}"), "inbox"),
-    "message_id": (re.compile(r"msg_[a-z2-7]{24}"), "message"),
+    "inbox_id": (ids.INBOX_ID, "inbox"),
+    "message_id": (ids.MESSAGE_ID, "message"),
 }
-_RUN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_RUN_ID = ids.RUN_ID
 
 
 class Backend(Protocol):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from email.message import EmailMessage
@@ -19,6 +18,7 @@ from types import TracebackType
 from typing import Any
 
 from sink import envelope as env
+from sink import ids
 from sink.breaker import Breaker
 from sink.client.errors import ApiError, OwnershipRefused, Unavailable
 from sink.client.inbox import Inbox
@@ -52,8 +52,8 @@ from sink.inbox import Match as Criteria
 from sink.message import parse, searchable_text, summarize
 from sink.policy import BUILTIN, Policy, load_policies
 
-_RUN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-_PURPOSE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_RUN_ID = ids.RUN_ID
+_PURPOSE = ids.PURPOSE
 _B32 = "abcdefghijklmnopqrstuvwxyz234567"
 
 
