@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 from collections import OrderedDict
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sink import clock, ids
 from sink.config import Settings
@@ -67,6 +68,25 @@ from sink.storage.base import (
 from sink.waiters import Waiters
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _settles(
+    method: Callable[Concatenate[Agent, P], Awaitable[R]],
+) -> Callable[Concatenate[Agent, P], Awaitable[R]]:
+    """After the operation, wait for the bookkeeping it started (breaker events), so the
+    run report a caller reads next already shows them."""
+
+    @functools.wraps(method)
+    async def settled(self: Agent, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await method(self, *args, **kwargs)
+        finally:
+            await self._settle()
+
+    return settled
+
 
 _SCAN_PAGE = 200
 _SCAN_PAGES_PER_LOOK = 10
@@ -214,6 +234,7 @@ class Agent:
 
     # -- wait ----------------------------------------------------------------------
 
+    @_settles
     async def wait(self, inbox_id: str, request: WaitRequest, trace: str | None) -> Envelope:
         cursor_seq = None if request.cursor is None else ids.decode_cursor(inbox_id, request.cursor)
         inbox = await self._load(inbox_id)
@@ -395,6 +416,7 @@ class Agent:
 
     # -- claim -----------------------------------------------------------------------
 
+    @_settles
     async def claim(self, message_id: str, run_id: str, trace: str | None) -> Envelope:
         delivery = await self._delivery(message_id)
         inbox = await self._load(delivery.inbox_id)
@@ -472,6 +494,7 @@ class Agent:
 
     # -- read --------------------------------------------------------------------
 
+    @_settles
     async def read(self, message_id: str, run_id: str | None, trace: str | None) -> ReadResult:
         stored = await self._stored(message_id)
         inbox = await self._load(stored.delivery.inbox_id)
@@ -491,6 +514,7 @@ class Agent:
         )
         return ReadResult(stored, parsed)
 
+    @_settles
     async def raw(self, message_id: str, run_id: str | None) -> bytes:
         stored = await self._stored(message_id)
         inbox = await self._load(stored.delivery.inbox_id)
@@ -530,6 +554,7 @@ class Agent:
             raise
         self._guard.success(key, policy)
 
+    @_settles
     async def messages(
         self, inbox_id: str, after: str | None, limit: int, run_id: str | None
     ) -> MessagePage:
@@ -581,6 +606,10 @@ class Agent:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _settle(self) -> None:
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=1.0)
 
     async def drain(self) -> None:
         if self._tasks:

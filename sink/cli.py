@@ -59,6 +59,9 @@ def _serve(args: argparse.Namespace) -> int:
     mcp = McpEndpoint(settings.http_host)
     try:
         asyncio.run(serve(settings, partial(create_app, extra_routes=[mcp.route]), mcp.running))
+    except ConfigError as exc:
+        print(f"runsink: {exc.message}", file=sys.stderr)
+        return 2
     except StorageError as exc:
         print(f"runsink: --db {settings.db}: {exc.message}", file=sys.stderr)
         return 2

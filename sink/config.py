@@ -40,6 +40,8 @@ class Settings:
     api_token: str | None = None
     insecure_no_auth: bool = False
     smtp_auth: tuple[str, str] | None = None
+    smtp_max_connections: int = 512
+    smtp_no_starttls: bool = False
     max_store_mb: int | None = None
     log_level: str = "info"
     policies: dict[str, Policy] = field(default_factory=lambda: load_policies(None))
@@ -68,6 +70,8 @@ _OPTIONS: list[tuple[str, str, str]] = [
     ("api-token", "RUNSINK_API_TOKEN", "text"),
     ("insecure-no-auth", "RUNSINK_INSECURE_NO_AUTH", "bool"),
     ("smtp-auth", "RUNSINK_SMTP_AUTH", "text"),
+    ("smtp-max-connections", "RUNSINK_SMTP_MAX_CONNECTIONS", "positive"),
+    ("smtp-no-starttls", "RUNSINK_SMTP_NO_STARTTLS", "bool"),
     ("max-store-mb", "RUNSINK_MAX_STORE_MB", "positive"),
     ("log-level", "RUNSINK_LOG_LEVEL", "level"),
 ]

@@ -7,6 +7,7 @@ codes: they answer with an ``Outcome`` that ``sink/smtp.py`` turns into one.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -19,13 +20,17 @@ from sink.storage.base import Delivered, Incoming, Late, Route, Store
 from sink.waiters import Waiters
 
 # RFC 5321 4.1.2, strictly: a dot-atom or quoted-string local part, and a domain of
-# LDH labels. Nothing is "repaired" into a different mailbox.
-_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
-_LOCAL = rf"(?:{_ATEXT}+(?:\.{_ATEXT}+)*|\"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\[\x20-\x7e])*\")"
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_DOMAIN = rf"(?:{_LABEL}\.)*{_LABEL}"
+# LDH labels or an address literal. Nothing is "repaired" into a different mailbox.
+# SMTPUTF8 (RFC 6531 3.3) adds UTF-8 to atext, qtext and labels, and nothing else: no
+# spaces or controls of any script (checked apart, by Unicode category).
+_UTF8 = r"\u0080-\ud7ff\ue000-\U0010ffff"  # UTF8-non-ascii (no lone surrogates)
+_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~" + _UTF8 + "-]"
+_QTEXT = r"[\x20\x21\x23-\x5b\x5d-\x7e" + _UTF8 + "]"
+_LOCAL = rf"(?:{_ATEXT}+(?:\.{_ATEXT}+)*|\"(?:{_QTEXT}|\\[\x20-\x7e])*\")"
+_LDH = r"[A-Za-z0-9" + _UTF8 + "]"
+_LABEL = rf"{_LDH}(?:(?:{_LDH}|-){{0,61}}{_LDH})?"
+_DOMAIN = rf"(?:(?:{_LABEL}\.)*{_LABEL}|\[[\x21-\x5a\x5e-\x7e]+\])"
 _ADDRESS = re.compile(rf"({_LOCAL})@({_DOMAIN})")
-_UTF8_ADDRESS = re.compile(r"([^\s@\"\\\x00-\x1f\x7f]+)@([^\s@\x00-\x1f\x7f]+)")
 
 
 class Verdict(StrEnum):
@@ -158,9 +163,8 @@ class Ingest:
 
 
 def _valid_address(address: str) -> bool:
-    if len(address) > 320 or any(c in address for c in "\x00\r\n"):
+    if len(address) > 320 or _ADDRESS.fullmatch(address) is None:
         return False
-    if _ADDRESS.fullmatch(address):
-        return True
-    # SMTPUTF8 (RFC 6531): UTF-8 local parts and domains, still without spaces or controls.
-    return not address.isascii() and _UTF8_ADDRESS.fullmatch(address) is not None
+    # Non-ASCII controls, format characters (zero-width joiners), separators (no-break
+    # spaces) and undecodable bytes (surrogate escapes) are not part of any mailbox.
+    return all(c.isascii() or unicodedata.category(c)[0] not in "CZ" for c in address)

@@ -26,7 +26,7 @@ from sink.guard import Guard
 from sink.ingest import Ingest
 from sink.logs import log, warn
 from sink.metrics import Metrics
-from sink.smtp import Handler, smtp_factory
+from sink.smtp import Handler, Limits, smtp_factory
 from sink.storage.sqlite import SQLiteStore
 from sink.tls import server_context
 from sink.waiters import Waiters
@@ -60,12 +60,17 @@ class Runtime:
             self.agent.on_breaker_change(change)
 
     async def start(self) -> None:
+        # What can still fail on a bad setting (the certificate) comes before anything opens.
+        self.tls_context = server_context(self.settings)
         await self.store.open()
         self.agent = Agent(self.store, self.waiters, self.settings, self.guard, self.metrics)
-        self.tls_context = server_context(self.settings)
         loop = asyncio.get_running_loop()
         handler = Handler(
-            self.ingest, self.metrics, self.faults, self.settings.smtp_auth is not None
+            self.ingest,
+            self.metrics,
+            self.faults,
+            self.settings.smtp_auth is not None,
+            Limits(max_connections=self.settings.smtp_max_connections),
         )
         self.smtp_server = await loop.create_server(
             lambda: smtp_factory(self.settings, handler, self.tls_context, loop),
@@ -117,7 +122,6 @@ class Runtime:
                 self.metrics.sweeps.inc()
             except Exception as exc:  # the sweeper must outlive a bad moment of the store
                 warn("sweep_failed", error=type(exc).__name__)
-
 
     async def _enforce_size_cap(self, now: float) -> None:
         """Over --max-store-mb: release the oldest released-eligible evidence first.
@@ -193,8 +197,8 @@ async def serve(
     while HTTP serves: uvicorn runs with lifespan="off", the runtime owns the lifecycle.
     """
     runtime = Runtime(settings)
-    await runtime.start()
     try:
+        await runtime.start()
         sock = bind_http(settings)
         config = uvicorn.Config(
             app_factory(runtime),

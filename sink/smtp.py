@@ -1,29 +1,54 @@
 """The SMTP listener: aiosmtpd's protocol with our handler, on the server's one event loop.
 
-This is the only module that knows SMTP reply codes. aiosmtpd's default answer to
-an exception (``500 Error: (Class) text``) leaks internals and tells the sender not
-to retry; ``handle_exception`` answers 451 instead (temporary: send again later).
+This is the only module that knows SMTP reply codes. It is fed by apps we do not
+control, so it is strict where being lenient would let one message pass for another:
+
+- DATA ends only at ``<CRLF>.<CRLF>`` (aiosmtpd reads DATA lines with
+  ``readuntil(b"\\r\\n")`` and ends on a line that is exactly ``b".\\r\\n"``), so the
+  malformed end markers of SMTP smuggling are message text, never a second message.
+- Envelope paths are parsed here, not by ``email._header_value_parser`` (which aiosmtpd
+  uses and which repairs what it reads: ``<a b@x>`` becomes ``"a b"@x``, comments vanish).
+  Nothing is repaired into another mailbox: a malformed path is a 5xx.
+- A connection that opens with an HTTP request line (a browser made to post to this
+  port) is answered with an error and closed before any of its bytes reach the SMTP reader.
+- Limits, each with its code: connections (421), command lines (500), DATA lines (500),
+  recipients (452), message size (552), header fields (552), idle and DATA time (421).
+
+aiosmtpd's default answer to an exception (``500 Error: (Class) text``) leaks internals and
+tells the sender not to retry; trouble is a 451 here (temporary: send again later).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
+import hmac
+import re
 import ssl
 import weakref
+from dataclasses import dataclass, field
 from typing import Any
 
-from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
+from aiosmtpd.smtp import (
+    SMTP,
+    AuthResult,
+    Envelope,
+    LoginPassword,
+    Session,
+    TLSSetupException,
+    syntax,
+)
 
 from sink.config import Settings
-from sink.errors import ProviderTrouble
 from sink.faults import FaultRegistry
 from sink.guard import apply_fault
 from sink.ingest import DataVerdict, Ingest, Recipient, Verdict
 from sink.logs import log, warn
 from sink.metrics import Metrics
 
-MAX_RECIPIENTS = 100
 TEMPORARY = "451 4.3.0 Temporary failure: please try again later"
+_FAULT_TIMEOUT_S = 2.0  # how long an injected SMTP "timeout" holds the reply
 
 _RCPT_REPLIES = {
     Verdict.ACCEPT: "250 2.1.5 OK",
@@ -34,22 +59,81 @@ _RCPT_REPLIES = {
     Verdict.BAD_ADDRESS: "553 5.1.3 Malformed address",
     Verdict.TOO_BIG: "552 5.3.4 Message size exceeds this inbox's limit",
 }
+_MAIL_SYNTAX = "501 5.5.4 Syntax: MAIL FROM:<address> [SP <mail-parameters>]"
+_RCPT_SYNTAX = "501 5.5.4 Syntax: RCPT TO:<address>"
+
+
+# -- limits ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one client may take of the listener. The defaults are the product's."""
+
+    max_connections: int = 512
+    """Open SMTP connections; one more is answered 421 and closed (the listener goes on)."""
+    idle_timeout_s: float = 120.0
+    """From the last accepted command to the next (RFC 5321 4.5.3.2 asks servers for 5 min;
+    the apps that feed a sink talk or hang up)."""
+    data_timeout_s: float = 300.0
+    """From DATA to the final dot, however steadily the client trickles."""
+    max_recipients: int = 100
+    """Per message (RFC 5321 4.5.3.1.8: at least 100); the next RCPT gets 452."""
+    max_header_fields: int = 1000
+    max_line_bytes: int = 1024 * 1024
+    """A text line in DATA. Apps send long HTML lines unencoded: take them rather than lose
+    the mail (aiosmtpd's default is RFC 5321's 1001 octets). Also caps a command line's
+    buffering; the 512-octet command limit is aiosmtpd's ``command_size_limit``."""
+
+
+@dataclass(slots=True)
+class ConnectionGate:
+    """Counts the open SMTP connections, refusing entry past the limit."""
+
+    limit: int
+    active: int = field(default=0)
+
+    def enter(self) -> bool:
+        if self.active >= self.limit:
+            return False
+        self.active += 1
+        return True
+
+    def leave(self) -> None:
+        self.active -= 1
+
+
+# -- the handler: aiosmtpd's hooks --------------------------------------------------
 
 
 class Handler:
-    """aiosmtpd hooks: RCPT routing, DATA -> ingest, and the replies for each outcome."""
+    """aiosmtpd hooks: RCPT routing, DATA -> ingest, and the replies for each outcome.
+
+    One instance serves every connection; it holds what they share (the connection gate).
+    """
 
     def __init__(
-        self, ingest: Ingest, metrics: Metrics, faults: FaultRegistry | None, auth_enabled: bool
+        self,
+        ingest: Ingest,
+        metrics: Metrics,
+        faults: FaultRegistry | None,
+        auth_enabled: bool,
+        limits: Limits | None = None,
     ) -> None:
         self._ingest = ingest
-        self._auth_enabled = auth_enabled
+        self.requires_auth = auth_enabled
+        self.limits = limits or Limits()
+        self.connections = ConnectionGate(self.limits.max_connections)
         self._metrics = metrics
         self._faults = faults
         self._recipients: weakref.WeakKeyDictionary[Envelope, list[Recipient]] = (
             weakref.WeakKeyDictionary()
         )
         self._runs: weakref.WeakKeyDictionary[Envelope, str] = weakref.WeakKeyDictionary()
+
+    async def connect_fault(self) -> bool:
+        """True when an injected ``smtp.connect`` fault refuses this connection."""
+        return await self._fault("smtp.connect", None)
 
     async def handle_EHLO(
         self,
@@ -60,7 +144,7 @@ class Handler:
         responses: list[str],
     ) -> list[str]:
         session.host_name = hostname
-        if not self._auth_enabled:
+        if not self.requires_auth:
             # aiosmtpd advertises AUTH (always failing) without credentials; we offer none.
             responses = [r for r in responses if not r.startswith("250-AUTH")]
         # aiosmtpd answers pipelined commands in order but does not advertise it (RFC 2920).
@@ -69,6 +153,11 @@ class Handler:
     async def handle_MAIL(
         self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
     ) -> str:
+        if self.requires_auth and not session.authenticated:
+            # Credentials are configured: mail from a client that did not use them is
+            # refused, so an app that forgot its SMTP login fails here as it would in
+            # production (RFC 4954 6).
+            return "530 5.7.0 Authentication required"
         if not self._ingest.check_sender(address):
             return "553 5.1.7 Malformed sender address"
         envelope.mail_from = address
@@ -80,14 +169,15 @@ class Handler:
         self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
     ) -> str:
         recipients = self._recipients.setdefault(envelope, [])
-        if len(recipients) >= MAX_RECIPIENTS:
+        if len(recipients) >= self.limits.max_recipients:
             return "452 4.5.3 Too many recipients"
-        recipient = await self._ingest.route(address, _declared_size(envelope.mail_options))
-        fault_reply = await self._fault(
-            "smtp.rcpt", recipient.route.run_id if recipient.route else None
-        )
-        if fault_reply:
-            return fault_reply
+        try:
+            recipient = await self._ingest.route(address, _declared_size(envelope.mail_options))
+        except Exception as exc:  # storage trouble: this RCPT may be tried again
+            return self._trouble("rcpt", exc)
+        fault_run = recipient.route.run_id if recipient.route else None
+        if await self._fault("smtp.rcpt", fault_run):
+            return TEMPORARY
         if recipient.verdict in (Verdict.ACCEPT, Verdict.UNROUTED, Verdict.LATE_DROP):
             recipients.append(recipient)
             envelope.rcpt_tos.append(address)
@@ -106,12 +196,18 @@ class Handler:
         return _RCPT_REPLIES[recipient.verdict]
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
-        fault_reply = await self._fault("smtp.data", self._runs.get(envelope))
-        if fault_reply:
-            return fault_reply
+        if await self._fault("smtp.data", self._runs.get(envelope)):
+            return TEMPORARY
         raw = envelope.original_content or b""
+        limit = self.limits.max_header_fields
+        if header_field_count(raw, stop_after=limit) > limit:
+            self._metrics.message("rejected")
+            return f"552 5.3.4 Too many header fields (the limit is {limit})"
         recipients = self._recipients.get(envelope, [])
-        verdict = await self._ingest.deliver(envelope.mail_from or "", recipients, raw)
+        try:
+            verdict = await self._ingest.deliver(envelope.mail_from or "", recipients, raw)
+        except Exception as exc:  # nothing was acknowledged: the sender sends it again
+            return self._trouble("data", exc)
         if verdict is DataVerdict.TOO_BIG:
             return "552 5.3.4 Message size exceeds this inbox's limit"
         if verdict is DataVerdict.ALL_LATE_REJECTED:
@@ -119,24 +215,33 @@ class Handler:
         return "250 2.0.0 OK: stored"
 
     async def handle_exception(self, error: Exception) -> str:
-        if isinstance(error, ProviderTrouble):
-            warn("smtp_storage_trouble", error=type(error).__name__)
-        else:
-            warn("smtp_handler_error", error=type(error).__name__)
+        """The last resort for an exception in a command: never aiosmtpd's ``500 Error``."""
+        if isinstance(error, TLSSetupException):
+            # A client that fails the handshake; aiosmtpd closes the connection after this.
+            log("smtp_tls_failed")
+            return TEMPORARY
+        return self._trouble("command", error)
+
+    def _trouble(self, step: str, error: Exception) -> str:
+        # A failure to log must not turn the reply into aiosmtpd's 500 (it calls this from
+        # an `except` that formats any exception raised here into the reply).
+        with contextlib.suppress(Exception):
+            warn("smtp_trouble", step=step, error=type(error).__name__)
         return TEMPORARY
 
-    async def _fault(self, target: str, run_id: str | None) -> str | None:
+    async def _fault(self, target: str, run_id: str | None) -> bool:
+        """Act out an injected fault for this step; True when the step must fail."""
         if self._faults is None or self._faults.is_empty:
-            return None
+            return False
         fault = self._faults.take(target, run_id)
         if fault is None:
-            return None
+            return False
         if fault.mode == "delay":
             await apply_fault(fault, 0)
-            return None
+            return False
         if fault.mode == "timeout":
-            await asyncio.sleep(2.0)
-        return TEMPORARY
+            await asyncio.sleep(_FAULT_TIMEOUT_S)
+        return True
 
 
 def _declared_size(options: list[str]) -> int | None:
@@ -157,22 +262,236 @@ class Authenticator:
     def __call__(
         self, server: SMTP, session: Session, envelope: Envelope, mechanism: str, auth_data: Any
     ) -> AuthResult:
-        import hmac
-
         if not isinstance(auth_data, LoginPassword):
             return AuthResult(success=False, handled=False)
-        ok = hmac.compare_digest(auth_data.login, self._user) & hmac.compare_digest(
-            auth_data.password, self._password
-        )
-        return AuthResult(success=bool(ok), handled=False)
+        user_ok = hmac.compare_digest(auth_data.login, self._user)
+        password_ok = hmac.compare_digest(auth_data.password, self._password)
+        # handled=False: aiosmtpd answers 535 5.7.8 on failure, 235 on success.
+        return AuthResult(success=user_ok and password_ok, handled=False)
+
+
+# -- the protocol: aiosmtpd's SMTP with our limits and our path syntax -------------------
 
 
 class RunsinkSMTP(SMTP):
-    """aiosmtpd's protocol with our limits."""
+    """aiosmtpd's protocol (aiosmtpd 1.4.6, ``aiosmtpd/smtp.py``) with our limits.
 
-    # Apps send long HTML lines: accept up to this rather than lose the mail (RFC 5321
-    # 4.5.3.1.6 asks for 1000; being liberal in what we accept costs nothing here).
-    line_length_limit = 64 * 1024
+    What we override, and the aiosmtpd behaviour each override relies on, is said at
+    each method. Everything else (EHLO, DATA framing, STARTTLS, AUTH) is aiosmtpd's.
+    """
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        limits: Limits,
+        gate: ConnectionGate,
+        authenticator: Authenticator | None,
+        **kwargs: Any,
+    ) -> None:
+        # aiosmtpd sizes its StreamReader from `line_length_limit` in __init__: set it first.
+        self.line_length_limit = limits.max_line_bytes
+        # aiosmtpd keeps `command_size_limits` on the class: every new connection clears it
+        # and every EHLO adds to it, for all connections at once. Keep ours per connection.
+        self.command_size_limits = collections.defaultdict(lambda: SMTP.command_size_limit)
+        super().__init__(
+            handler,
+            authenticator=authenticator,
+            timeout=limits.idle_timeout_s,
+            # Our own 530 at MAIL (Handler.handle_MAIL): aiosmtpd's auth_required=True with
+            # auth_require_tls=False warns on every connection.
+            auth_required=False,
+            auth_require_tls=False,
+            **kwargs,
+        )
+        self._limits = limits
+        self._gate = gate
+        self._admitted = False
+        # Not "auth_*": aiosmtpd takes every auth_* member of the protocol and the handler
+        # for an AUTH mechanism to advertise.
+        self.offers_auth = authenticator is not None
+        self._sniffing = True  # until the first line shows it is not an HTTP request
+        self._held = b""
+
+    # -- connection life ----------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # aiosmtpd calls this again on the same protocol when STARTTLS completes; it tells
+        # the two apart by `_original_transport` (set by smtp_STARTTLS). Count only the first.
+        if self._original_transport is None:
+            self._admitted = self._gate.enter()
+        super().connection_made(transport)
+
+    def connection_lost(self, error: Exception | None) -> None:
+        # aiosmtpd may call this twice (itself after a failed TLS handshake, then asyncio).
+        if self._admitted:
+            self._admitted = False
+            self._gate.leave()
+        super().connection_lost(error)
+
+    def data_received(self, data: bytes) -> None:
+        # The bytes reach aiosmtpd's reader (StreamReaderProtocol.data_received) only once
+        # the first line cannot be an HTTP request line: a browser's POST to this port
+        # carries SMTP commands in its body, and none of them may ever run.
+        if self._sniffing:
+            self._held += data
+            verdict = http_request_line(self._held)
+            if verdict is None:
+                return
+            self._sniffing = False
+            data, self._held = self._held, b""
+            if verdict:
+                log("smtp_refused", reason="http_request")
+                self._hang_up(f"554 5.7.0 {self.hostname} speaks SMTP, not HTTP; closing")
+                return
+        super().data_received(data)
+
+    async def _handle_client(self) -> None:
+        # aiosmtpd's connection_made runs this as the connection's task; it sends the 220
+        # greeting, then reads commands. A refused connection gets its 421 instead.
+        if self.transport is None or self.transport.is_closing():
+            return  # refused while being set up (an HTTP request line): no greeting
+        if not self._admitted:
+            log("smtp_refused", reason="too_many_connections", limit=self._gate.limit)
+            self._hang_up(f"421 4.3.2 {self.hostname} Too many connections, try again later")
+            return
+        if await self.event_handler.connect_fault():
+            self._hang_up(f"421 4.3.0 {self.hostname} Service not available, try again later")
+            return
+        await super()._handle_client()
+
+    def _timeout_cb(self) -> None:
+        # aiosmtpd closes silently on timeout; RFC 5321 4.2.3 has a 421 for this.
+        self._hang_up(f"421 4.4.2 {self.hostname} Timeout exceeded, closing")
+
+    def _hang_up(self, reply: str) -> None:
+        """Send a last reply and close; nothing more is read from this connection."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(reply.encode() + b"\r\n")
+        transport.close()  # flushes the reply first
+
+    # -- commands ------------------------------------------------------------------
+
+    @syntax("EHLO hostname")
+    async def smtp_EHLO(self, hostname: str) -> None:
+        # aiosmtpd adds the SIZE and SMTPUTF8 allowances to the MAIL line limit on every
+        # EHLO; start from the base each time so a repeated EHLO does not raise it.
+        self.command_size_limits.clear()
+        await super().smtp_EHLO(hostname)
+
+    @syntax("MAIL FROM: <address>", extended=" [SP <mail-parameters>]")
+    async def smtp_MAIL(self, arg: str | None) -> None:
+        # Replaces aiosmtpd's smtp_MAIL, whose parser repairs addresses and which refuses
+        # the null reverse-path `<>` (RFC 5321 4.5.5: bounces use it).
+        if await self.check_helo_needed():
+            return
+        assert self.envelope is not None
+        if self.envelope.mail_from is not None:
+            await self.push("503 5.5.1 Error: nested MAIL command")
+            return
+        path = command_path(arg, "FROM:")
+        if path is None:
+            await self.push(_MAIL_SYNTAX)
+            return
+        address, params = path
+        options: dict[str, str | None] = {}
+        for param in params:
+            key, eq, value = param.partition("=")
+            if key.upper() in options:
+                await self.push(_MAIL_SYNTAX)
+                return
+            options[key.upper()] = value if eq else None
+        refusal = self._mail_options_refusal(options)
+        if refusal is not None:
+            await self.push(refusal)
+            return
+        self.envelope.smtp_utf8 = "SMTPUTF8" in options
+        if not address.isascii() and not self.envelope.smtp_utf8:
+            await self.push("553 5.6.7 A non-ASCII address needs the SMTPUTF8 parameter")
+            return
+        mail_options = [k if v is None else f"{k}={v}" for k, v in options.items()]
+        await self.push(await self._call_handler_hook("MAIL", address, mail_options))
+
+    def _mail_options_refusal(self, options: dict[str, str | None]) -> str | None:
+        for key, value in options.items():
+            if key == "SIZE":
+                if value is None or not value.isdigit() or len(value) > 20:
+                    return _MAIL_SYNTAX
+                if self.data_size_limit and int(value) > self.data_size_limit:
+                    return "552 5.3.4 Message size exceeds fixed maximum message size"
+            elif key == "BODY":
+                if value is None or value.upper() not in ("7BIT", "8BITMIME"):
+                    return "501 5.5.4 BODY can only be one of 7BIT, 8BITMIME"
+            elif key == "SMTPUTF8":
+                if value is not None:
+                    return "501 5.5.4 SMTPUTF8 takes no value"
+            elif key == "AUTH" and self.offers_auth:
+                pass  # RFC 4954 5: the submitter's identity; we take the session's AUTH
+            else:
+                return f"555 5.5.4 MAIL FROM parameter {key} not recognized"
+        return None
+
+    @syntax("RCPT TO: <address>")
+    async def smtp_RCPT(self, arg: str | None) -> None:
+        # Replaces aiosmtpd's smtp_RCPT for the same parser, and because it takes an empty
+        # `mail_from` (our null reverse-path) for "no MAIL yet".
+        if await self.check_helo_needed():
+            return
+        assert self.envelope is not None
+        if self.envelope.mail_from is None:
+            await self.push("503 5.5.1 Error: need MAIL command")
+            return
+        path = command_path(arg, "TO:")
+        if path is None:
+            await self.push(_RCPT_SYNTAX)
+            return
+        address, params = path
+        if not address:
+            await self.push("553 5.1.3 An empty recipient address is not a mailbox")
+            return
+        if params:
+            await self.push("555 5.5.4 RCPT TO parameters not recognized")
+            return
+        if not address.isascii() and not self.envelope.smtp_utf8:
+            await self.push("553 5.6.7 A non-ASCII address needs the SMTPUTF8 parameter")
+            return
+        await self.push(await self._call_handler_hook("RCPT", address, []))
+
+    @syntax("DATA")
+    async def smtp_DATA(self, arg: str) -> None:
+        # aiosmtpd's timer (`_reset_timeout`) is restarted before each accepted command and
+        # not while DATA lines arrive: give the whole of DATA its own deadline, then the
+        # idle one again (`_call_handler_hook` below restarts it at the final dot).
+        self._reset_timeout(self._limits.data_timeout_s)
+        await super().smtp_DATA(arg)
+        if self.transport is not None:
+            self._reset_timeout()
+
+    async def _call_handler_hook(self, command: str, *args: Any) -> Any:
+        if command == "DATA":
+            # The final dot arrived: storing gets a fresh idle window, not DATA's leftover.
+            self._reset_timeout()
+        return await super()._call_handler_hook(command, *args)
+
+    @syntax("STARTTLS", when="tls_context")
+    async def smtp_STARTTLS(self, arg: str) -> None:
+        # aiosmtpd would start a second TLS layer inside the first (RFC 3207 4.2 forbids it).
+        if self._tls_protocol is not None:
+            await self.push("503 5.5.1 TLS already active")
+            return
+        # aiosmtpd drops the plaintext pipelined after STARTTLS (RFC 3207 5, CVE-2011-0411)
+        # by clearing its reader when the TLS connection is made.
+        await super().smtp_STARTTLS(arg)
+
+    @syntax("AUTH <mechanism>", when="offers_auth")
+    async def smtp_AUTH(self, arg: str) -> None:
+        if not self.offers_auth:
+            await self.push("502 5.5.1 AUTH is not enabled on this server")
+            return
+        await super().smtp_AUTH(arg)
 
 
 def smtp_factory(
@@ -184,14 +503,109 @@ def smtp_factory(
     auth = settings.smtp_auth
     return RunsinkSMTP(
         handler,
+        limits=handler.limits,
+        gate=handler.connections,
+        authenticator=Authenticator(*auth) if auth else None,
         data_size_limit=settings.largest_message_bytes,
         enable_SMTPUTF8=True,
         hostname=settings.domain,
         ident="runsink",
         tls_context=tls_context,
-        timeout=120,
-        auth_required=False,
-        auth_require_tls=False,
-        authenticator=Authenticator(*auth) if auth else None,
         loop=loop,
     )
+
+
+# -- command syntax (pure) ----------------------------------------------------------
+
+_HTTP_METHODS = frozenset(b"GET HEAD POST PUT DELETE CONNECT OPTIONS TRACE PATCH PRI".split())
+_LONGEST_METHOD = max(len(m) for m in _HTTP_METHODS)
+# RFC 5321 4.1.2 esmtp-param: esmtp-keyword ["=" esmtp-value]
+_PARAM = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*(?:=[\x21-\x3c\x3e-\x7e]+)?")
+# RFC 5321 4.1.2 A-d-l (a source route, to be ignored: RFC 5321 C)
+_SOURCE_ROUTE = re.compile(r"@[^\s,:@<>\"]+(?:,@[^\s,:@<>\"]+)*:")
+
+
+def http_request_line(prefix: bytes) -> bool | None:
+    """Whether a connection's first bytes open an HTTP request; None: too few bytes yet."""
+    word, space, _ = prefix.partition(b" ")
+    if space:
+        return word.upper() in _HTTP_METHODS
+    if b"\n" in prefix or len(prefix) > _LONGEST_METHOD:
+        return False
+    return None
+
+
+def command_path(arg: str | None, keyword: str) -> tuple[str, list[str]] | None:
+    """``FROM:<path> params`` -> (mailbox, params); None when malformed.
+
+    RFC 5321 4.1.2, strictly, with two tolerances most servers share: a space after the
+    colon, and a path without its angle brackets. Spaces and controls are taken only inside
+    a quoted local part; a NUL, CR or LF anywhere is malformed. The mailbox's own grammar
+    is checked by ingest; nothing here rewrites it.
+    """
+    if arg is None or any(c in arg for c in "\x00\r\n"):
+        return None
+    if arg[: len(keyword)].upper() != keyword:
+        return None
+    text = arg[len(keyword) :].lstrip(" ")
+    bracketed = text.startswith("<")
+    end = _path_end(text, bracketed)
+    if end is None:
+        return None
+    path = text[1:end] if bracketed else text[:end]
+    rest = text[end + 1 :] if bracketed else text[end:]
+    if rest and not rest.startswith(" "):
+        return None
+    if not bracketed and not path:
+        return None
+    route = _SOURCE_ROUTE.match(path)
+    if route is not None:
+        path = path[route.end() :]
+        if not path:
+            return None
+    params = rest.split(" ")
+    params = [p for p in params if p]
+    if not all(_PARAM.fullmatch(p) for p in params):
+        return None
+    return path, params
+
+
+def _path_end(text: str, bracketed: bool) -> int | None:
+    """Index of the closing ``>`` (or of the end of a bare path); None if malformed."""
+    stop = ">" if bracketed else " "
+    quoted = escaped = False
+    for index in range(1 if bracketed else 0, len(text)):
+        c = text[index]
+        if escaped:
+            escaped = False
+        elif quoted:
+            if c == "\\":
+                escaped = True
+            elif c == '"':
+                quoted = False
+        elif c == '"':
+            quoted = True
+        elif c == stop:
+            return index
+        elif c.isspace() or not c.isprintable() or c in "<>":
+            return None
+    if bracketed or quoted:
+        return None
+    return len(text)
+
+
+def header_field_count(raw: bytes, stop_after: int) -> int:
+    """Header fields before the first empty line (RFC 5322 2.2), counted up to stop_after + 1."""
+    count = 0
+    start = 0
+    while count <= stop_after:
+        end = raw.find(b"\n", start)
+        line = raw[start:] if end < 0 else raw[start:end]
+        if line in (b"", b"\r"):
+            break
+        if line[:1] not in (b" ", b"\t"):  # a folded line continues the field before it
+            count += 1
+        if end < 0:
+            break
+        start = end + 1
+    return count

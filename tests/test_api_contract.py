@@ -25,7 +25,9 @@ def _received(server: Server, client: httpx.Client, inbox: dict, subject: str = 
 def test_created_envelope_has_every_field(server: Server) -> None:
     """Create answers 201 with the full envelope: created, completed, wait_for_message."""
     with server.http() as client:
-        response = client.post("/v1/inboxes", json={"run_id": new_run_id(), "purpose": "signup-check"})
+        response = client.post(
+            "/v1/inboxes", json={"run_id": new_run_id(), "purpose": "signup-check"}
+        )
     body = response.json()
     assert response.status_code == 201
     assert set(body) == {
@@ -60,7 +62,9 @@ def test_long_poll_returns_when_mail_arrives(server: Server) -> None:
     """A long-poll answers received as soon as the message is stored, well before its timeout."""
     with server.http() as client:
         inbox = create_inbox(client)
-        sender = threading.Timer(0.3, server.send, args=(inbox["address"],), kwargs={"subject": "Hi"})
+        sender = threading.Timer(
+            0.3, server.send, args=(inbox["address"],), kwargs={"subject": "Hi"}
+        )
         started = time.monotonic()
         sender.start()
         body = wait(client, inbox["inbox_id"], timeout_s=8).json()
@@ -93,7 +97,11 @@ def test_get_reports_claimed_as_proceed(server: Server) -> None:
         received = _received(server, client, inbox)
         _claim(client, received["message"]["message_id"], run_id)
         body = client.get(f"/v1/inboxes/{inbox['inbox_id']}").json()
-    assert (body["state"], body["status"], body["next_action"]) == ("received", "completed", "proceed")
+    assert (body["state"], body["status"], body["next_action"]) == (
+        "received",
+        "completed",
+        "proceed",
+    )
     assert body["claim"]["run_id"] == run_id
     assert body["claim"]["message_id"] == received["message"]["message_id"]
 
@@ -145,12 +153,14 @@ def test_expired_with_no_inbox_left_says_stop(server: Server) -> None:
         first = create_inbox(client, run_id, policy="tiny", poll_budget=1)
         wait(client, first["inbox_id"])
         second = client.post(
-            "/v1/inboxes", json={"run_id": run_id, "purpose": "signup-check", "policy": "tiny", "poll_budget": 1}
+            "/v1/inboxes",
+            json={"run_id": run_id, "purpose": "signup-check", "policy": "tiny", "poll_budget": 1},
         )
         assert second.status_code == 201, second.text
         ended = wait(client, second.json()["inbox_id"]).json()
         third = client.post(
-            "/v1/inboxes", json={"run_id": run_id, "purpose": "signup-check", "policy": "tiny", "poll_budget": 1}
+            "/v1/inboxes",
+            json={"run_id": run_id, "purpose": "signup-check", "policy": "tiny", "poll_budget": 1},
         )
     assert second.json()["inbox_id"] != first["inbox_id"]
     assert ended["state"] == "expired" and ended["next_action"] == "stop"
@@ -228,7 +238,9 @@ def test_wrong_run_is_403_and_leaks_nothing(server: Server) -> None:
     with server.http() as client:
         inbox = create_inbox(client)
         response = client.post(
-            f"/v1/inboxes/{inbox['inbox_id']}/wait", json={}, headers={"X-Run-Id": new_run_id("other")}
+            f"/v1/inboxes/{inbox['inbox_id']}/wait",
+            json={},
+            headers={"X-Run-Id": new_run_id("other")},
         )
     body = response.json()
     assert response.status_code == 403
@@ -248,7 +260,11 @@ def test_claim_by_another_run_is_409_claimed_by_other_run(server: Server) -> Non
         response = _claim(client, message_id, new_run_id("thief"))
     body = response.json()
     assert response.status_code == 409
-    assert (body["reason"], body["next_action"], body["status"]) == ("claimed_by_other_run", "stop", "blocked")
+    assert (body["reason"], body["next_action"], body["status"]) == (
+        "claimed_by_other_run",
+        "stop",
+        "blocked",
+    )
     assert "message" not in body and "claim" not in body
 
 
@@ -276,7 +292,11 @@ def test_claim_after_lease_is_409_lease_expired(server: Server) -> None:
         response = _claim(client, received["message"]["message_id"], run_id)
     body = response.json()
     assert response.status_code == 409
-    assert (body["state"], body["status"], body["reason"]) == ("expired", "blocked", "lease_expired")
+    assert (body["state"], body["status"], body["reason"]) == (
+        "expired",
+        "blocked",
+        "lease_expired",
+    )
     assert body["next_action"] == "create_new_inbox"
 
 
@@ -316,7 +336,7 @@ def test_any_routed_message_can_be_claimed_and_moves_the_cursor(server: Server) 
 
 
 def test_given_cursor_reads_from_there_but_never_moves_the_stored_one_back(server: Server) -> None:
-    """A wait with an older cursor can return an older unclaimed message; the stored cursor holds."""
+    """A wait from an older cursor can return an older unclaimed message; the stored one holds."""
     run_id = new_run_id()
     with server.http() as client:
         inbox = create_inbox(client, run_id)
@@ -339,7 +359,9 @@ def test_match_criteria_are_literal_and_case_insensitive(server: Server) -> None
         server.send(inbox2["address"], subject="Order 1 confirmed", sender="Shop <shop@store.test>")
         no_literal = wait(client, inbox2["inbox_id"], match={"subject_contains": "order .*"}).json()
         inbox3 = create_inbox(client, run_id, purpose="p3", match={"from_contains": "STORE.test"})
-        server.send(inbox3["address"], subject="Hi", sender="shop@store.test", body="Your PIN is in here")
+        server.send(
+            inbox3["address"], subject="Hi", sender="shop@store.test", body="Your PIN is in here"
+        )
         by_from = wait(client, inbox3["inbox_id"]).json()
         inbox4 = create_inbox(client, run_id, purpose="p4")
         server.send(inbox4["address"], subject="Hi", html="<p>Click <b>VERIFY now</b></p>")
@@ -377,7 +399,14 @@ def test_list_messages_pages_with_cursor(server: Server) -> None:
     assert [m["subject"] for m in first["messages"]] == ["m0", "m1"] and first["has_more"]
     assert [m["subject"] for m in second["messages"]] == ["m2"] and not second["has_more"]
     assert [m["subject"] for m in third["messages"]] == ["m3"]
-    assert set(first["messages"][0]) == {"message_id", "subject", "from", "received_at", "size", "claimed"}
+    assert set(first["messages"][0]) == {
+        "message_id",
+        "subject",
+        "from",
+        "received_at",
+        "size",
+        "claimed",
+    }
 
 
 def test_invalid_cursor_is_400(server: Server) -> None:
@@ -425,7 +454,7 @@ def test_read_message_returns_bodies_links_codes_and_envelope(server: Server) ->
 
 
 def test_release_expires_and_drops_bodies(server: Server) -> None:
-    """DELETE /v1/runs/{id} expires live inboxes (lease), deletes bodies, keeps metadata; idempotent."""
+    """DELETE /v1/runs/{id} expires inboxes (lease), deletes bodies, keeps metadata; idempotent."""
     run_id = new_run_id()
     with server.http() as client:
         inbox = create_inbox(client, run_id)
@@ -472,7 +501,9 @@ def test_run_report_has_the_inbox_facts_and_ordered_events(server: Server) -> No
         report = client.get(f"/v1/runs/{run_id}").json()
         missing = client.get(f"/v1/runs/{new_run_id('nobody')}")
     entry = report["inboxes"][0]
-    assert entry["reserved_at"] and entry["last_poll_at"] and entry["last_poll_latency_ms"] is not None
+    assert (
+        entry["reserved_at"] and entry["last_poll_at"] and entry["last_poll_latency_ms"] is not None
+    )
     assert entry["accepted_message_id"] == received["message"]["message_id"]
     assert entry["last_change_reason"] == "evidence_found"
     assert entry["evidence_release_at"] is not None
@@ -510,11 +541,17 @@ def test_trace_continues_from_header_or_inbox(server: Server) -> None:
     parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     with server.http() as client:
         created = client.post(
-            "/v1/inboxes", json={"run_id": new_run_id(), "purpose": "t"}, headers={"traceparent": parent}
+            "/v1/inboxes",
+            json={"run_id": new_run_id(), "purpose": "t"},
+            headers={"traceparent": parent},
         ).json()
         continued = client.get(f"/v1/inboxes/{created['inbox_id']}")
-        explicit = client.get(f"/v1/inboxes/{created['inbox_id']}", headers={"X-Trace-Id": "my-trace-1"})
-        junk = client.get(f"/v1/inboxes/{created['inbox_id']}", headers={"X-Trace-Id": "bad trace!"})
+        explicit = client.get(
+            f"/v1/inboxes/{created['inbox_id']}", headers={"X-Trace-Id": "my-trace-1"}
+        )
+        junk = client.get(
+            f"/v1/inboxes/{created['inbox_id']}", headers={"X-Trace-Id": "bad trace!"}
+        )
     assert created["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"
     assert continued.json()["trace_id"] == created["trace_id"]
     assert continued.headers["x-trace-id"] == created["trace_id"]

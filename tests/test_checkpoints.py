@@ -15,8 +15,12 @@ def test_checkpoint_1_same_key_returns_same_inbox_id(server: Server) -> None:
     run_id = new_run_id()
     body = {"run_id": run_id, "purpose": "signup-check"}
     with server.http() as client:
-        first = client.post("/v1/inboxes", json=body, headers={"Idempotency-Key": "signup-check:run-1842-" + run_id})
-        second = client.post("/v1/inboxes", json=body, headers={"Idempotency-Key": "signup-check:run-1842-" + run_id})
+        first = client.post(
+            "/v1/inboxes", json=body, headers={"Idempotency-Key": "signup-check:run-1842-" + run_id}
+        )
+        second = client.post(
+            "/v1/inboxes", json=body, headers={"Idempotency-Key": "signup-check:run-1842-" + run_id}
+        )
         default_first = client.post("/v1/inboxes", json={**body, "purpose": "reset"})
         default_again = client.post("/v1/inboxes", json={**body, "purpose": "reset"})
     assert first.status_code == 201
@@ -31,7 +35,7 @@ def test_checkpoint_1_same_key_returns_same_inbox_id(server: Server) -> None:
 
 
 def test_checkpoint_2_message_after_expiry_does_not_change_state(server: Server) -> None:
-    """Mail that arrives after expires_at is a late arrival: the inbox stays expired, nothing listed."""
+    """Mail after expires_at is a late arrival: the inbox stays expired, nothing is listed."""
     run_id = new_run_id()
     with server.http() as client:
         inbox = create_inbox(client, run_id, ttl_s=1)

@@ -58,7 +58,9 @@ def test_flag_beats_environment_beats_default(tmp_path: Path) -> None:
         (["--db", "/nonexistent-folder/x.db"], {}, "--db"),
     ],
 )
-def test_bad_values_name_the_flag(argv: list[str], env: dict[str, str], named: str, tmp_path: Path) -> None:
+def test_bad_values_name_the_flag(
+    argv: list[str], env: dict[str, str], named: str, tmp_path: Path
+) -> None:
     """Each bad setting is a ConfigError whose message names the flag (or its variable)."""
     if "--db" not in argv:
         argv = [*argv, "--db", str(tmp_path / "x.db")]
@@ -73,7 +75,11 @@ def test_bad_policy_file_names_file_policy_and_key(tmp_path: Path) -> None:
     policies.write_text("[policy.staging]\npoll_budget = 0\n")
     result = _run("--db", str(tmp_path / "x.db"), "--policy-file", str(policies))
     assert result.returncode == 2
-    assert str(policies) in result.stderr and "staging" in result.stderr and "poll_budget" in result.stderr
+    assert (
+        str(policies) in result.stderr
+        and "staging" in result.stderr
+        and "poll_budget" in result.stderr
+    )
 
 
 def test_unknown_policy_key_is_refused(tmp_path: Path) -> None:
@@ -99,3 +105,27 @@ def test_non_loopback_without_token_refuses_unless_opted_out(tmp_path: Path) -> 
     with_token = _settings(["--db", db, "--http-host", "0.0.0.0", "--api-token", "x" * 24])
     assert opted_out.insecure_no_auth  # type: ignore[attr-defined]
     assert with_token.api_token == "x" * 24  # type: ignore[attr-defined]
+
+
+def test_busy_port_exits_2_without_hanging(tmp_path: Path) -> None:
+    """A port already in use stops start-up with exit 2 (after the store opened), no hang."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = str(busy.getsockname()[1])
+        result = _run("--db", str(tmp_path / "x.db"), "--smtp-port", port, "--http-port", "0")
+    assert result.returncode == 2 and "cannot listen" in result.stderr
+
+
+def test_unusable_certificate_exits_2(tmp_path: Path) -> None:
+    """A --tls-cert/--tls-key pair that is not PEM stops start-up with exit 2, naming both."""
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    cert.write_text("not a certificate")
+    key.write_text("not a key")
+    result = _run(
+        "--db", str(tmp_path / "x.db"), "--smtp-port", "0", "--http-port", "0",
+        "--tls-cert", str(cert), "--tls-key", str(key),
+    )  # fmt: skip
+    assert result.returncode == 2 and "--tls-cert" in result.stderr

@@ -17,7 +17,9 @@ from tests.support import Server, create_inbox, new_run_id, start_server
 SENDERS = 8
 
 
-def _sender(server: Server, address: str, index: int, acked: list[str], stop: threading.Event) -> None:
+def _sender(
+    server: Server, address: str, index: int, acked: list[str], stop: threading.Event
+) -> None:
     """Send until the server dies; remember every subject that got its 250 after DATA."""
     n = 0
     try:
@@ -42,7 +44,8 @@ def test_sigkill_loses_nothing_acknowledged(tmp_path: Path, policy_file: str) ->
     acked: list[str] = []
     stop = threading.Event()
     threads = [
-        threading.Thread(target=_sender, args=(server, inbox["address"], i, acked, stop)) for i in range(SENDERS)
+        threading.Thread(target=_sender, args=(server, inbox["address"], i, acked, stop))
+        for i in range(SENDERS)
     ]
     for thread in threads:
         thread.start()
@@ -71,7 +74,10 @@ def test_sigkill_loses_nothing_acknowledged(tmp_path: Path, policy_file: str) ->
     finally:
         restarted.stop()
     lost = acknowledged - stored
-    print(f"\nSIGKILL with {SENDERS} senders: acknowledged={len(acknowledged)} recovered={len(stored)} lost={len(lost)}")
+    print(
+        f"\nSIGKILL with {SENDERS} senders: acknowledged={len(acknowledged)} "
+        f"recovered={len(stored)} lost={len(lost)}"
+    )
     assert not lost
 
 

@@ -1,4 +1,4 @@
-"""Policies: built-ins, the TOML file (every key), caps, and errors that name file, policy and key."""
+"""Policies: built-ins, the TOML file (every key), caps, errors naming file, policy and key."""
 
 from __future__ import annotations
 
@@ -60,9 +60,13 @@ def test_missing_keys_take_the_ci_values(tmp_path: Path) -> None:
     assert policy.poll_interval_s == CI.poll_interval_s
 
 
-def test_a_file_policy_replaces_a_builtin_but_production_never_allows_faults(tmp_path: Path) -> None:
+def test_a_file_policy_replaces_a_builtin_but_production_never_allows_faults(
+    tmp_path: Path,
+) -> None:
     """A file may redefine a built-in; production still refuses fault injection."""
-    policies = _load(tmp_path, "[policy.ci]\npoll_budget = 2\n[policy.production]\npoll_budget = 4\n")
+    policies = _load(
+        tmp_path, "[policy.ci]\npoll_budget = 2\n[policy.production]\npoll_budget = 4\n"
+    )
     assert policies["ci"].poll_budget == 2
     assert policies["production"].poll_budget == 4 and not policies["production"].allow_faults
 
@@ -83,7 +87,10 @@ def test_caller_values_are_capped_never_raised() -> None:
         ("[policy.x]\nlate_arrival = 'bounce'\n", "late_arrival"),
         ("[policy.x]\nprovider_deadline_s = 0\n", "provider_deadline_s"),
         ("[policy.x]\nttl_default_s = 100\nttl_max_s = 50\n", "ttl_default_s"),
-        ("[policy.x]\nbreaker_cooldown_s = 9.0\nbreaker_cooldown_max_s = 3.0\n", "breaker_cooldown_s"),
+        (
+            "[policy.x]\nbreaker_cooldown_s = 9.0\nbreaker_cooldown_max_s = 3.0\n",
+            "breaker_cooldown_s",
+        ),
         ("[policy.x]\nretention = 5\n", "retention"),
         ("[policy.x]\nttl_max_s = true\n", "ttl_max_s"),
     ],

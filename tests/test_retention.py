@@ -1,4 +1,4 @@
-"""Retention: bodies are released after the lease plus retention_s; a size cap releases oldest first."""
+"""Retention: bodies go after lease + retention_s; a size cap releases the oldest first."""
 
 from __future__ import annotations
 
@@ -55,7 +55,9 @@ def test_evidence_is_released_after_lease_plus_retention(server: Server) -> None
     assert [e["type"] for e in report["events"]][-2:] == ["expired", "released"]
 
 
-def test_size_cap_releases_the_oldest_expired_evidence_first(tmp_path: Path, policy_file: str) -> None:
+def test_size_cap_releases_the_oldest_expired_evidence_first(
+    tmp_path: Path, policy_file: str
+) -> None:
     """Over --max-store-mb, evidence of the inbox whose lease ended first goes first; live stays."""
     capped = start_server(tmp_path, "--policy-file", policy_file, "--max-store-mb", "1")
     run_id = new_run_id("cap")
@@ -67,10 +69,15 @@ def test_size_cap_releases_the_oldest_expired_evidence_first(tmp_path: Path, pol
             capped.send(oldest["address"], subject="big", body="a" * 600_000)
             capped.send(newer["address"], subject="mid", body="b" * 300_000)
             capped.send(live["address"], subject="live", body="c" * 300_000)
-            ids = {name: _message_id(client, box) for name, box in (("oldest", oldest), ("newer", newer), ("live", live))}
+            ids = {
+                name: _message_id(client, box)
+                for name, box in (("oldest", oldest), ("newer", newer), ("live", live))
+            }
             _until(lambda: _released(client, ids["oldest"]))
             # Give the sweeper a few more rounds: nothing else may go once under the cap.
-            _until(lambda: client.get(f"/v1/inboxes/{newer['inbox_id']}").json()["state"] == "expired")
+            _until(
+                lambda: client.get(f"/v1/inboxes/{newer['inbox_id']}").json()["state"] == "expired"
+            )
             # Two more full sweeper rounds must release nothing more.
             rounds = _sweeps(client)
             _until(lambda: _sweeps(client) >= rounds + 2)

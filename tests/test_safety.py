@@ -44,7 +44,11 @@ def test_provider_error_is_retryable_and_spends_nothing(server: Server) -> None:
     )  # fmt: skip
     assert body["retry_after"] > 0 and response.headers["Retry-After"]
     assert body["attempt"] == 0 and body["last_error"] == "provider_error"
-    assert after["attempt"] == 0 and after["next_poll_at"] is None and after["last_error"] == "provider_error"
+    assert (
+        after["attempt"] == 0
+        and after["next_poll_at"] is None
+        and after["last_error"] == "provider_error"
+    )
 
 
 def test_provider_timeout_holds_until_the_deadline(server: Server) -> None:
@@ -60,7 +64,7 @@ def test_provider_timeout_holds_until_the_deadline(server: Server) -> None:
 
 
 def test_breaker_opens_blocks_and_closes_after_a_good_probe(server: Server) -> None:
-    """Threshold failures open it; while open calls are circuit_open (no poll); a good probe closes it."""
+    """Failures open it; while open calls are circuit_open (no poll); a good probe closes it."""
     with server.http() as client:
         inbox = _fragile(client)
         run_id = inbox["run_id"]
@@ -74,13 +78,21 @@ def test_breaker_opens_blocks_and_closes_after_a_good_probe(server: Server) -> N
         report = client.get(f"/v1/runs/{run_id}").json()
     assert first["reason"] == second["reason"] == "provider_error"
     body = blocked.json()
-    assert (body["status"], body["next_action"], body["reason"]) == ("blocked", "wait_then_retry", "circuit_open")
+    assert (body["status"], body["next_action"], body["reason"]) == (
+        "blocked",
+        "wait_then_retry",
+        "circuit_open",
+    )
     assert 0 < body["retry_after"] <= 1.0 and blocked.headers["Retry-After"] == "1"
     assert state_while_open["attempt"] == 0
     assert probe["state"] == "waiting" and probe["attempt"] == 1
     types = [e["type"] for e in report["events"]]
     assert types.count("breaker_opened") == 1
-    assert types.index("breaker_opened") < types.index("breaker_half_open") < types.index("breaker_closed")
+    assert (
+        types.index("breaker_opened")
+        < types.index("breaker_half_open")
+        < types.index("breaker_closed")
+    )
 
 
 def test_failed_probe_doubles_the_cooldown_up_to_the_cap(server: Server) -> None:
@@ -114,13 +126,15 @@ def test_exactly_one_probe_among_concurrent_calls(server: Server) -> None:
 
     def call(_: int) -> dict:
         start.wait()
-        return httpx.post(f"{server.url}/v1/inboxes/{inbox['inbox_id']}/wait", json={}, timeout=30).json()
+        return httpx.post(
+            f"{server.url}/v1/inboxes/{inbox['inbox_id']}/wait", json={}, timeout=30
+        ).json()
 
     with concurrent.futures.ThreadPoolExecutor(6) as pool:
         answers = list(pool.map(call, range(6)))
     reasons = sorted(a["reason"] for a in answers)
     assert reasons.count("circuit_open") == 5
-    assert [a for a in answers if a["reason"] != "circuit_open"][0]["state"] == "waiting"
+    assert next(a for a in answers if a["reason"] != "circuit_open")["state"] == "waiting"
 
 
 def test_breakers_are_isolated_by_operation_inbox_and_run(server: Server) -> None:
@@ -130,7 +144,9 @@ def test_breakers_are_isolated_by_operation_inbox_and_run(server: Server) -> Non
         broken = _fragile(client, run_id)
         healthy = _fragile(client, run_id, purpose="other")
         server.send(broken["address"], subject="kept")
-        message_id = client.get(f"/v1/inboxes/{broken['inbox_id']}/messages").json()["messages"][0]["message_id"]
+        message_id = client.get(f"/v1/inboxes/{broken['inbox_id']}/messages").json()["messages"][0][
+            "message_id"
+        ]
         _fault(client, target="wait", mode="error", count=2, run_id=run_id)
         wait(client, broken["inbox_id"])
         wait(client, broken["inbox_id"])
@@ -172,7 +188,9 @@ def test_claim_fault_is_an_envelope_and_claims_nothing(server: Server) -> None:
         message_id = wait(client, inbox["inbox_id"], timeout_s=5).json()["message"]["message_id"]
         _fault(client, target="claim", mode="timeout", count=1, run_id=inbox["run_id"])
         failed = client.post(f"/v1/messages/{message_id}/claim", json={"run_id": inbox["run_id"]})
-        retried = client.post(f"/v1/messages/{message_id}/claim", json={"run_id": inbox["run_id"]}).json()
+        retried = client.post(
+            f"/v1/messages/{message_id}/claim", json={"run_id": inbox["run_id"]}
+        ).json()
     assert failed.status_code == 200
     assert failed.json()["reason"] == "provider_timeout" and failed.json()["claim"] is None
     assert retried["reason"] is None and retried["next_action"] == "proceed"
@@ -242,11 +260,17 @@ def test_failure_taxonomy_leads_to_three_different_actions(server: Server) -> No
         found = wait(client, slow["inbox_id"], match={"subject_contains": "reset"}).json()
         message_id = found["message"]["message_id"]
         client.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id})
-        reused = client.post(f"/v1/messages/{message_id}/claim", json={"run_id": new_run_id("x")}).json()
+        reused = client.post(
+            f"/v1/messages/{message_id}/claim", json={"run_id": new_run_id("x")}
+        ).json()
     assert (unavailable["status"], unavailable["next_action"]) == ("retryable", "wait_then_retry")
     assert (empty["status"], empty["next_action"]) == ("retryable", "wait_for_message")
     assert (mismatch["status"], mismatch["next_action"]) == ("retryable", "verify_trigger")
-    assert (reused["status"], reused["next_action"], reused["reason"]) == ("blocked", "stop", "claimed_by_other_run")
+    assert (reused["status"], reused["next_action"], reused["reason"]) == (
+        "blocked",
+        "stop",
+        "claimed_by_other_run",
+    )
 
 
 def test_faults_are_404_without_the_flag(tmp_path: Path, policy_file: str) -> None:
@@ -280,7 +304,9 @@ def test_metrics_move_after_a_scripted_scenario(tmp_path: Path, policy_file: str
             wait(client, inbox["inbox_id"])
             fresh.send(inbox["address"], subject="hello")
             fresh.send("nobody-here@sink.test", subject="lost")
-            message_id = wait(client, inbox["inbox_id"], timeout_s=5).json()["message"]["message_id"]
+            message_id = wait(client, inbox["inbox_id"], timeout_s=5).json()["message"][
+                "message_id"
+            ]
             client.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id})
             client.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id})
             fragile = create_inbox(client, run_id, purpose="f", policy="sturdy")
@@ -296,9 +322,15 @@ def test_metrics_move_after_a_scripted_scenario(tmp_path: Path, policy_file: str
     assert values[("runsink_messages_total", (("outcome", "unrouted"),))] == 1
     assert values[("runsink_claims_total", (("result", "claimed"),))] == 1
     assert values[("runsink_claims_total", (("result", "already_claimed"),))] == 1
-    opened = ("runsink_breaker_transitions_total", (("cause", "provider_error"), ("event", "breaker_opened"), ("operation", "wait")))
+    opened = (
+        "runsink_breaker_transitions_total",
+        (("cause", "provider_error"), ("event", "breaker_opened"), ("operation", "wait")),
+    )
     assert values[opened] == 1
-    assert values[("runsink_blocked_calls_total", (("operation", "wait"), ("reason", "circuit_open")))] == 1
+    assert (
+        values[("runsink_blocked_calls_total", (("operation", "wait"), ("reason", "circuit_open")))]
+        == 1
+    )
     assert values[("runsink_polls_per_inbox_count", ())] == 1
     assert values[("runsink_time_to_first_evidence_seconds_count", ())] == 1
     assert values[("runsink_active_long_polls", ())] == 0
@@ -322,9 +354,17 @@ def test_wrong_run_counts_against_the_named_run(server: Server, operation: str) 
         for _ in range(2):
             refused = client.get(f"/v1/messages/{message_id}", headers={"X-Run-Id": intruder})
             assert refused.status_code == 403
-        _until(lambda: any(e["type"] == "breaker_opened" for e in client.get(f"/v1/runs/{intruder}").json().get("events", [])))
+        _until(
+            lambda: any(
+                e["type"] == "breaker_opened"
+                for e in client.get(f"/v1/runs/{intruder}").json().get("events", [])
+            )
+        )
         report = client.get(f"/v1/runs/{intruder}").json()
         owner_read = client.get(f"/v1/messages/{message_id}", headers={"X-Run-Id": owner})
     opened = [e for e in report["events"] if e["type"] == "breaker_opened"]
-    assert opened[0]["detail"]["cause"] == "wrong_run" and opened[0]["detail"]["operation"] == operation
+    assert (
+        opened[0]["detail"]["cause"] == "wrong_run"
+        and opened[0]["detail"]["operation"] == operation
+    )
     assert owner_read.status_code == 200
