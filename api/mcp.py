@@ -163,7 +163,6 @@ class AgentBackend:
             self._request.scope["runsink.inbox_id"] = inbox_id
 
 
-
 def _json_of(raw: bytes | memoryview) -> Json:
     body: Json = json.loads(bytes(raw))
     return body

@@ -77,7 +77,6 @@ def _model(model: type[M], body: Any) -> M:
     return model.model_validate(body)
 
 
-
 def _inbox_id(request: Request) -> str:
     inbox_id: str = request.path_params["inbox_id"]
     if not _INBOX_ID.fullmatch(inbox_id):

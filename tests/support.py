@@ -86,7 +86,9 @@ class Server:
         self.process.wait(10)
 
 
-def start_server(folder: Path, *args: str, db: Path | None = None, env: dict[str, str] | None = None) -> Server:
+def start_server(
+    folder: Path, *args: str, db: Path | None = None, env: dict[str, str] | None = None
+) -> Server:
     folder.mkdir(parents=True, exist_ok=True)
     db = db or folder / "runsink.db"
     log_path = folder / f"server-{uuid.uuid4().hex[:6]}.log"
@@ -108,19 +110,27 @@ def start_server(folder: Path, *args: str, db: Path | None = None, env: dict[str
     environment = {k: v for k, v in os.environ.items() if not k.startswith("RUNSINK_")}
     environment.update(env or {})
     with log_path.open("wb") as log_file:
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log_file, env=environment)
+        process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=log_file, env=environment
+        )
     deadline = time.monotonic() + STARTUP_DEADLINE_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"runsink exited with {process.returncode}: {log_path.read_text()[-2000:]}")
+            raise RuntimeError(
+                f"runsink exited with {process.returncode}: {log_path.read_text()[-2000:]}"
+            )
         for line in _lines(log_path):
             if line.get("event") == "listening":
-                server = Server(process, folder, db, log_path, line["smtp_port"], line["http_port"], list(args))
+                server = Server(
+                    process, folder, db, log_path, line["smtp_port"], line["http_port"], list(args)
+                )
                 _wait_ready(server, deadline)
                 return server
         time.sleep(0.02)
     process.kill()
-    raise RuntimeError(f"runsink did not start within {STARTUP_DEADLINE_S}s: {log_path.read_text()[-2000:]}")
+    raise RuntimeError(
+        f"runsink did not start within {STARTUP_DEADLINE_S}s: {log_path.read_text()[-2000:]}"
+    )
 
 
 def _lines(path: Path) -> Iterator[dict[str, Any]]:
@@ -143,7 +153,9 @@ def _wait_ready(server: Server, deadline: float) -> None:
     raise RuntimeError("runsink never became ready")
 
 
-def create_inbox(client: httpx.Client, run_id: str | None = None, purpose: str = "signup-check", **body: Any) -> dict[str, Any]:
+def create_inbox(
+    client: httpx.Client, run_id: str | None = None, purpose: str = "signup-check", **body: Any
+) -> dict[str, Any]:
     payload = {"run_id": run_id or new_run_id(), "purpose": purpose, **body}
     response = client.post("/v1/inboxes", json=payload)
     assert response.status_code == 201, response.text

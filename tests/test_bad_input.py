@@ -59,7 +59,9 @@ def test_create_rejects_wrong_shapes(server: Server, body: dict) -> None:
 def test_create_rejects_broken_json(server: Server, content: bytes) -> None:
     """Broken or non-object JSON bodies are 422 invalid_request."""
     with server.http() as client:
-        response = client.post("/v1/inboxes", content=content, headers={"Content-Type": "application/json"})
+        response = client.post(
+            "/v1/inboxes", content=content, headers={"Content-Type": "application/json"}
+        )
     _assert_error(response, 422, "invalid_request")
 
 
@@ -77,7 +79,9 @@ def test_bad_idempotency_key_is_422(server: Server) -> None:
     """An Idempotency-Key with spaces or too long is 422."""
     with server.http() as client:
         response = client.post(
-            "/v1/inboxes", json={"run_id": new_run_id(), "purpose": "p"}, headers={"Idempotency-Key": "a b"}
+            "/v1/inboxes",
+            json={"run_id": new_run_id(), "purpose": "p"},
+            headers={"Idempotency-Key": "a b"},
         )
     _assert_error(response, 422, "invalid_request")
 

@@ -48,7 +48,9 @@ def make_inbox(**changes: object) -> Inbox:
 
 
 def delivery(seq: int, subject: str = "Hello", claim: Claim | None = None) -> Delivery:
-    return Delivery(seq, f"msg_{seq}", "ib_aaaaaaaaaaaaaaaaaaaa", subject, "app@x.test", T0 + seq, 100, claim)
+    return Delivery(
+        seq, f"msg_{seq}", "ib_aaaaaaaaaaaaaaaaaaaa", subject, "app@x.test", T0 + seq, 100, claim
+    )
 
 
 NOTHING = ScanResult(None, 0, False)
@@ -75,7 +77,9 @@ def test_waiting_and_received_alternate_through_claims() -> None:
     received = after_poll(waiting, CI, ScanResult(delivery(3), 2, False), T0 + 1, T0 + 1)
     claim = Claim("clm_1", "msg_3", "run-1", T0 + 2)
     claimed = after_claim(received, delivery(3), claim)
-    assert claimed.cursor_seq == 3 and claimed.evidence is not None and claimed.evidence.claim == claim
+    assert (
+        claimed.cursor_seq == 3 and claimed.evidence is not None and claimed.evidence.claim == claim
+    )
     again = after_poll(claimed, CI, ScanResult(None, 3, False), T0 + 3, T0 + 3)
     assert again.state is State.WAITING and again.evidence is None
 
@@ -149,7 +153,8 @@ def test_budget_spent_repeats_an_unclaimed_received() -> None:
     received = make_inbox(state=State.RECEIVED, polls_used=12, evidence=delivery(4).as_evidence())
     assert wait_gate(received, T0).kind is GateKind.REPEAT_RECEIVED
     claimed = replace(
-        received, evidence=replace(delivery(4).as_evidence(), claim=Claim("c", "msg_4", "run-1", T0))
+        received,
+        evidence=replace(delivery(4).as_evidence(), claim=Claim("c", "msg_4", "run-1", T0)),
     )
     assert wait_gate(claimed, T0).kind is GateKind.OUT_OF_BUDGET
 
@@ -189,7 +194,9 @@ def test_max_age_ignores_old_mail() -> None:
     assert not match.headers_match("s", "f", T0, T0 + 61)
 
 
-def _envelope(inbox: Inbox, now: float = T0, can_create: bool = True) -> tuple[str, str, str, str | None]:
+def _envelope(
+    inbox: Inbox, now: float = T0, can_create: bool = True
+) -> tuple[str, str, str, str | None]:
     env = describe(inbox, now, can_create, "trace")
     return env.state, env.status, env.next_action, env.reason
 
@@ -199,7 +206,12 @@ def test_every_state_has_a_concrete_next_action() -> None:
     claim = Claim("c", "msg_4", "run-1", T0)
     assert _envelope(make_inbox()) == ("created", Status.COMPLETED, Action.WAIT_FOR_MESSAGE, None)
     waiting = make_inbox(state=State.WAITING, reason="evidence_not_found", next_poll_at=T0 + 2)
-    assert _envelope(waiting) == ("waiting", Status.RETRYABLE, Action.WAIT_FOR_MESSAGE, "evidence_not_found")
+    assert _envelope(waiting) == (
+        "waiting",
+        Status.RETRYABLE,
+        Action.WAIT_FOR_MESSAGE,
+        "evidence_not_found",
+    )
     mismatch = replace(waiting, reason="evidence_mismatch")
     assert _envelope(mismatch)[2] == Action.VERIFY_TRIGGER
     received = make_inbox(state=State.RECEIVED, evidence=delivery(4).as_evidence())
@@ -209,7 +221,12 @@ def test_every_state_has_a_concrete_next_action() -> None:
     expired = make_inbox().expire("timeout", T0)
     assert _envelope(expired) == ("expired", Status.BLOCKED, Action.CREATE_NEW_INBOX, "timeout")
     assert _envelope(expired, can_create=False)[2] == Action.STOP
-    assert _envelope(claimed.expire("lease", T0)) == ("expired", Status.COMPLETED, Action.PROCEED, "lease")
+    assert _envelope(claimed.expire("lease", T0)) == (
+        "expired",
+        Status.COMPLETED,
+        Action.PROCEED,
+        "lease",
+    )
 
 
 def test_waiting_retry_after_counts_down_to_next_poll() -> None:

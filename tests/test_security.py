@@ -21,7 +21,15 @@ def guarded(tmp_path_factory: pytest.TempPathFactory, policy_file: str) -> Serve
 
 @pytest.mark.parametrize(
     "authorization",
-    [None, "", "Bearer", "Bearer wrong", f"Basic {TOKEN}", f"Bearer {TOKEN}x", f"bearer {TOKEN[:-1]}"],
+    [
+        None,
+        "",
+        "Bearer",
+        "Bearer wrong",
+        f"Basic {TOKEN}",
+        f"Bearer {TOKEN}x",
+        f"bearer {TOKEN[:-1]}",
+    ],
 )
 def test_v1_needs_the_bearer_token(guarded: Server, authorization: str | None) -> None:
     """Every /v1 call without the right bearer token is 401 unauthorized."""
@@ -51,7 +59,11 @@ def test_the_right_token_works_and_health_stays_open(guarded: Server) -> None:
 def test_every_response_has_safe_headers(server: Server) -> None:
     """Responses carry nosniff, no framing, no referrer, a strict CSP and no-store."""
     with server.http() as client:
-        for response in (client.get("/healthz"), client.get("/v1/inboxes/ib_x"), client.get("/openapi.json")):
+        for response in (
+            client.get("/healthz"),
+            client.get("/v1/inboxes/ib_x"),
+            client.get("/openapi.json"),
+        ):
             assert response.headers["x-content-type-options"] == "nosniff"
             assert response.headers["x-frame-options"] == "DENY"
             assert response.headers["referrer-policy"] == "no-referrer"
@@ -99,13 +111,20 @@ def test_openapi_is_3_1_and_lists_every_endpoint(server: Server) -> None:
         "/metrics": {"get"},
     }.items():
         assert methods <= set(paths[path]), path
-    assert {"EnvelopeOut", "ErrorOut", "RefusalOut", "MessageOut"} <= set(document["components"]["schemas"])
+    assert {"EnvelopeOut", "ErrorOut", "RefusalOut", "MessageOut"} <= set(
+        document["components"]["schemas"]
+    )
 
 
 def test_token_from_flag_is_constant_time_compared(tmp_path: Path, policy_file: str) -> None:
     """--api-token works the same as the variable (the flag wins)."""
     running = start_server(
-        tmp_path, "--policy-file", policy_file, "--api-token", TOKEN, env={"RUNSINK_API_TOKEN": "other-token-123456789"}
+        tmp_path,
+        "--policy-file",
+        policy_file,
+        "--api-token",
+        TOKEN,
+        env={"RUNSINK_API_TOKEN": "other-token-123456789"},
     )
     try:
         with running.http(headers={"Authorization": f"Bearer {TOKEN}"}) as client:
