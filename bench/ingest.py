@@ -1,0 +1,359 @@
+"""Ingest and wake benchmark: runsink against a bare aiosmtpd sink, on this machine, now.
+
+    .venv/bin/python bench/ingest.py            # the full run (a few minutes)
+    .venv/bin/python bench/ingest.py --quick    # a smoke run (< 30 s)
+
+What it measures (see bench/README.md for the method and the targets):
+- SMTP ingest, messages/s, ~4 KB messages over 1, 8 and 64 reused connections, for runsink
+  (durable: 250 only after the commit) and for a bare aiosmtpd sink that stores nothing,
+  both running at once; the levels alternate bare/runsink and repeat, and the median counts.
+- wake latency: from the 250 after DATA to the answer of a long-poll already waiting on
+  that inbox (p50/p99).
+- peak RSS (VmHWM) of each server process.
+
+It only talks to 127.0.0.1 and every loop is bounded. It exits 0 whether or not the
+targets are met: it reports, it does not judge a shared, noisy machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import (  # the bench folder is not a package: see sys.path above
+    ServerProcess,
+    SMTPClient,
+    make_message,
+    median,
+    percentile,
+    run_sender,
+    start_bare_sink,
+    start_runsink,
+)
+
+TARGET_RATIO_AT_8 = 0.60
+TARGET_WAKE_P50_MS = 5.0
+MESSAGE_BYTES = 4096
+
+# Long-polls with no pacing, and budget and lease enough for every wait of the run.
+POLICIES = """
+[policy.bench]
+poll_interval_s = [0]
+poll_budget = 100000
+ttl_default_s = 3600
+ttl_max_s = 3600
+long_poll_max_s = 30
+inboxes_per_purpose = 100
+"""
+
+
+@dataclass
+class Level:
+    connections: int
+    label: str
+    bare: list[float] = field(default_factory=list)
+    sink: list[float] = field(default_factory=list)
+    bare_cpu_us: list[float] = field(default_factory=list)
+    sink_cpu_us: list[float] = field(default_factory=list)
+    client_cpu: list[float] = field(default_factory=list)
+    ratios: list[float] = field(default_factory=list)
+
+
+def create_inbox(server: ServerProcess, purpose: str, **body: Any) -> dict[str, Any]:
+    payload = {"run_id": f"bench-{uuid.uuid4().hex[:12]}", "purpose": purpose, **body}
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        response = client.post("/v1/inboxes", json=payload)
+    if response.status_code != 201:
+        raise RuntimeError(f"cannot create an inbox: {response.status_code} {response.text}")
+    created: dict[str, Any] = response.json()
+    return created
+
+
+def measure(server: ServerProcess, rcpt: str, connections: int, duration: float) -> dict[str, Any]:
+    """One timed sender run: rate, and CPU of the server and of the sender in the window."""
+    result = run_sender(
+        server.smtp_port, rcpt, connections, duration, size=MESSAGE_BYTES, server_pid=server.pid
+    )
+    if result["failures"] or result["other_codes"]:
+        print(
+            f"  ! {server.name} x{connections}: failures {result['failures']}, "
+            f"non-250 replies {result['other_codes']}",
+            file=sys.stderr,
+        )
+    return result
+
+
+def run_levels(
+    bare: ServerProcess,
+    sink: ServerProcess,
+    rcpt: str,
+    levels: list[Level],
+    duration: float,
+    repeats: int,
+) -> None:
+    for repeat in range(repeats):
+        for index, level in enumerate(levels):
+            # Alternate which goes first: a noisy neighbour then hurts both sides alike.
+            pair = [(bare, True), (sink, False)]
+            if (repeat + index) % 2:
+                pair.reverse()
+            rates: dict[bool, float] = {}
+            for server, is_bare in pair:
+                result = measure(server, rcpt, level.connections, duration)
+                rate = float(result["rate"])
+                cpu_us = float(result["server_cpu_us_per_msg"] or 0.0)
+                client_cpu = float(result["client_cpu_share"])
+                rates[is_bare] = rate
+                if is_bare:
+                    level.bare.append(rate)
+                    level.bare_cpu_us.append(cpu_us)
+                else:
+                    level.sink.append(rate)
+                    level.sink_cpu_us.append(cpu_us)
+                level.client_cpu.append(client_cpu)
+            level.ratios.append(rates[False] / rates[True] if rates[True] else 0.0)
+            print(
+                f"  round {repeat + 1}/{repeats} {level.label:>14}: bare {rates[True]:7.0f}/s  "
+                f"{sink.name} {rates[False]:7.0f}/s  ratio {level.ratios[-1]:.2f}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+# -- wake latency --------------------------------------------------------------------
+
+
+async def _active_long_polls(http: httpx.AsyncClient) -> float:
+    text = (await http.get("/metrics")).text
+    for line in text.splitlines():
+        if line.startswith("runsink_active_long_polls "):
+            return float(line.split()[1])
+    raise RuntimeError("/metrics has no runsink_active_long_polls gauge")
+
+
+async def _parked(http: httpx.AsyncClient, wait: asyncio.Future[Any]) -> None:
+    """Until the server holds our long-poll (it registers its waiter before scanning)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if wait.done():
+            response, _ = wait.result()
+            raise RuntimeError(f"the wait returned before any mail: {response.text}")
+        if await _active_long_polls(http) >= 1:
+            return
+    raise RuntimeError("the long-poll never became active")
+
+
+async def measure_wake(server: ServerProcess, count: int) -> list[float]:
+    """Milliseconds from the 250 after DATA to the waiting long-poll's answer, per message."""
+    run_id = f"bench-wake-{uuid.uuid4().hex[:12]}"
+    latencies: list[float] = []
+    limits = httpx.Limits(max_keepalive_connections=4)
+    async with httpx.AsyncClient(base_url=server.url, timeout=30, limits=limits) as http:
+        created = await http.post(
+            "/v1/inboxes",
+            json={
+                "run_id": run_id,
+                "purpose": "wake",
+                "policy": "bench",
+                "ttl_s": 3600,
+                "poll_budget": count + 10,
+            },
+        )
+        if created.status_code != 201:
+            raise RuntimeError(f"cannot create the wake inbox: {created.text}")
+        inbox = created.json()
+        address = inbox["address"]
+        message = make_message(address, MESSAGE_BYTES)
+        smtp = await SMTPClient.connect(server.smtp_port)
+
+        async def timed_wait() -> tuple[httpx.Response, float]:
+            response = await http.post(
+                f"/v1/inboxes/{inbox['inbox_id']}/wait",
+                json={"timeout_s": 10, "run_id": run_id},
+            )
+            return response, time.perf_counter()
+
+        try:
+            for _ in range(count):
+                wait = asyncio.ensure_future(timed_wait())
+                await _parked(http, wait)
+                code = await smtp.send(b"app@example.test", address.encode(), message)
+                acknowledged = time.perf_counter()
+                if code != 250:
+                    wait.cancel()
+                    raise RuntimeError(f"SMTP answered {code} in the wake test")
+                response, answered = await wait
+                body = response.json()
+                if response.status_code != 200 or body.get("state") != "received":
+                    raise RuntimeError(f"unexpected wait answer: {response.text}")
+                latencies.append((answered - acknowledged) * 1000)
+                claimed = await http.post(
+                    f"/v1/messages/{body['message']['message_id']}/claim", json={"run_id": run_id}
+                )
+                if claimed.status_code != 200:
+                    raise RuntimeError(f"claim failed: {claimed.text}")
+        finally:
+            await smtp.close()
+    return latencies
+
+
+# -- report --------------------------------------------------------------------------
+
+
+def _mark(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+def report(
+    levels: list[Level],
+    wake_ms: list[float],
+    rss: dict[str, float | None],
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    print()
+    print(
+        f"runsink ingest/wake benchmark  ({'quick' if args.quick else 'full'}: "
+        f"{args.duration:g} s per measurement, {args.repeats} round(s), median shown; "
+        f"~{MESSAGE_BYTES} B messages)"
+    )
+    load = f"load average {args.load_at_start:.2f} at start, {os.getloadavg()[0]:.2f} at end"
+    noisy = max(args.load_at_start, os.getloadavg()[0]) > 1.0
+    print(load + (" (busy machine: figures are noisy)" if noisy else ""))
+    header = (
+        f"{'connections':>16} | {'bare msg/s':>10} | {'runsink msg/s':>13} | {'ratio':>5} | "
+        f"{'ratio range':>11} | {'bare CPU µs/msg':>15} | {'runsink CPU µs/msg':>18} | "
+        f"{'client CPU':>10}"
+    )
+    print(header)
+    print("-" * len(header))
+    summary: dict[str, Any] = {"load_average": [args.load_at_start, os.getloadavg()[0]]}
+    summary["levels"] = []
+    for level in levels:
+        row = {
+            "label": level.label,
+            "connections": level.connections,
+            "bare_rate": median(level.bare),
+            "runsink_rate": median(level.sink),
+            "ratio": median(level.ratios),
+            "ratios": level.ratios,
+            "bare_cpu_us": median(level.bare_cpu_us),
+            "runsink_cpu_us": median(level.sink_cpu_us),
+            "client_cpu_share": max(level.client_cpu),
+        }
+        summary["levels"].append(row)
+        spread = f"{min(level.ratios):.2f}-{max(level.ratios):.2f}"
+        print(
+            f"{level.label:>16} | {row['bare_rate']:10.0f} | {row['runsink_rate']:13.0f} | "
+            f"{row['ratio']:5.2f} | {spread:>11} | {row['bare_cpu_us']:15.0f} | "
+            f"{row['runsink_cpu_us']:18.0f} | {row['client_cpu_share']:9.0%}"
+        )
+    p50, p99 = percentile(wake_ms, 50), percentile(wake_ms, 99)
+    summary["wake"] = {
+        "count": len(wake_ms),
+        "p50_ms": p50,
+        "p99_ms": p99,
+        "max_ms": max(wake_ms),
+    }
+    summary["peak_rss_mb"] = rss
+    print()
+    print(
+        f"wake latency (250 -> long-poll answer), {len(wake_ms)} messages: "
+        f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {max(wake_ms):.2f} ms"
+    )
+    print("peak RSS (VmHWM): " + ", ".join(f"{k} {v:.1f} MB" for k, v in rss.items() if v))
+    at_8 = next((row for row in summary["levels"] if row["label"] == "8"), None)
+    print()
+    if at_8 is not None:
+        ok = at_8["ratio"] >= TARGET_RATIO_AT_8
+        print(
+            f"target: runsink/bare at 8 connections >= {TARGET_RATIO_AT_8:.0%}: "
+            f"{at_8['ratio']:.0%} ({_mark(ok)})"
+        )
+    print(
+        f"target: wake p50 <= {TARGET_WAKE_P50_MS:g} ms: {p50:.2f} ms "
+        f"({_mark(p50 <= TARGET_WAKE_P50_MS)})"
+    )
+    print("(runsink logs at warning here; the 'info logs' row is the default --log-level info)")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a short smoke run (< 30 s)")
+    parser.add_argument("--duration", type=float, help="seconds per measurement")
+    parser.add_argument("--repeats", type=int, help="rounds of the whole matrix")
+    parser.add_argument("--wake-count", type=int, help="messages for the wake latency")
+    parser.add_argument(
+        "--levels", default="1,8,64", help="concurrent connections, comma-separated"
+    )
+    parser.add_argument("--no-info", action="store_true", help="skip the info-level run")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    args = parser.parse_args(argv)
+    args.duration = args.duration or (1.0 if args.quick else 3.0)
+    args.repeats = args.repeats or (1 if args.quick else 5)
+    args.wake_count = args.wake_count or (50 if args.quick else 500)
+    with_info = not (args.quick or args.no_info)
+    connection_levels = [int(x) for x in args.levels.split(",")]
+    args.load_at_start = os.getloadavg()[0]
+
+    folder = Path(tempfile.mkdtemp(prefix="runsink-bench-"))
+    policy_file = folder / "policies.toml"
+    policy_file.write_text(POLICIES)
+    servers: list[ServerProcess] = []
+    try:
+        bare = start_bare_sink(folder / "bare")
+        servers.append(bare)
+        sink = start_runsink(folder / "runsink", policy_file=policy_file)
+        servers.append(sink)
+        rcpt = create_inbox(sink, "ingest", ttl_s=3600)["address"]
+        print(f"servers up in {folder}; ingest to {rcpt}", file=sys.stderr, flush=True)
+
+        levels = [Level(n, str(n)) for n in connection_levels]
+        run_levels(bare, sink, rcpt, levels, args.duration, args.repeats)
+        if with_info:
+            info = start_runsink(
+                folder / "runsink-info",
+                name="runsink-info",
+                log_level="info",
+                policy_file=policy_file,
+            )
+            servers.append(info)
+            info_rcpt = create_inbox(info, "ingest", ttl_s=3600)["address"]
+            info_level = Level(8, "8 (info logs)")
+            run_levels(bare, info, info_rcpt, [info_level], args.duration, args.repeats)
+            levels.append(info_level)
+
+        print(f"wake latency: {args.wake_count} messages", file=sys.stderr, flush=True)
+        wake_ms = asyncio.run(measure_wake(sink, args.wake_count))
+        rss = {server.name: server.peak_rss_mb() for server in servers}
+        summary = report(levels, wake_ms, rss, args)
+        if args.json:
+            args.json.write_text(json.dumps(summary, indent=2))
+    finally:
+        for server in servers:
+            server.stop()
+        if args.keep:
+            print(f"kept {folder}", file=sys.stderr)
+        else:
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
