@@ -9,8 +9,6 @@ import secrets
 
 from sink.errors import InvalidCursor
 
-_B32 = "abcdefghijklmnopqrstuvwxyz234567"
-
 # The shapes of what callers name: every transport checks input against these.
 INBOX_ID = re.compile(r"ib_[a-z2-7]{20}")
 MESSAGE_ID = re.compile(r"msg_[a-z2-7]{24}")
@@ -19,7 +17,8 @@ PURPOSE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 def _token(chars: int) -> str:
-    return "".join(secrets.choice(_B32) for _ in range(chars))
+    """``chars`` lowercase base32 characters: 5 random bits each."""
+    return base64.b32encode(secrets.token_bytes((chars * 5 + 7) // 8)).decode()[:chars].lower()
 
 
 def new_inbox_id() -> str:

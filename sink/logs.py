@@ -59,6 +59,14 @@ def log(event: str, level: int = logging.INFO, **fields: Any) -> None:
         _LOGGER.log(level, event, extra={"fields": fields})
 
 
+def announce(event: str, **fields: Any) -> None:
+    """A line every operator needs (where we listen, that we stopped), whatever the level."""
+    record = _LOGGER.makeRecord(
+        _LOGGER.name, logging.INFO, __file__, 0, event, (), None, extra={"fields": fields}
+    )
+    _LOGGER.handle(record)  # past the level check on purpose
+
+
 def warn(event: str, **fields: Any) -> None:
     log(event, logging.WARNING, **fields)
 

@@ -1,14 +1,9 @@
-"""The SQLite adapter (the embedded default) on aiosqlite.
+"""The SQLite adapter (the embedded default): aiosqlite for reads, one writer thread.
 
-Concurrency is explicit: one writer connection, a lock around every
-``BEGIN IMMEDIATE ... COMMIT``, and one reader connection (WAL lets it read
-while the writer writes). Concurrent SMTP deliveries are batched into one
-commit (group commit) before their 250s. Durability: WAL with
-``synchronous=FULL``, so a commit survives a process crash and a power loss
-(https://www.sqlite.org/pragma.html#pragma_synchronous).
-
-Transactions run in a task of their own and are shielded: a caller that gives
-up (a deadline, a client gone) never leaves a transaction half open.
+Concurrency is explicit: every write is one whole transaction run on the writer's
+thread (``sqlite_writer.py``), and one reader connection reads beside it (WAL lets
+it read while the writer writes). Concurrent SMTP deliveries are batched into one
+commit (group commit) before their 250s. Durability: WAL with ``synchronous=FULL``.
 """
 
 from __future__ import annotations
@@ -16,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from importlib import resources
 from pathlib import Path
@@ -37,6 +32,7 @@ from sink.storage.base import (
     StoredMessage,
     UnroutedMail,
 )
+from sink.storage.sqlite_writer import CONNECTION_PRAGMAS, Writer
 
 T = TypeVar("T")
 Row = sqlite3.Row
@@ -68,61 +64,52 @@ def _migrations() -> list[tuple[int, str]]:
     return sorted(found)
 
 
+def _prepare(db: sqlite3.Connection) -> None:
+    """On the writer's connection, once: file format, WAL, then the pending migrations."""
+    db.execute("PRAGMA auto_vacuum = INCREMENTAL")  # only takes effect on a new file
+    db.execute("PRAGMA journal_mode = WAL")
+    version = int(db.execute("PRAGMA user_version").fetchone()[0])
+    for number, script in _migrations():
+        if number > version:
+            db.executescript(
+                f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;"
+            )
+
+
+def _all(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+    return list(db.execute(sql, params).fetchall())
+
+
 class SQLiteStore:
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._writer: aiosqlite.Connection | None = None
+        self._writer = Writer(path)
         self._reader: aiosqlite.Connection | None = None
-        self._write_lock = asyncio.Lock()
         self._queue: asyncio.Queue[tuple[Incoming, asyncio.Future[None]] | None] = asyncio.Queue()
         self._committer: asyncio.Task[None] | None = None
-        # Shielded transactions keep running when their caller gives up; keep a hard
-        # reference so they are not garbage-collected mid-flight.
-        self._tasks: set[asyncio.Task[Any]] = set()
 
     # -- lifecycle ---------------------------------------------------------------
 
     async def open(self) -> None:
         try:
-            self._writer = await self._connect()
-            await self._writer.execute("PRAGMA auto_vacuum = INCREMENTAL")
-            await self._writer.execute("PRAGMA journal_mode = WAL")
-            await self._migrate(self._writer)
-            self._reader = await self._connect()
-        except (sqlite3.Error, OSError) as exc:
+            await self._writer.open(_prepare)
+            self._reader = await aiosqlite.connect(self._path, isolation_level=None)
+            self._reader.row_factory = sqlite3.Row
+            for pragma in CONNECTION_PRAGMAS:
+                await self._reader.execute(pragma)
+        except (sqlite3.Error, OSError, StorageError) as exc:
             raise StorageError(f"cannot open the store at {self._path}: {exc}") from exc
         self._committer = asyncio.create_task(self._commit_loop(), name="sqlite-group-commit")
-
-    async def _connect(self) -> aiosqlite.Connection:
-        db = await aiosqlite.connect(self._path, isolation_level=None)
-        db.row_factory = sqlite3.Row
-        await db.execute("PRAGMA synchronous = FULL")
-        await db.execute("PRAGMA busy_timeout = 5000")
-        await db.execute("PRAGMA foreign_keys = OFF")
-        return db
-
-    async def _migrate(self, db: aiosqlite.Connection) -> None:
-        async with db.execute("PRAGMA user_version") as cur:
-            row = await cur.fetchone()
-        version = int(row[0]) if row else 0
-        for number, script in _migrations():
-            if number <= version:
-                continue
-            await db.executescript(
-                f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;"
-            )
 
     async def close(self) -> None:
         if self._committer is not None:
             await self._queue.put(None)
             await self._committer
             self._committer = None
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-        for db in (self._reader, self._writer):
-            if db is not None:
-                await db.close()
-        self._reader = self._writer = None
+        if self._reader is not None:
+            await self._reader.close()
+            self._reader = None
+        await self._writer.close()
 
     # -- plumbing ----------------------------------------------------------------
 
@@ -138,28 +125,8 @@ class SQLiteStore:
         except sqlite3.Error as exc:
             raise StorageError(f"read failed: {exc}") from exc
 
-    async def _transaction(self, work: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
-        task: asyncio.Task[T] = asyncio.ensure_future(self._run_transaction(work))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return await asyncio.shield(task)
-
-    async def _run_transaction(self, work: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
-        async with self._write_lock:
-            db = self._writer
-            if db is None:
-                raise StorageError("the store is closed")
-            try:
-                await db.execute("BEGIN IMMEDIATE")
-                try:
-                    result = await work(db)
-                except BaseException:
-                    await db.execute("ROLLBACK")
-                    raise
-                await db.execute("COMMIT")
-                return result
-            except sqlite3.Error as exc:
-                raise StorageError(f"write failed: {exc}") from exc
+    async def _transaction(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._writer.transaction(work)
 
     # -- inboxes -----------------------------------------------------------------
 
@@ -167,10 +134,11 @@ class SQLiteStore:
         await self._read("SELECT 1")
 
     async def create_inbox(self, new: NewInbox, event: Event) -> CreateResult:
-        async def work(db: aiosqlite.Connection) -> CreateResult:
+        def work(db: sqlite3.Connection) -> CreateResult:
             inbox = new.inbox
             rows = list(
-                await db.execute_fetchall(
+                _all(
+                    db,
                     "SELECT request_json, inbox_id FROM idempotency WHERE key = ?",
                     (new.idempotency_key,),
                 )
@@ -178,15 +146,15 @@ class SQLiteStore:
             if rows:
                 if rows[0]["request_json"] != new.request_json:
                     return CreateResult(CreateOutcome.CONFLICT)
-                existing = await _load_inbox(db, rows[0]["inbox_id"])
+                existing = _load_inbox(db, rows[0]["inbox_id"])
                 if existing is not None:
                     current = existing.effective(inbox.created_at)
                     if current.state is not State.EXPIRED:
                         return CreateResult(CreateOutcome.REPLAYED, existing)
-            count = await _count(db, inbox.run_id, inbox.purpose)
+            count = _count(db, inbox.run_id, inbox.purpose)
             if count >= new.inboxes_per_purpose:
                 return CreateResult(CreateOutcome.FORBIDDEN, count=count)
-            await db.execute(
+            db.execute(
                 """INSERT INTO inboxes (inbox_id, run_id, purpose, local_part, address, policy,
                        created_at, expires_at, poll_budget, polls_used, cursor_seq, state,
                        match_json, trace_id, evidence_release_at, last_change_reason)
@@ -206,12 +174,12 @@ class SQLiteStore:
                     inbox.expires_at + new.retention_s,
                 ),
             )
-            await db.execute(
+            db.execute(
                 """INSERT INTO idempotency (key, request_json, inbox_id) VALUES (?, ?, ?)
                    ON CONFLICT (key) DO UPDATE SET inbox_id = excluded.inbox_id""",
                 (new.idempotency_key, new.request_json, inbox.inbox_id),
             )
-            await _insert_events(db, [event])
+            _insert_events(db, [event])
             return CreateResult(CreateOutcome.CREATED, inbox)
 
         return await self._transaction(work)
@@ -243,8 +211,8 @@ class SQLiteStore:
         )
 
     async def save_poll(self, before: Inbox, after: Inbox, event: Event) -> bool:
-        async def work(db: aiosqlite.Connection) -> bool:
-            cur = await db.execute(
+        def work(db: sqlite3.Connection) -> bool:
+            cur = db.execute(
                 """UPDATE inboxes SET polls_used = ?, next_poll_at = ?, cursor_seq = ?, state = ?,
                        reason = ?, evidence_message_id = ?, last_poll_at = ?,
                        last_poll_latency_ms = ?, expired_at = ?, last_error = ?,
@@ -272,14 +240,14 @@ class SQLiteStore:
             events = [event]
             if after.state is State.EXPIRED:
                 events.append(_expired_event(after))
-            await _insert_events(db, events)
+            _insert_events(db, events)
             return True
 
         return await self._transaction(work)
 
     async def expire(self, inbox: Inbox, retention_s: int) -> None:
-        async def work(db: aiosqlite.Connection) -> None:
-            await _persist_expiry(db, inbox, retention_s)
+        def work(db: sqlite3.Connection) -> None:
+            _persist_expiry(db, inbox, retention_s)
 
         await self._transaction(work)
 
@@ -291,10 +259,8 @@ class SQLiteStore:
         return [_inbox(row) for row in rows]
 
     async def set_last_error(self, inbox_id: str, code: str) -> None:
-        async def work(db: aiosqlite.Connection) -> None:
-            await db.execute(
-                "UPDATE inboxes SET last_error = ? WHERE inbox_id = ?", (code, inbox_id)
-            )
+        def work(db: sqlite3.Connection) -> None:
+            db.execute("UPDATE inboxes SET last_error = ? WHERE inbox_id = ?", (code, inbox_id))
 
         await self._transaction(work)
 
@@ -320,10 +286,13 @@ class SQLiteStore:
                 batch.append(item)
             try:
                 await self._transaction(partial(_insert_batch, items=[i for i, _ in batch]))
-            except StorageError as exc:
+            except Exception as exc:  # the loop must outlive any one batch: each sender gets a 451
+                failure = (
+                    exc if isinstance(exc, StorageError) else StorageError(f"commit failed: {exc}")
+                )
                 for _, done in batch:
                     if not done.done():
-                        done.set_exception(exc)
+                        done.set_exception(failure)
                 continue
             for _, done in batch:
                 if not done.done():
@@ -379,15 +348,16 @@ class SQLiteStore:
         )
 
     async def claim(self, delivery: Delivery, claim: Claim, after: Inbox) -> Claim:
-        async def work(db: aiosqlite.Connection) -> Claim:
-            cur = await db.execute(
+        def work(db: sqlite3.Connection) -> Claim:
+            cur = db.execute(
                 """UPDATE deliveries SET claim_id = ?, claim_run_id = ?, claimed_at = ?
                    WHERE message_id = ? AND claim_id IS NULL""",
                 (claim.claim_id, claim.run_id, claim.claimed_at, claim.message_id),
             )
             if cur.rowcount != 1:
                 rows = list(
-                    await db.execute_fetchall(
+                    _all(
+                        db,
                         "SELECT claim_id, claim_run_id, claimed_at FROM deliveries "
                         "WHERE message_id = ?",
                         (claim.message_id,),
@@ -395,7 +365,7 @@ class SQLiteStore:
                 )
                 row = rows[0]
                 return Claim(row[0], claim.message_id, row[1], row[2])
-            await db.execute(
+            db.execute(
                 """UPDATE inboxes SET state = 'received', reason = NULL, evidence_message_id = ?,
                        cursor_seq = MAX(cursor_seq, ?),
                        last_change_reason = CASE WHEN state != 'received' THEN 'claimed'
@@ -403,7 +373,7 @@ class SQLiteStore:
                    WHERE inbox_id = ? AND state != 'expired'""",
                 (claim.message_id, delivery.seq, delivery.inbox_id),
             )
-            await _insert_events(
+            _insert_events(
                 db,
                 [
                     Event(
@@ -423,21 +393,17 @@ class SQLiteStore:
     # -- release and retention ---------------------------------------------------
 
     async def release_run(self, run_id: str, now: float) -> list[str]:
-        async def work(db: aiosqlite.Connection) -> list[str]:
+        def work(db: sqlite3.Connection) -> list[str]:
             rows = list(
-                await db.execute_fetchall(
-                    _INBOX_SELECT + " WHERE i.run_id = ? AND i.released_at IS NULL", (run_id,)
-                )
+                _all(db, _INBOX_SELECT + " WHERE i.run_id = ? AND i.released_at IS NULL", (run_id,))
             )
             inboxes = [_inbox(row) for row in rows]
             for inbox in inboxes:
                 if inbox.effective(now).state is not State.EXPIRED:
-                    await _persist_expiry(db, inbox.expire("lease", now), 0, cause="released")
+                    _persist_expiry(db, inbox.expire("lease", now), 0, cause="released")
                 else:
-                    await _persist_expiry(db, inbox.effective(now), 0)
-            await _release(
-                db, [i.inbox_id for i in inboxes], now, {i.inbox_id: run_id for i in inboxes}
-            )
+                    _persist_expiry(db, inbox.effective(now), 0)
+            _release(db, [i.inbox_id for i in inboxes], now, {i.inbox_id: run_id for i in inboxes})
             return [i.inbox_id for i in inboxes]
 
         return await self._transaction(work)
@@ -460,17 +426,18 @@ class SQLiteStore:
     async def _release_where(
         self, where: str, params: tuple[Any, ...], now: float, limit: int
     ) -> int:
-        async def work(db: aiosqlite.Connection) -> int:
+        def work(db: sqlite3.Connection) -> int:
             rows = list(
-                await db.execute_fetchall(
+                _all(
+                    db,
                     f"{_INBOX_SELECT} WHERE i.released_at IS NULL AND {where} LIMIT ?",
                     (*params, limit),
                 )
             )
             inboxes = [_inbox(row) for row in rows]
             for inbox in inboxes:
-                await _persist_expiry(db, inbox.effective(now), 0)
-            await _release(
+                _persist_expiry(db, inbox.effective(now), 0)
+            _release(
                 db, [i.inbox_id for i in inboxes], now, {i.inbox_id: i.run_id for i in inboxes}
             )
             return len(inboxes)
@@ -481,14 +448,8 @@ class SQLiteStore:
         return count
 
     async def _maintenance(self, sql: str) -> None:
-        """A statement that must not land inside another coroutine's transaction."""
-        async with self._write_lock:
-            if self._writer is None:
-                raise StorageError("the store is closed")
-            try:
-                await self._writer.execute(sql)
-            except sqlite3.Error as exc:
-                raise StorageError(f"maintenance failed: {exc}") from exc
+        """A statement that must not land inside a transaction: the writer runs it alone."""
+        await self._writer.statement(sql)
 
     async def used_bytes(self) -> int:
         """Bytes in use (pages minus free pages): what --max-store-mb caps."""
@@ -502,8 +463,8 @@ class SQLiteStore:
     async def trim_unrouted(self, keep: int) -> int:
         """Unrouted mail is diagnosis, not evidence: keep the newest ``keep`` rows."""
 
-        async def work(db: aiosqlite.Connection) -> int:
-            cur = await db.execute(
+        def work(db: sqlite3.Connection) -> int:
+            cur = db.execute(
                 "DELETE FROM unrouted WHERE id <= (SELECT id FROM unrouted ORDER BY id DESC "
                 "LIMIT 1 OFFSET ?)",
                 (keep,),
@@ -515,8 +476,8 @@ class SQLiteStore:
     # -- reports -----------------------------------------------------------------
 
     async def add_events(self, events: list[Event]) -> None:
-        async def work(db: aiosqlite.Connection) -> None:
-            await _insert_events(db, events)
+        def work(db: sqlite3.Connection) -> None:
+            _insert_events(db, events)
 
         await self._transaction(work)
 
@@ -618,16 +579,14 @@ def _delivery(row: Row) -> Delivery:
     )
 
 
-async def _load_inbox(db: aiosqlite.Connection, inbox_id: str) -> Inbox | None:
-    rows = list(await db.execute_fetchall(_INBOX_SELECT + " WHERE i.inbox_id = ?", (inbox_id,)))
+def _load_inbox(db: sqlite3.Connection, inbox_id: str) -> Inbox | None:
+    rows = list(_all(db, _INBOX_SELECT + " WHERE i.inbox_id = ?", (inbox_id,)))
     return _inbox(rows[0]) if rows else None
 
 
-async def _count(db: aiosqlite.Connection, run_id: str, purpose: str) -> int:
+def _count(db: sqlite3.Connection, run_id: str, purpose: str) -> int:
     rows = list(
-        await db.execute_fetchall(
-            "SELECT COUNT(*) FROM inboxes WHERE run_id = ? AND purpose = ?", (run_id, purpose)
-        )
+        _all(db, "SELECT COUNT(*) FROM inboxes WHERE run_id = ? AND purpose = ?", (run_id, purpose))
     )
     return int(rows[0][0])
 
@@ -645,13 +604,13 @@ def _expired_event(inbox: Inbox, cause: str | None = None) -> Event:
     )
 
 
-async def _persist_expiry(
-    db: aiosqlite.Connection, inbox: Inbox, retention_s: int, cause: str | None = None
+def _persist_expiry(
+    db: sqlite3.Connection, inbox: Inbox, retention_s: int, cause: str | None = None
 ) -> None:
     if inbox.state is not State.EXPIRED:
         return
     at = inbox.expired_at if inbox.expired_at is not None else inbox.expires_at
-    cur = await db.execute(
+    cur = db.execute(
         """UPDATE inboxes SET state = 'expired', reason = ?, expired_at = ?,
                evidence_release_at = MIN(evidence_release_at, ?),
                last_change_reason = ?
@@ -665,21 +624,21 @@ async def _persist_expiry(
         ),
     )
     if cur.rowcount == 1:
-        await _insert_events(db, [_expired_event(inbox, cause)])
+        _insert_events(db, [_expired_event(inbox, cause)])
 
 
-async def _release(
-    db: aiosqlite.Connection, inbox_ids: list[str], now: float, runs: dict[str, str]
+def _release(
+    db: sqlite3.Connection, inbox_ids: list[str], now: float, runs: dict[str, str]
 ) -> None:
     if not inbox_ids:
         return
-    await db.executemany(
+    db.executemany(
         "UPDATE inboxes SET released_at = ?, evidence_release_at = ? "
         "WHERE inbox_id = ? AND released_at IS NULL",
         [(now, now, inbox_id) for inbox_id in inbox_ids],
     )
     # A message stored once for several inboxes keeps its body until every one is released.
-    await db.executemany(
+    db.executemany(
         """UPDATE messages SET raw = NULL, released_at = ?
            WHERE raw IS NOT NULL
              AND message_pk IN (SELECT message_pk FROM deliveries WHERE inbox_id = ?)
@@ -687,21 +646,21 @@ async def _release(
                              WHERE d.message_pk = messages.message_pk AND i.released_at IS NULL)""",
         [(now, inbox_id) for inbox_id in inbox_ids],
     )
-    await _insert_events(
+    _insert_events(
         db, [Event(run_id=runs[i], type="released", at=now, inbox_id=i) for i in inbox_ids]
     )
 
 
-async def _insert_events(db: aiosqlite.Connection, events: Iterable[Event]) -> None:
-    await db.executemany(
+def _insert_events(db: sqlite3.Connection, events: Iterable[Event]) -> None:
+    db.executemany(
         "INSERT INTO events (run_id, inbox_id, message_id, at, type, detail_json) "
         "VALUES (?, ?, ?, ?, ?, ?)",
         [(e.run_id, e.inbox_id, e.message_id, e.at, e.type, json.dumps(e.detail)) for e in events],
     )
 
 
-async def _insert_batch(db: aiosqlite.Connection, items: list[Incoming]) -> None:
-    rows = list(await db.execute_fetchall("SELECT COALESCE(MAX(message_pk), 0) FROM messages"))
+def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
+    rows = list(_all(db, "SELECT COALESCE(MAX(message_pk), 0) FROM messages"))
     pk = int(rows[0][0])
     messages: list[tuple[Any, ...]] = []
     deliveries: list[tuple[Any, ...]] = []
@@ -750,20 +709,20 @@ async def _insert_batch(db: aiosqlite.Connection, items: list[Incoming]) -> None
             for late in item.late
         )
     if messages:
-        await db.executemany(
+        db.executemany(
             "INSERT INTO messages (message_pk, raw, size, subject, from_addr, to_json, cc_json, "
             "date, mail_from, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             messages,
         )
-        await db.executemany(
+        db.executemany(
             "INSERT INTO deliveries (message_id, inbox_id, message_pk, rcpt_json) "
             "VALUES (?, ?, ?, ?)",
             deliveries,
         )
     if unrouted:
-        await db.executemany(
+        db.executemany(
             "INSERT INTO unrouted (rcpt, mail_from, received_at, size) VALUES (?, ?, ?, ?)",
             unrouted,
         )
     if events:
-        await _insert_events(db, events)
+        _insert_events(db, events)
