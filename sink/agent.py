@@ -269,8 +269,11 @@ class Agent:
                 return await self._expired(inbox, expired, policy, started, trace_id)
 
             reached_provider = True
+            # A half-open probe is a short look: one scan, no long-poll, so the breaker
+            # learns at once whether the provider answers.
+            timeout_s = 0.0 if admission.probe else request.timeout_s
             deadline = started + max(
-                0.0, min(request.timeout_s, policy.long_poll_max_s, inbox.expires_at - started)
+                0.0, min(timeout_s, policy.long_poll_max_s, inbox.expires_at - started)
             )
             self._in_flight[inbox_id] = deadline
             try:

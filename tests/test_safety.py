@@ -368,3 +368,20 @@ def test_wrong_run_counts_against_the_named_run(server: Server, operation: str) 
         and opened[0]["detail"]["operation"] == operation
     )
     assert owner_read.status_code == 200
+
+
+def test_a_wait_probe_is_a_short_look(server: Server) -> None:
+    """The half-open probe does not long-poll: it looks once and answers."""
+    with server.http() as client:
+        inbox = _fragile(client)
+        _fault(client, target="wait", mode="error", count=2, run_id=inbox["run_id"])
+        wait(client, inbox["inbox_id"])
+        wait(client, inbox["inbox_id"])
+        time.sleep(1.05)  # past the 1.0 s cooldown
+        started = time.monotonic()
+        probe = wait(client, inbox["inbox_id"], timeout_s=8).json()
+        elapsed = time.monotonic() - started
+        after = wait(client, inbox["inbox_id"], timeout_s=0.5).json()
+    assert probe["state"] == "waiting" and probe["attempt"] == 1
+    assert elapsed < 4  # a long-poll would have held for 8 s
+    assert after["attempt"] == 2
