@@ -456,8 +456,17 @@ def test_shutdown_answers_an_mcp_wait_in_progress(tmp_path: Path, policy_file: s
         stopping.stop()
     assert (answer["state"], answer["next_action"]) == ("created", "wait_for_message")
     assert answer["attempt"] == 0
-    troubles = [line for line in stopping.log_lines() if line["level"] not in ("debug", "info")]
+    troubles = [
+        line
+        for line in stopping.log_lines()
+        if line["level"] not in ("debug", "info") and not _asyncio_debug_note(line)
+    ]
     assert troubles == []
+
+
+def _asyncio_debug_note(line: dict[str, Any]) -> bool:
+    """asyncio's debug mode (PYTHONASYNCIODEBUG=1, as CI runs) reports slow callbacks."""
+    return line.get("logger") == "asyncio" and str(line.get("message", "")).startswith("Executing")
 
 
 def _until_long_polls(server: Server, count: int) -> None:

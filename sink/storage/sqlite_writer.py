@@ -68,7 +68,8 @@ class Writer:
         try:
             await self._call(close)
         finally:
-            self._executor.shutdown(wait=True)
+            # The worker is idle now (close ran last); do not block the loop joining it.
+            self._executor.shutdown(wait=False)
 
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
