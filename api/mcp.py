@@ -30,7 +30,7 @@ from api.schemas import ClaimIn, CreateInboxIn, WaitIn
 from api.views import envelope_out, match_from, message_out, run_report_out
 from sink.agent import Agent, CreateRequest, WaitRequest
 from sink.envelope import Envelope
-from sink.errors import RunsinkError
+from sink.errors import InvalidRequest, RunsinkError
 from sink.mcp_server import Backend, Json, tools_server
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -124,6 +124,8 @@ class AgentBackend:
     async def claim_message(self, message_id: str, body: Json) -> Json:
         async def claim() -> Json:
             given = ClaimIn.model_validate(body)
+            if given.run_id is None:
+                raise InvalidRequest("run_id: the claiming run is required", {"field": "run_id"})
             self._note(run_id=given.run_id)
             return self._envelope(await self._agent.claim(message_id, given.run_id, self._trace))
 

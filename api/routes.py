@@ -182,7 +182,7 @@ def _with_status(envelope: Envelope, status: int) -> Envelope:
 
 async def get_inbox(request: Request) -> Response:
     inbox_id = _inbox_id(request)
-    envelope = await _agent(request).get(inbox_id, _explicit_trace(request))
+    envelope = await _agent(request).get(inbox_id, _explicit_trace(request), _caller_run(request))
     return _envelope_response(envelope, request)
 
 
@@ -249,9 +249,12 @@ async def raw_message(request: Request) -> Response:
 
 async def claim_message(request: Request) -> Response:
     message_id = _message_id(request)
-    given = _model(ClaimIn, await _json_body(request))
+    given = _model(ClaimIn, await _json_body(request, required=False))
     run_id = _caller_run(request, given.run_id)
-    assert run_id is not None
+    if run_id is None:
+        raise InvalidRequest(
+            "run_id: the claiming run is required (body run_id, or X-Run-Id)", {"field": "run_id"}
+        )
     envelope = await _agent(request).claim(message_id, run_id, _explicit_trace(request))
     return _envelope_response(envelope, request)
 

@@ -74,7 +74,7 @@ class WaitIn(_Request):
 
 
 class ClaimIn(_Request):
-    run_id: RunId
+    run_id: RunId | None = None  # required, here or as X-Run-Id
 
 
 class FaultIn(_Request):

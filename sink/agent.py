@@ -228,8 +228,11 @@ class Agent:
         )
         return Created(await self._describe(stored, now, trace_id), replayed)
 
-    async def get(self, inbox_id: str, trace: str | None) -> Envelope:
+    async def get(self, inbox_id: str, trace: str | None, run_id: str | None = None) -> Envelope:
         inbox = await self._load(inbox_id)
+        if run_id is not None and run_id != inbox.run_id:
+            # Refused like any call naming the wrong run (GET has no breaker of its own).
+            raise OwnershipRefused("wrong_run", f"run {run_id!r} does not own this inbox")
         return await self._describe(inbox, clock.now(), trace or inbox.trace_id)
 
     # -- wait ----------------------------------------------------------------------

@@ -271,6 +271,14 @@ class Breakers:
             breaker = self._breakers[key] = Breaker(settings)
         return breaker
 
+    def find(self, key: BreakerKey) -> Breaker | None:
+        """The breaker for ``key`` if one is remembered (none means closed, no failures)."""
+        return self._breakers.get(key)
+
+    def discard(self, key: BreakerKey) -> None:
+        """Forget a breaker now (e.g. one that settled back to closed with no failures)."""
+        self._breakers.pop(key, None)
+
     def forget_idle(self, now: float) -> int:
         """Drop the breakers not worth remembering; return how many were dropped.
 

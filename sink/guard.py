@@ -21,6 +21,8 @@ from sink.policy import Policy
 
 T = TypeVar("T")
 
+_CLOSED = Admission(allowed=True, probe=False, retry_after=None, transition=None)
+
 _TRANSITION_EVENTS = {
     "open": "breaker_opened",
     "half_open": "breaker_half_open",
@@ -58,27 +60,40 @@ class Guard:
         self._on_change = on_change
         self._clock = clock
 
+    # A breaker is remembered only from its first failure until it settles again (closed,
+    # no failures): the many runs that never fail cost no memory at all.
+
     def admit(self, key: BreakerKey, policy: Policy) -> Admission:
         now = self._clock()
         self.breakers.forget_idle(now)
-        admission = self.breakers.get(key, breaker_settings(policy)).admit(now)
+        breaker = self.breakers.find(key)
+        if breaker is None:
+            return _CLOSED
+        admission = breaker.admit(now)
         self._note(key, admission.transition, None)
         return admission
 
     def success(self, key: BreakerKey, policy: Policy) -> None:
-        transition = self.breakers.get(key, breaker_settings(policy)).record_success(self._clock())
+        breaker = self.breakers.find(key)
+        if breaker is None:
+            return
+        transition = breaker.record_success(self._clock())
         self._note(key, transition, None)
+        if breaker.is_settled:
+            self.breakers.discard(key)
 
     def failure(self, key: BreakerKey, policy: Policy, cause: str) -> None:
         transition = self.breakers.get(key, breaker_settings(policy)).record_failure(self._clock())
         self._note(key, transition, cause)
 
     def abandon(self, key: BreakerKey, policy: Policy) -> None:
-        self.breakers.get(key, breaker_settings(policy)).abandon_probe(self._clock())
+        breaker = self.breakers.find(key)
+        if breaker is not None:
+            breaker.abandon_probe(self._clock())
 
     def remaining_cooldown(self, key: BreakerKey, policy: Policy) -> float | None:
-        breaker = self.breakers.get(key, breaker_settings(policy))
-        if breaker.opened_at is None:
+        breaker = self.breakers.find(key)
+        if breaker is None or breaker.opened_at is None:
             return None
         return max(0.1, breaker.opened_at + breaker.cooldown_s - self._clock())
 

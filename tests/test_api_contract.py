@@ -558,3 +558,27 @@ def test_trace_continues_from_header_or_inbox(server: Server) -> None:
     assert explicit.json()["trace_id"] == "my-trace-1"
     assert junk.json()["trace_id"] not in (created["trace_id"], "bad trace!")
     assert junk.headers["x-trace-id"] == junk.json()["trace_id"]
+
+
+def test_get_naming_another_run_is_wrong_run(server: Server) -> None:
+    """GET /v1/inboxes/{id} with X-Run-Id of another run is 403 wrong_run; the owner is fine."""
+    run_id = new_run_id()
+    with server.http() as client:
+        inbox = create_inbox(client, run_id)
+        other = client.get(f"/v1/inboxes/{inbox['inbox_id']}", headers={"X-Run-Id": new_run_id("x")})
+        owner = client.get(f"/v1/inboxes/{inbox['inbox_id']}", params={"run_id": run_id})
+    assert other.status_code == 403 and other.json()["reason"] == "wrong_run"
+    assert inbox["address"] not in other.text
+    assert owner.status_code == 200
+
+
+def test_claim_takes_the_run_from_x_run_id(server: Server) -> None:
+    """A claim may name its run with X-Run-Id instead of the body."""
+    run_id = new_run_id()
+    with server.http() as client:
+        inbox = create_inbox(client, run_id)
+        received = _received(server, client, inbox)
+        response = client.post(
+            f"/v1/messages/{received['message']['message_id']}/claim", headers={"X-Run-Id": run_id}
+        )
+    assert response.status_code == 200 and response.json()["next_action"] == "proceed"

@@ -270,3 +270,14 @@ def test_registry_rejects_nonsense_ages() -> None:
         Breakers(idle_after_s=0.0)
     with pytest.raises(ValueError):
         Breakers(idle_after_s=60.0, forget_after_s=30.0)
+
+
+def test_registry_find_and_discard() -> None:
+    """find() does not create; discard() forgets a breaker at once."""
+    registry = Breakers()
+    key = ("run", "inbox", "wait")
+    assert registry.find(key) is None and len(registry) == 0
+    created = registry.get(key, BreakerSettings(2, 1.0, 4.0))
+    assert registry.find(key) is created
+    registry.discard(key)
+    assert registry.find(key) is None and len(registry) == 0
