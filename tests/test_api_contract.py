@@ -565,7 +565,9 @@ def test_get_naming_another_run_is_wrong_run(server: Server) -> None:
     run_id = new_run_id()
     with server.http() as client:
         inbox = create_inbox(client, run_id)
-        other = client.get(f"/v1/inboxes/{inbox['inbox_id']}", headers={"X-Run-Id": new_run_id("x")})
+        other = client.get(
+            f"/v1/inboxes/{inbox['inbox_id']}", headers={"X-Run-Id": new_run_id("x")}
+        )
         owner = client.get(f"/v1/inboxes/{inbox['inbox_id']}", params={"run_id": run_id})
     assert other.status_code == 403 and other.json()["reason"] == "wrong_run"
     assert inbox["address"] not in other.text
