@@ -9,7 +9,8 @@ import pytest
 from tests.support import Server, create_inbox, new_run_id, wait
 
 BOUNDARY_BROKEN = (
-    b'Content-Type: multipart/mixed; boundary="abc"\r\n\r\n--abc\r\nContent-Type: text/plain\r\n\r\n'
+    b'Content-Type: multipart/mixed; boundary="abc"\r\n\r\n'
+    b"--abc\r\nContent-Type: text/plain\r\n\r\n"
     b"part one\r\n--ab\r\nno closing boundary at all\r\n"
 )
 DEEP = (
