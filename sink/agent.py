@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sink import clock, ids
+from sink.breaker import BreakerKey
 from sink.config import Settings
 from sink.envelope import (
     Action,
@@ -286,19 +287,7 @@ class Agent:
             finally:
                 self._in_flight.pop(inbox_id, None)
         except ProviderTrouble as exc:
-            self._guard.failure(key, policy, exc.reason)
-            self._metrics.provider_failure("wait", exc.reason)
-            log(
-                "provider_trouble",
-                run_id=inbox.run_id,
-                inbox_id=inbox_id,
-                trace_id=trace_id,
-                reason=exc.reason,
-            )
-            await self._best_effort(self._store_last_error(inbox, exc.reason))
-            view = await self._describe(replace(inbox, last_error=exc.reason), started, trace_id)
-            cooldown = self._guard.remaining_cooldown(key, policy)
-            return provider_trouble(view, exc.reason, cooldown or 1.0)
+            return await self._provider_trouble(exc, key, inbox, policy, started, trace_id)
         except BaseException:
             if admission.probe:
                 self._guard.abandon(key, policy)
@@ -458,12 +447,7 @@ class Agent:
                 "claim", inbox.run_id, policy, lambda: self._store.claim(delivery, claim, after)
             )
         except ProviderTrouble as exc:
-            self._guard.failure(key, policy, exc.reason)
-            self._metrics.provider_failure("claim", exc.reason)
-            await self._best_effort(self._store_last_error(inbox, exc.reason))
-            view = await self._describe(replace(inbox, last_error=exc.reason), now, trace_id)
-            cooldown = self._guard.remaining_cooldown(key, policy)
-            return provider_trouble(view, exc.reason, cooldown or 1.0)
+            return await self._provider_trouble(exc, key, inbox, policy, now, trace_id)
         except BaseException:
             if admission.probe:
                 self._guard.abandon(key, policy)
@@ -488,6 +472,32 @@ class Agent:
             trace_id=trace_id,
         )
         return await self._describe(after_claim(inbox, delivery, standing), now, trace_id)
+
+    async def _provider_trouble(
+        self,
+        exc: ProviderTrouble,
+        key: BreakerKey,
+        inbox: Inbox,
+        policy: Policy,
+        now: float,
+        trace_id: str,
+    ) -> Envelope:
+        """The provider failed an envelope call: a breaker failure, nothing spent, retry soon."""
+        operation = key[2]
+        self._guard.failure(key, policy, exc.reason)
+        self._metrics.provider_failure(operation, exc.reason)
+        log(
+            "provider_trouble",
+            run_id=inbox.run_id,
+            inbox_id=inbox.inbox_id,
+            trace_id=trace_id,
+            operation=operation,
+            reason=exc.reason,
+        )
+        await self._best_effort(self._store_last_error(inbox, exc.reason))
+        view = await self._describe(replace(inbox, last_error=exc.reason), now, trace_id)
+        cooldown = self._guard.remaining_cooldown(key, policy)
+        return provider_trouble(view, exc.reason, cooldown or 1.0)
 
     def _claimed_view(
         self, inbox: Inbox, delivery: Delivery, now: float, trace_id: str
