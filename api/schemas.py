@@ -12,36 +12,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from sink.vocabulary import NextAction, Reason, State
+from sink.vocabulary import Status as StatusT
+
 RunId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
 Purpose = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,64}$")]
 PolicyName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,64}$")]
 Needle = Annotated[str, StringConstraints(min_length=1, max_length=512)]
-
-State = Literal["created", "waiting", "received", "expired"]
-StatusT = Literal["completed", "retryable", "blocked"]
-NextAction = Literal[
-    "wait_for_message",
-    "claim_message",
-    "proceed",
-    "wait_then_retry",
-    "verify_trigger",
-    "create_new_inbox",
-    "stop",
-]
-Reason = Literal[
-    "evidence_not_found",
-    "evidence_mismatch",
-    "provider_timeout",
-    "provider_error",
-    "circuit_open",
-    "too_early",
-    "lease",
-    "timeout",
-    "already_claimed",
-    "claimed_by_other_run",
-    "wrong_run",
-    "lease_expired",
-]
 
 
 class _Request(BaseModel):

@@ -12,31 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-STATES = ("created", "waiting", "received", "expired")
-STATUSES = ("completed", "retryable", "blocked")
-NEXT_ACTIONS = (
-    "wait_for_message",
-    "claim_message",
-    "proceed",
-    "wait_then_retry",
-    "verify_trigger",
-    "create_new_inbox",
-    "stop",
-)
-REASONS = (
-    "evidence_not_found",
-    "evidence_mismatch",
-    "provider_timeout",
-    "provider_error",
-    "circuit_open",
-    "too_early",
-    "lease",
-    "timeout",
-    "already_claimed",
-    "claimed_by_other_run",
-    "wrong_run",
-    "lease_expired",
-)
+from sink.vocabulary import NEXT_ACTIONS, REASONS, STATES, STATUSES
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,35 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from sink.client.errors import ProtocolError
-
-State = Literal["created", "waiting", "received", "expired"]
-Status = Literal["completed", "retryable", "blocked"]
-NextAction = Literal[
-    "wait_for_message",
-    "claim_message",
-    "proceed",
-    "wait_then_retry",
-    "verify_trigger",
-    "create_new_inbox",
-    "stop",
-]
-Reason = Literal[
-    "evidence_not_found",
-    "evidence_mismatch",
-    "provider_timeout",
-    "provider_error",
-    "circuit_open",
-    "too_early",
-    "lease",
-    "timeout",
-    "already_claimed",
-    "claimed_by_other_run",
-    "wrong_run",
-    "lease_expired",
-]
+from sink.vocabulary import NextAction, Reason, State, Status
 
 Json = Mapping[str, Any]
 
