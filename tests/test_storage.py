@@ -1,0 +1,201 @@
+"""The SQLite store on a real file: atomic claims, idempotent creates, group commit, release."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+from sink import clock, ids
+from sink.inbox import Claim, Inbox, Match, State
+from sink.message import summarize
+from sink.storage.base import CreateOutcome, Delivered, Event, Incoming, NewInbox
+from sink.storage.sqlite import SQLiteStore
+
+T = TypeVar("T")
+
+
+def run(path: Path, scenario: Callable[[SQLiteStore], Awaitable[T]]) -> T:
+    async def main() -> T:
+        store = SQLiteStore(path)
+        await store.open()
+        try:
+            return await scenario(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(main())
+
+
+def new_inbox(run_id: str = "run-1", purpose: str = "signup", key: str | None = None) -> NewInbox:
+    now = clock.now()
+    local = ids.new_local_part()
+    inbox = Inbox(
+        inbox_id=ids.new_inbox_id(),
+        run_id=run_id,
+        purpose=purpose,
+        address=f"{local}@sink.test",
+        policy_name="ci",
+        created_at=now,
+        expires_at=now + 600,
+        poll_budget=12,
+        polls_used=0,
+        next_poll_at=None,
+        cursor_seq=0,
+        state=State.CREATED,
+        reason=None,
+        evidence=None,
+        match=Match(),
+        trace_id="t",
+    )
+    return NewInbox(
+        inbox=inbox,
+        local_part=local,
+        idempotency_key=key or f"{purpose}:{run_id}",
+        request_json=f'{{"purpose":"{purpose}","run_id":"{run_id}"}}',
+        inboxes_per_purpose=3,
+        retention_s=86400,
+    )
+
+
+def created_event(new: NewInbox) -> Event:
+    return Event(new.inbox.run_id, "created", new.inbox.created_at, new.inbox.inbox_id)
+
+
+def incoming(*inboxes: Inbox, subject: str = "Hello") -> Incoming:
+    raw = f"From: app@x.test\r\nSubject: {subject}\r\n\r\nbody\r\n".encode()
+    return Incoming(
+        raw=raw,
+        summary=summarize(raw),
+        mail_from="app@x.test",
+        received_at=clock.now(),
+        deliveries=tuple(
+            Delivered(i.inbox_id, i.run_id, ids.new_message_id(), (i.address,)) for i in inboxes
+        ),
+    )
+
+
+def test_concurrent_creates_with_one_key_make_one_inbox(tmp_path: Path) -> None:
+    """Ten concurrent creates with the same key: one is created, nine replay it."""
+
+    async def scenario(store: SQLiteStore) -> list[tuple[str, str | None]]:
+        news = [new_inbox(key="same-key") for _ in range(10)]
+        results = await asyncio.gather(*(store.create_inbox(n, created_event(n)) for n in news))
+        return [(r.outcome, r.inbox.inbox_id if r.inbox else None) for r in results]
+
+    results = run(tmp_path / "s.db", scenario)
+    assert [o for o, _ in results].count(CreateOutcome.CREATED) == 1
+    assert [o for o, _ in results].count(CreateOutcome.REPLAYED) == 9
+    assert len({inbox_id for _, inbox_id in results}) == 1
+
+
+def test_inboxes_per_purpose_holds_under_concurrency(tmp_path: Path) -> None:
+    """Concurrent creates with different keys never exceed inboxes_per_purpose."""
+
+    async def scenario(store: SQLiteStore) -> list[str]:
+        news = [new_inbox(key=f"k{n}") for n in range(10)]
+        results = await asyncio.gather(*(store.create_inbox(n, created_event(n)) for n in news))
+        return [r.outcome for r in results]
+
+    outcomes = run(tmp_path / "s.db", scenario)
+    assert outcomes.count(CreateOutcome.CREATED) == 3
+    assert outcomes.count(CreateOutcome.FORBIDDEN) == 7
+
+
+def test_a_message_is_claimed_at_most_once(tmp_path: Path) -> None:
+    """Concurrent claims by different runs: exactly one claim stands, and all see it."""
+
+    async def scenario(store: SQLiteStore) -> tuple[set[str], str]:
+        new = new_inbox()
+        await store.create_inbox(new, created_event(new))
+        await store.save_message(incoming(new.inbox))
+        (delivery,) = await store.deliveries_after(new.inbox.inbox_id, 0, 10)
+        claims = [
+            Claim(ids.new_claim_id(), delivery.message_id, f"run-{n}", clock.now())
+            for n in range(8)
+        ]
+        standing = await asyncio.gather(*(store.claim(delivery, c, new.inbox) for c in claims))
+        stored = await store.delivery(delivery.message_id)
+        assert stored is not None and stored.claim is not None
+        return {c.claim_id for c in standing}, stored.claim.claim_id
+
+    standing, stored = run(tmp_path / "s.db", scenario)
+    assert standing == {stored}
+
+
+def test_concurrent_deliveries_are_all_durable(tmp_path: Path) -> None:
+    """200 concurrent saves all return stored; a fresh connection sees every one."""
+    path = tmp_path / "s.db"
+
+    async def scenario(store: SQLiteStore) -> str:
+        new = new_inbox()
+        await store.create_inbox(new, created_event(new))
+        await asyncio.gather(
+            *(store.save_message(incoming(new.inbox, subject=f"m{n}")) for n in range(200))
+        )
+        return new.inbox.inbox_id
+
+    inbox_id = run(path, scenario)
+    with sqlite3.connect(path) as db:
+        count = db.execute(
+            "SELECT COUNT(*) FROM deliveries WHERE inbox_id = ?", (inbox_id,)
+        ).fetchone()[0]
+        mode = db.execute("PRAGMA journal_mode").fetchone()[0]
+    assert count == 200 and mode == "wal"
+
+
+def test_a_shared_message_keeps_its_body_until_every_inbox_is_released(tmp_path: Path) -> None:
+    """A message stored once for two runs' inboxes: releasing one run keeps the other's body."""
+
+    async def scenario(store: SQLiteStore) -> tuple[bytes | None, bytes | None]:
+        first, second = new_inbox("run-a"), new_inbox("run-b")
+        for new in (first, second):
+            await store.create_inbox(new, created_event(new))
+        await store.save_message(incoming(first.inbox, second.inbox))
+        (a,) = await store.deliveries_after(first.inbox.inbox_id, 0, 10)
+        (b,) = await store.deliveries_after(second.inbox.inbox_id, 0, 10)
+        await store.release_run("run-a", clock.now())
+        return await store.raw(a.message_id), await store.raw(b.message_id)
+
+    released, kept = run(tmp_path / "s.db", scenario)
+    assert released is None and kept is not None and kept.startswith(b"From:")
+
+
+def test_reopening_applies_no_migration_twice(tmp_path: Path) -> None:
+    """Opening an existing store keeps its data and its schema version."""
+    path = tmp_path / "s.db"
+
+    async def first(store: SQLiteStore) -> str:
+        new = new_inbox()
+        await store.create_inbox(new, created_event(new))
+        return new.inbox.inbox_id
+
+    async def second(store: SQLiteStore, inbox_id: str) -> bool:
+        return await store.load_inbox(inbox_id) is not None
+
+    inbox_id = run(path, first)
+    assert run(path, lambda store: second(store, inbox_id))
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+
+
+def test_save_poll_refuses_a_stale_snapshot(tmp_path: Path) -> None:
+    """A poll recorded from a stale snapshot (another poll got there first) is refused."""
+    from sink.inbox import ScanResult, after_poll
+    from sink.policy import CI
+
+    async def scenario(store: SQLiteStore) -> tuple[bool, bool]:
+        new = new_inbox()
+        await store.create_inbox(new, created_event(new))
+        before = new.inbox
+        now = clock.now()
+        after = after_poll(before, CI, ScanResult(None, 0, False), now, now)
+        event = Event(before.run_id, "polled", now, before.inbox_id)
+        return await store.save_poll(before, after, event), await store.save_poll(
+            before, after, event
+        )
+
+    first, second = run(tmp_path / "s.db", scenario)
+    assert first and not second
