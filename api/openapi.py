@@ -52,8 +52,32 @@ def _json(name: str, description: str, example: Any = None) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": media}}
 
 
+_ERROR_EXAMPLES = {
+    "400": ("invalid_cursor", "cursor is not one this server issued"),
+    "401": ("unauthorized", "missing or wrong bearer token"),
+    "404": ("not_found", "no inbox 'ib_abcdefghijklmnopqrst'"),
+    "409": ("policy_forbids", "policy 'ci' allows 3 inbox(es) per purpose for a run"),
+    "410": ("evidence_released", "message msg_...: its body was released"),
+    "413": ("invalid_request", "the request body is over 1048576 bytes"),
+    "422": ("invalid_request", "run_id: String should match pattern '^[A-Za-z0-9._:-]{1,128}$'"),
+    "503": ("provider_timeout", "the store did not answer wait within 2s"),
+}
+
+
 def _errors(*codes: str) -> dict[str, Any]:
-    return {code: _json("ErrorOut", _ERRORS[code]) for code in codes}
+    responses = {}
+    for code in codes:
+        error, message = _ERROR_EXAMPLES[code]
+        example = {"error": {"code": error, "message": message, "details": {}}}
+        responses[code] = _json("ErrorOut", _ERRORS[code], example)
+    return responses
+
+
+def _body(name: str, example: dict[str, Any], required: bool = True) -> dict[str, Any]:
+    return {
+        "required": required,
+        "content": {"application/json": {"schema": _ref(name), "example": example}},
+    }
 
 
 _ENVELOPE_EXAMPLE = {
@@ -112,7 +136,22 @@ def _envelope(description: str, extra: dict[str, Any] | None = None) -> dict[str
 
 def _paths() -> dict[str, Any]:
     refusal = {
-        "403": _json("RefusalOut", "wrong_run: the named run does not own this"),
+        "403": _json(
+            "RefusalOut",
+            "wrong_run: the named run does not own this",
+            {
+                "status": "blocked",
+                "reason": "wrong_run",
+                "next_action": "stop",
+                "retry_after": None,
+                "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+                "error": {
+                    "code": "wrong_run",
+                    "message": "run 'x' does not own this inbox",
+                    "details": {},
+                },
+            },
+        ),
     }
     return {
         "/v1/inboxes": {
@@ -128,10 +167,14 @@ def _paths() -> dict[str, Any]:
                     },
                     *_TRACE_HEADERS,
                 ],
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": _ref("CreateInboxIn")}},
-                },
+                "requestBody": _body(
+                    "CreateInboxIn",
+                    {
+                        "run_id": "ci-1842",
+                        "purpose": "signup-check",
+                        "match": {"subject_contains": "confirm"},
+                    },
+                ),
                 "responses": {
                     "201": _json("EnvelopeOut", "created"),
                     "200": _json(
@@ -154,10 +197,11 @@ def _paths() -> dict[str, Any]:
                 "operationId": "wait_for_message",
                 "summary": "Long-poll for a matching message beyond the cursor (spends one poll)",
                 "parameters": [_INBOX, _RUN_HEADER, *_TRACE_HEADERS],
-                "requestBody": {
-                    "required": False,
-                    "content": {"application/json": {"schema": _ref("WaitIn")}},
-                },
+                "requestBody": _body(
+                    "WaitIn",
+                    {"timeout_s": 30, "match": {"subject_contains": "reset"}},
+                    required=False,
+                ),
                 "responses": _envelope(
                     "waiting, received, expired, too_early, circuit_open or provider trouble",
                     {**refusal, **_errors("400", "401", "404", "413", "422", "503")},
@@ -223,10 +267,10 @@ def _paths() -> dict[str, Any]:
                 "operationId": "claim_message",
                 "summary": "Consume a message once, for its run",
                 "parameters": [_MESSAGE, *_TRACE_HEADERS],
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": _ref("ClaimIn")}},
-                },
+                "requestBody": _body(
+                    "ClaimIn",
+                    {"run_id": "ci-1842"},
+                ),
                 "responses": {
                     "200": _json("EnvelopeOut", "claimed, or already claimed by this run"),
                     "409": {
@@ -281,10 +325,10 @@ def _paths() -> dict[str, Any]:
             "post": {
                 "operationId": "add_fault",
                 "summary": "Inject a fault (only with --enable-faults)",
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": _ref("FaultIn")}},
-                },
+                "requestBody": _body(
+                    "FaultIn",
+                    {"target": "wait", "mode": "timeout", "count": 2, "run_id": "ci-1842"},
+                ),
                 "responses": {
                     "201": _json("FaultOut", "the fault"),
                     **_errors("401", "404", "413", "422"),
@@ -314,7 +358,9 @@ def _paths() -> dict[str, Any]:
                 "summary": "Readiness (the store answers)",
                 "responses": {
                     "200": _json("ReadyOut", "ready"),
-                    "503": _json("ReadyOut", "not ready"),
+                    "503": _json(
+                        "ReadyOut", "not ready", {"status": "unavailable", "store": "unavailable"}
+                    ),
                 },
             }
         },
