@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -199,3 +200,32 @@ def test_save_poll_refuses_a_stale_snapshot(tmp_path: Path) -> None:
 
     first, second = run(tmp_path / "s.db", scenario)
     assert first and not second
+
+
+def test_a_route_is_never_served_stale_after_its_inbox_expires(tmp_path: Path) -> None:
+    """After a poll, a release or the sweeper expires an inbox, its route says expired."""
+    from sink.inbox import ScanResult, after_poll
+    from sink.policy import CI
+
+    async def scenario(store: SQLiteStore) -> list[bool]:
+        seen = []
+        polled, released, swept = new_inbox("a"), new_inbox("b"), new_inbox("c")
+        for new in (polled, released, swept):
+            await store.create_inbox(new, created_event(new))
+            route = await store.route(new.local_part)  # now cached
+            assert route is not None and not route.expired
+        now = clock.now()
+        last = replace(polled.inbox, polls_used=11)
+        await store.save_poll(
+            polled.inbox,
+            after_poll(last, CI, ScanResult(None, 0, False), now, now),
+            Event("a", "polled", now, polled.inbox.inbox_id),
+        )
+        await store.release_run("b", now)
+        await store.expire(swept.inbox.expire("lease", now), 60)
+        for new in (polled, released, swept):
+            route = await store.route(new.local_part)
+            seen.append(route is not None and route.expired)
+        return seen
+
+    assert run(tmp_path / "s.db", scenario) == [True, True, True]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from importlib import resources
@@ -76,6 +77,34 @@ def _prepare(db: sqlite3.Connection) -> None:
             )
 
 
+class RouteCache:
+    """The newest routes asked for, by local part; forgotten by inbox id when one expires."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._by_local: OrderedDict[str, Route] = OrderedDict()
+        self._local_of: dict[str, str] = {}
+
+    def get(self, local_part: str) -> Route | None:
+        route = self._by_local.get(local_part)
+        if route is not None:
+            self._by_local.move_to_end(local_part)
+        return route
+
+    def remember(self, local_part: str, route: Route) -> None:
+        self._by_local[local_part] = route
+        self._local_of[route.inbox_id] = local_part
+        if len(self._by_local) > self._size:
+            _, oldest = self._by_local.popitem(last=False)
+            self._local_of.pop(oldest.inbox_id, None)
+
+    def forget(self, inbox_ids: Iterable[str]) -> None:
+        for inbox_id in inbox_ids:
+            local_part = self._local_of.pop(inbox_id, None)
+            if local_part is not None:
+                self._by_local.pop(local_part, None)
+
+
 def _all(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Row]:
     return list(db.execute(sql, params).fetchall())
 
@@ -87,6 +116,9 @@ class SQLiteStore:
         self._reader: aiosqlite.Connection | None = None
         self._queue: asyncio.Queue[tuple[Incoming, asyncio.Future[None]] | None] = asyncio.Queue()
         self._committer: asyncio.Task[None] | None = None
+        # Every RCPT asks for a route; this process is the only writer, so it knows each
+        # moment a route changes (an inbox expires) and forgets it right after that commit.
+        self._routes = RouteCache()
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -195,20 +227,25 @@ class SQLiteStore:
         return int(rows[0][0])
 
     async def route(self, local_part: str) -> Route | None:
+        cached = self._routes.get(local_part)
+        if cached is not None:
+            return cached
         rows = await self._read(
             "SELECT inbox_id, run_id, policy, expires_at, state FROM inboxes WHERE local_part = ?",
             (local_part,),
         )
         if not rows:
-            return None
+            return None  # misses are not cached: an address is only ever created, not reused
         row = rows[0]
-        return Route(
+        route = Route(
             row["inbox_id"],
             row["run_id"],
             row["policy"],
             row["expires_at"],
             row["state"] == "expired",
         )
+        self._routes.remember(local_part, route)
+        return route
 
     async def save_poll(self, before: Inbox, after: Inbox, event: Event) -> bool:
         def work(db: sqlite3.Connection) -> bool:
@@ -243,13 +280,17 @@ class SQLiteStore:
             _insert_events(db, events)
             return True
 
-        return await self._transaction(work)
+        saved = await self._transaction(work)
+        if saved and after.state is State.EXPIRED:
+            self._routes.forget([after.inbox_id])
+        return saved
 
     async def expire(self, inbox: Inbox, retention_s: int) -> None:
         def work(db: sqlite3.Connection) -> None:
             _persist_expiry(db, inbox, retention_s)
 
         await self._transaction(work)
+        self._routes.forget([inbox.inbox_id])
 
     async def expire_due(self, now: float, limit: int) -> list[Inbox]:
         rows = await self._read(
@@ -406,7 +447,9 @@ class SQLiteStore:
             _release(db, [i.inbox_id for i in inboxes], now, {i.inbox_id: run_id for i in inboxes})
             return [i.inbox_id for i in inboxes]
 
-        return await self._transaction(work)
+        released = await self._transaction(work)
+        self._routes.forget(released)
+        return released
 
     async def release_due(self, now: float, limit: int) -> int:
         return await self._release_where(
@@ -426,7 +469,7 @@ class SQLiteStore:
     async def _release_where(
         self, where: str, params: tuple[Any, ...], now: float, limit: int
     ) -> int:
-        def work(db: sqlite3.Connection) -> int:
+        def work(db: sqlite3.Connection) -> list[str]:
             rows = list(
                 _all(
                     db,
@@ -440,12 +483,13 @@ class SQLiteStore:
             _release(
                 db, [i.inbox_id for i in inboxes], now, {i.inbox_id: i.run_id for i in inboxes}
             )
-            return len(inboxes)
+            return [i.inbox_id for i in inboxes]
 
-        count = await self._transaction(work)
-        if count:
+        released = await self._transaction(work)
+        self._routes.forget(released)
+        if released:
             await self._maintenance("PRAGMA incremental_vacuum")
-        return count
+        return len(released)
 
     async def _maintenance(self, sql: str) -> None:
         """A statement that must not land inside a transaction: the writer runs it alone."""
