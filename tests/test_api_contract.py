@@ -584,3 +584,29 @@ def test_claim_takes_the_run_from_x_run_id(server: Server) -> None:
             f"/v1/messages/{received['message']['message_id']}/claim", headers={"X-Run-Id": run_id}
         )
     assert response.status_code == 200 and response.json()["next_action"] == "proceed"
+
+
+def test_a_long_poll_whose_client_goes_away_ends_and_spends_nothing(server: Server) -> None:
+    """When the client hangs up mid long-poll, the wait ends at once and records no poll."""
+    import socket
+
+    with server.http() as client:
+        inbox = create_inbox(client)
+        body = b'{"timeout_s": 9}'
+        request = (
+            f"POST /v1/inboxes/{inbox['inbox_id']}/wait HTTP/1.1\r\nHost: x\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+        with socket.create_connection(("127.0.0.1", server.http_port)) as raw:
+            raw.sendall(request)
+            deadline = time.monotonic() + 5
+            while "runsink_active_long_polls 1.0" not in client.get("/metrics").text:
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+        # The socket is closed: the server notices and ends the wait.
+        deadline = time.monotonic() + 5
+        while "runsink_active_long_polls 0.0" not in client.get("/metrics").text:
+            assert time.monotonic() < deadline, "the abandoned long-poll is still waiting"
+            time.sleep(0.02)
+        after = client.get(f"/v1/inboxes/{inbox['inbox_id']}").json()
+    assert after["attempt"] == 0 and after["state"] == "created"
