@@ -27,14 +27,8 @@ from sink.config import Settings
 from sink.errors import StorageError
 from sink.ingest import Ingest
 from sink.metrics import Metrics
-from sink.smtp import (
-    Handler,
-    Limits,
-    command_path,
-    header_field_count,
-    http_request_line,
-    smtp_factory,
-)
+from sink.smtp import Handler, Limits, smtp_factory
+from sink.smtp_syntax import command_path, header_field_count, http_request_line
 from sink.storage.base import Incoming
 from sink.storage.sqlite import SQLiteStore
 from sink.tls import self_signed
