@@ -229,3 +229,40 @@ def test_a_route_is_never_served_stale_after_its_inbox_expires(tmp_path: Path) -
         return seen
 
     assert run(tmp_path / "s.db", scenario) == [True, True, True]
+
+
+def test_a_failing_write_fails_alone_in_its_group_commit(tmp_path: Path) -> None:
+    """Writes sharing a commit: one that fails rolls back alone; the others are durable."""
+    from sink.errors import StorageError
+    from sink.storage.sqlite_writer import Writer
+
+    path = tmp_path / "w.db"
+
+    def setup(db: sqlite3.Connection) -> None:
+        db.execute("CREATE TABLE IF NOT EXISTS t (n INTEGER PRIMARY KEY)")
+
+    def insert(n: int) -> Callable[[sqlite3.Connection], int]:
+        def work(db: sqlite3.Connection) -> int:
+            db.execute("INSERT INTO t (n) VALUES (?)", (n,))
+            if n == 13:
+                db.execute("INSERT INTO t (n) VALUES (?)", (n,))  # a duplicate key: fails
+            return n
+
+        return work
+
+    async def scenario() -> list[object]:
+        writer = Writer(path)
+        await writer.open(setup)
+        try:
+            return await asyncio.gather(
+                *(writer.transaction(insert(n)) for n in range(20)), return_exceptions=True
+            )
+        finally:
+            await writer.close()
+
+    results = asyncio.run(scenario())
+    assert isinstance(results[13], StorageError)
+    assert [r for i, r in enumerate(results) if i != 13] == [n for n in range(20) if n != 13]
+    with sqlite3.connect(path) as db:
+        stored = [row[0] for row in db.execute("SELECT n FROM t ORDER BY n")]
+    assert stored == [n for n in range(20) if n != 13]

@@ -3,12 +3,12 @@
 Concurrency is explicit: every write is one whole transaction run on the writer's
 thread (``sqlite_writer.py``), and one reader connection reads beside it (WAL lets
 it read while the writer writes). Concurrent SMTP deliveries are batched into one
-commit (group commit) before their 250s. Durability: WAL with ``synchronous=FULL``.
+commit (group commit) before their 250s, and agent writes share commits too. WAL with
+``synchronous=FULL``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 from collections import OrderedDict
@@ -38,7 +38,6 @@ from sink.storage.sqlite_writer import CONNECTION_PRAGMAS, Writer
 T = TypeVar("T")
 Row = sqlite3.Row
 
-_GROUP_COMMIT_MAX = 256
 
 _INBOX_SELECT = """
 SELECT i.*, d.seq AS ev_seq, d.claim_id AS ev_claim_id, d.claim_run_id AS ev_claim_run_id,
@@ -114,8 +113,6 @@ class SQLiteStore:
         self._path = path
         self._writer = Writer(path)
         self._reader: aiosqlite.Connection | None = None
-        self._queue: asyncio.Queue[tuple[Incoming, asyncio.Future[None]] | None] = asyncio.Queue()
-        self._committer: asyncio.Task[None] | None = None
         # Every RCPT asks for a route; this process is the only writer, so it knows each
         # moment a route changes (an inbox expires) and forgets it right after that commit.
         self._routes = RouteCache()
@@ -131,13 +128,8 @@ class SQLiteStore:
                 await self._reader.execute(pragma)
         except (sqlite3.Error, OSError, StorageError) as exc:
             raise StorageError(f"cannot open the store at {self._path}: {exc}") from exc
-        self._committer = asyncio.create_task(self._commit_loop(), name="sqlite-group-commit")
 
     async def close(self) -> None:
-        if self._committer is not None:
-            await self._queue.put(None)
-            await self._committer
-            self._committer = None
         if self._reader is not None:
             await self._reader.close()
             self._reader = None
@@ -308,36 +300,8 @@ class SQLiteStore:
     # -- messages ----------------------------------------------------------------
 
     async def save_message(self, incoming: Incoming) -> None:
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        await self._queue.put((incoming, done))
-        await done
-
-    async def _commit_loop(self) -> None:
-        stopping = False
-        while not stopping:
-            first = await self._queue.get()
-            if first is None:
-                break
-            batch = [first]
-            while len(batch) < _GROUP_COMMIT_MAX and not self._queue.empty():
-                item = self._queue.get_nowait()
-                if item is None:
-                    stopping = True
-                    break
-                batch.append(item)
-            try:
-                await self._transaction(partial(_insert_batch, items=[i for i, _ in batch]))
-            except Exception as exc:  # the loop must outlive any one batch: each sender gets a 451
-                failure = (
-                    exc if isinstance(exc, StorageError) else StorageError(f"commit failed: {exc}")
-                )
-                for _, done in batch:
-                    if not done.done():
-                        done.set_exception(failure)
-                continue
-            for _, done in batch:
-                if not done.done():
-                    done.set_result(None)
+        # Concurrent deliveries (and agent writes) share a commit: see sqlite_writer.py.
+        await self._transaction(partial(_insert_batch, items=[incoming]))
 
     async def deliveries_after(self, inbox_id: str, after_seq: int, limit: int) -> list[Delivery]:
         rows = await self._read(

@@ -1,11 +1,15 @@
-"""The SQLite writer: one connection on one thread of its own; a transaction is one call.
+"""The SQLite writer: one connection on one thread of its own, and group commit.
 
-Every write transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``) runs as a single function
-on the writer thread, so it costs one hop between the event loop and the thread, not
-one per statement, and no coroutine can interleave with it. The fsync happens on that
-thread, never on the event loop. A caller that gives up before its turn comes cancels
-the whole transaction; one that gives up later lets it finish: there is never a
-transaction half done.
+Every write is a function run on the writer thread. Writes that arrive while a commit
+is in progress wait for the next one and then share it: one ``BEGIN IMMEDIATE``, one
+``SAVEPOINT`` per write (a failing write rolls back alone and fails alone), one
+``COMMIT`` and one fsync for all of them. SMTP deliveries and agent calls (creates,
+polls, claims) all share commits this way, so durability does not cost throughput,
+and each batch costs one hop between the event loop and the thread. The fsync
+happens on the writer thread, never on the event loop.
+
+A caller that gives up before its batch starts is dropped from it; one that gives
+up later lets its write finish: there is never a write half done.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sink.errors import StorageError
 
@@ -29,12 +33,21 @@ CONNECTION_PRAGMAS = (
     "PRAGMA foreign_keys = OFF",
 )
 
+_BATCH_MAX = 256
+
+Work = Callable[[sqlite3.Connection], Any]
+Outcome = tuple[bool, Any]  # (succeeded, result or exception)
+
 
 class Writer:
     def __init__(self, path: Path) -> None:
         self._path = path
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-writer")
         self._db: sqlite3.Connection | None = None
+        self._pending: list[tuple[Work, asyncio.Future[Any]]] = []
+        self._arrived = asyncio.Event()
+        self._closing = False
+        self._committer: asyncio.Task[None] | None = None
 
     async def open(self, setup: Callable[[sqlite3.Connection], None]) -> None:
         def connect() -> None:
@@ -46,10 +59,16 @@ class Writer:
             self._db = db
 
         await self._call(connect)
+        self._committer = asyncio.create_task(self._commit_loop(), name="sqlite-group-commit")
 
     async def transaction(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``work`` inside ``BEGIN IMMEDIATE`` ... ``COMMIT`` on the writer thread."""
-        return await self._call(lambda: self._in_transaction(work))
+        """Run ``work`` in the next commit; it returns once that commit is durable."""
+        if self._committer is None or self._closing:
+            raise StorageError("the store is closed")
+        done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._pending.append((work, done))
+        self._arrived.set()
+        return await done
 
     async def statement(self, sql: str) -> None:
         """A statement outside any transaction (maintenance such as incremental_vacuum)."""
@@ -60,6 +79,13 @@ class Writer:
         await self._call(run)
 
     async def close(self) -> None:
+        """Commit what is pending, then close the connection and the thread."""
+        self._closing = True
+        self._arrived.set()
+        if self._committer is not None:
+            await self._committer
+            self._committer = None
+
         def close() -> None:
             if self._db is not None:
                 self._db.close()
@@ -71,21 +97,64 @@ class Writer:
             # The worker is idle now (close ran last); do not block the loop joining it.
             self._executor.shutdown(wait=False)
 
+    async def _commit_loop(self) -> None:
+        while True:
+            await self._arrived.wait()
+            self._arrived.clear()
+            while self._pending:
+                batch = [item for item in self._pending[:_BATCH_MAX] if not item[1].cancelled()]
+                del self._pending[:_BATCH_MAX]
+                if batch:
+                    await self._commit(batch)
+            if self._closing:
+                return
+
+    async def _commit(self, batch: list[tuple[Work, asyncio.Future[Any]]]) -> None:
+        try:
+            outcomes = await self._call(lambda: self._run_batch([work for work, _ in batch]))
+        except Exception as exc:  # BEGIN or COMMIT failed: nothing of the batch happened
+            failure = (
+                exc if isinstance(exc, StorageError) else StorageError(f"commit failed: {exc}")
+            )
+            outcomes = [(False, failure)] * len(batch)
+        for (_, done), (succeeded, value) in zip(batch, outcomes, strict=True):
+            if done.done():
+                continue
+            if succeeded:
+                done.set_result(value)
+            else:
+                done.set_exception(value)
+
+    def _run_batch(self, works: list[Work]) -> list[Outcome]:
+        db = self._connection()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            outcomes = [self._run_one(db, work) for work in works]
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        return outcomes
+
+    @staticmethod
+    def _run_one(db: sqlite3.Connection, work: Work) -> Outcome:
+        db.execute("SAVEPOINT write")
+        try:
+            value = work(db)
+        except Exception as exc:
+            db.execute("ROLLBACK TO write")
+            db.execute("RELEASE write")
+            if isinstance(exc, sqlite3.Error):
+                return False, StorageError(f"write failed: {exc}")
+            return False, exc
+        db.execute("RELEASE write")
+        return True, value
+
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
             raise StorageError("the store is closed")
         return self._db
-
-    def _in_transaction(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        db = self._connection()
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            result = work(db)
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
-        return result
 
     async def _call(self, fn: Callable[[], T]) -> T:
         loop = asyncio.get_running_loop()
