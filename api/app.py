@@ -20,7 +20,13 @@ from sink.runtime import Runtime
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 405:
-        return error_response(405, "method_not_allowed", "this endpoint does not take that method")
+        # RFC 9110 15.5.6: a 405 names the methods the resource takes (Starlette's Allow).
+        return error_response(
+            405,
+            "method_not_allowed",
+            "this endpoint does not take that method",
+            headers=dict(exc.headers or {}),
+        )
     if exc.status_code == 404:
         return error_response(404, "not_found", "no such endpoint")
     return error_response(exc.status_code, "invalid_request", str(exc.detail))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from functools import cache
 from typing import Any
 
@@ -163,7 +164,8 @@ def _paths() -> dict[str, Any]:
                         "name": "Idempotency-Key",
                         "in": "header",
                         "required": False,
-                        "schema": {"type": "string"},
+                        "description": "Default: purpose:run_id. Same key + same body replays.",
+                        "schema": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,255}$"},
                     },
                     *_TRACE_HEADERS,
                 ],
@@ -391,8 +393,13 @@ def _paths() -> dict[str, Any]:
     }
 
 
-@cache
 def openapi_document() -> dict[str, Any]:
+    """The document, a fresh copy each call: callers (schemathesis, say) may change theirs."""
+    return copy.deepcopy(_document())
+
+
+@cache
+def _document() -> dict[str, Any]:
     _, definitions = models_json_schema(
         [
             (model, "serialization" if model.__name__.endswith("Out") else "validation")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 from sink.vocabulary import NextAction, Reason, State
 from sink.vocabulary import Status as StatusT
@@ -19,6 +19,13 @@ RunId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
 Purpose = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,64}$")]
 PolicyName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,64}$")]
 Needle = Annotated[str, StringConstraints(min_length=1, max_length=512)]
+
+
+def _whole(value: object) -> object:
+    # JSON Schema counts 60.0 as an integer; strict mode still refuses "60" and true.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 class _Request(BaseModel):
@@ -31,14 +38,14 @@ class MatchIn(_Request):
     subject_contains: Needle | None = None
     from_contains: Needle | None = None
     body_contains: Needle | None = None
-    max_age_s: Annotated[int, Field(ge=0, le=10**9)] | None = None
+    max_age_s: Annotated[int, Field(ge=0, le=10**9), BeforeValidator(_whole)] | None = None
 
 
 class CreateInboxIn(_Request):
     run_id: RunId
     purpose: Purpose
-    ttl_s: Annotated[int, Field(ge=1, le=10**9)] | None = None
-    poll_budget: Annotated[int, Field(ge=1, le=10**6)] | None = None
+    ttl_s: Annotated[int, Field(ge=1, le=10**9), BeforeValidator(_whole)] | None = None
+    poll_budget: Annotated[int, Field(ge=1, le=10**6), BeforeValidator(_whole)] | None = None
     policy: PolicyName | None = None
     match: MatchIn | None = None
 
@@ -51,13 +58,15 @@ class WaitIn(_Request):
 
 
 class ClaimIn(_Request):
-    run_id: RunId | None = None  # required, here or as X-Run-Id
+    """The claiming run: ``run_id`` here, or the ``X-Run-Id`` header (one is required)."""
+
+    run_id: RunId | None = None
 
 
 class FaultIn(_Request):
     target: Literal["wait", "read", "claim", "smtp.connect", "smtp.rcpt", "smtp.data"]
     mode: Literal["timeout", "error", "delay"]
-    count: Annotated[int, Field(ge=1, le=10**6)] | None = None
+    count: Annotated[int, Field(ge=1, le=10**6), BeforeValidator(_whole)] | None = None
     probability: Annotated[float, Field(gt=0, le=1)] | None = None
     delay_s: Annotated[float, Field(gt=0, le=60)] | None = None
     run_id: RunId | None = None

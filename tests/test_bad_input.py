@@ -203,3 +203,24 @@ def test_fault_specs_are_validated(server: Server, body: dict) -> None:
     with server.http() as client:
         response = client.post("/v1/faults", json=body)
     _assert_error(response, 422, "invalid_request")
+
+
+def test_wrong_method_names_the_allowed_ones(server: Server) -> None:
+    """A 405 carries Allow with the methods the resource takes (RFC 9110)."""
+    with server.http() as client:
+        response = client.put("/v1/inboxes")
+    assert response.status_code == 405
+    assert "POST" in response.headers["allow"]
+
+
+def test_whole_number_floats_are_integers(server: Server) -> None:
+    """60.0 is a valid integer in JSON; "60" and true are still refused."""
+    with server.http() as client:
+        ok = client.post(
+            "/v1/inboxes", json={"run_id": new_run_id(), "purpose": "p", "ttl_s": 60.0}
+        )
+        text = client.post(
+            "/v1/inboxes", json={"run_id": new_run_id(), "purpose": "p", "ttl_s": "60"}
+        )
+    assert ok.status_code == 201
+    _assert_error(text, 422, "invalid_request")
