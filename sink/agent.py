@@ -256,7 +256,7 @@ class Agent:
             view = await self._describe(inbox, started, trace_id)
             self._metrics.blocked("wait", "circuit_open")
             return blocked(view, "circuit_open", admission.retry_after or policy.breaker_cooldown_s)
-        reached_provider = False
+        answered = False  # did the provider answer (or fail)? a probe that did not is handed back
         try:
             gate = wait_gate(inbox, started)
             in_flight_until = self._in_flight.get(inbox_id)
@@ -272,7 +272,6 @@ class Agent:
                 expired = inbox.expire("timeout", started)
                 return await self._expired(inbox, expired, policy, started, trace_id)
 
-            reached_provider = True
             # A half-open probe is a short look: one scan, no long-poll, so the breaker
             # learns at once whether the provider answers.
             timeout_s = 0.0 if admission.probe else request.timeout_s
@@ -286,16 +285,16 @@ class Agent:
                 )
             finally:
                 self._in_flight.pop(inbox_id, None)
+            answered = True
         except ProviderTrouble as exc:
+            answered = True  # _provider_trouble records the failure
             return await self._provider_trouble(exc, key, inbox, policy, started, trace_id)
-        except BaseException:
-            if admission.probe:
+        finally:
+            # Early answers (too early, budget) and cancellations never reached the provider:
+            # a probe among them must not keep the half-open slot.
+            if admission.probe and not answered:
                 self._guard.abandon(key, policy)
-            raise
-        if reached_provider:
-            self._guard.success(key, policy)
-        elif admission.probe:
-            self._guard.abandon(key, policy)
+        self._guard.success(key, policy)
         return envelope
 
     async def _poll(
