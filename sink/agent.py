@@ -644,8 +644,7 @@ class Agent:
         raise OwnershipRefused("wrong_run", f"run {run_id!r} does not own this {_noun(operation)}")
 
     def _policy(self, inbox: Inbox) -> Policy:
-        # An inbox created under a policy later removed from the file falls back to ci.
-        return self._settings.policies.get(inbox.policy_name) or self._settings.policy("ci")
+        return self._settings.policy(inbox.policy_name)
 
     async def _load(self, inbox_id: str) -> Inbox:
         inbox = await self._store.load_inbox(inbox_id)

@@ -79,7 +79,7 @@ class Ingest:
         route = await self._store.route(base) if base else None
         if route is None:
             return Recipient(address, Verdict.UNROUTED)
-        policy = self._settings.policies.get(route.policy_name) or self._settings.policy("ci")
+        policy = self._settings.policy(route.policy_name)
         if route.expired or clock.now() >= route.expires_at:
             late = Verdict.LATE_REJECT if policy.late_arrival == "reject" else Verdict.LATE_DROP
             return Recipient(address, late, route)
@@ -104,7 +104,7 @@ class Ingest:
                 continue
             if route is None:
                 continue
-            policy = self._settings.policies.get(route.policy_name) or self._settings.policy("ci")
+            policy = self._settings.policy(route.policy_name)
             if len(raw) > policy.max_message_bytes:
                 self._metrics.message("rejected")
                 return DataVerdict.TOO_BIG

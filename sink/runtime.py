@@ -110,9 +110,7 @@ class Runtime:
                 now = clock.now()
                 for inbox in await self.store.expire_due(now, _SWEEP_BATCH):
                     expired = inbox.effective(now)
-                    policy = self.settings.policies.get(inbox.policy_name) or self.settings.policy(
-                        "ci"
-                    )
+                    policy = self.settings.policy(inbox.policy_name)
                     await self.store.expire(expired, policy.retention_s)
                     self.metrics.expired("lease")
                     self.waiters.end([inbox.inbox_id])
