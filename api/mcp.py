@@ -31,7 +31,7 @@ from api.views import envelope_out, match_from, message_out, run_report_out
 from sink.agent import Agent, CreateRequest, WaitRequest
 from sink.envelope import Envelope
 from sink.errors import InvalidRequest, RunsinkError
-from sink.mcp_server import Backend, Json, tools_server
+from sink.mcp.server import Backend, Json, tools_server
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 

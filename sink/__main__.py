@@ -1,7 +1,9 @@
-"""``python -m sink`` is the ``runsink`` command."""
+"""``python -m sink`` is the ``runsink`` command, kept for v1 users.
 
-import sys
+The command itself lives in ``api/cli.py`` (serving needs the HTTP layer, and ``sink/``
+never imports ``api/``): this shim only hands the process over to it by module name.
+"""
 
-from sink.cli import main
+import runpy
 
-sys.exit(main())
+runpy.run_module("api", run_name="__main__", alter_sys=True)

@@ -1,7 +1,7 @@
 """The SMTP side in one readable flow: route each recipient, check its lease, store, wake.
 
 ``route`` runs at RCPT; ``deliver`` runs when DATA ends. Neither knows SMTP reply
-codes: they answer with an ``Outcome`` that ``sink/smtp.py`` turns into one.
+codes: they answer with an ``Outcome`` that ``sink/smtp/listener.py`` turns into one.
 """
 
 from __future__ import annotations

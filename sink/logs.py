@@ -48,8 +48,15 @@ def setup(level: str) -> None:
     _LOGGER.setLevel(level.upper())
     # aiosmtpd logs every protocol line at INFO (addresses, sometimes more): errors only.
     logging.getLogger("mail.log").setLevel(logging.ERROR)
-    logging.getLogger("uvicorn.access").disabled = True
-    for name in ("uvicorn", "uvicorn.error"):
+
+
+def quiet_http_server(access_logger: str, *loggers: str) -> None:
+    """Send the HTTP server's own loggers through ours, and its access log nowhere.
+
+    Access lines carry URLs, which may name runs and messages at a volume no operator reads.
+    """
+    logging.getLogger(access_logger).disabled = True
+    for name in loggers:
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
 

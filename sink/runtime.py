@@ -1,8 +1,9 @@
 """The runtime: opens and closes everything, in order. The only owner of the lifecycle.
 
 One process, one event loop: the SMTP listener (``loop.create_server`` with
-aiosmtpd's protocol, not its threaded Controller) and the HTTP server (uvicorn's
-``Server.serve`` on our loop) share the waiters, the store and the breakers.
+aiosmtpd's protocol, not its threaded Controller) and the HTTP server (``api/serve.py``
+runs the HTTP server on the same loop) share the waiters, the store and the
+breakers. This module knows nothing of HTTP.
 """
 
 from __future__ import annotations
@@ -10,13 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import signal
-import socket
 import ssl
-from collections.abc import Callable, Iterator
 from typing import Any
-
-import uvicorn
 
 from sink import clock
 from sink.agent import Agent
@@ -26,9 +22,9 @@ from sink.guard import Guard
 from sink.ingest import Ingest
 from sink.logs import announce, warn
 from sink.metrics import Metrics
-from sink.smtp import Handler, Limits, smtp_factory
+from sink.smtp.listener import Handler, Limits, smtp_factory
+from sink.smtp.tls import server_context
 from sink.storage.sqlite import SQLiteStore
-from sink.tls import server_context
 from sink.waiters import Waiters
 
 _SWEEP_EVERY_S = 1.0
@@ -138,100 +134,3 @@ class Runtime:
                 self._over_cap = True
                 return
         self._over_cap = False
-
-
-class _UvicornServer(uvicorn.Server):
-    """uvicorn's server, with shutdown owned by our runtime.
-
-    uvicorn re-raises the captured signal once ``serve`` returns, which would kill the
-    process before the store is flushed and closed; we handle SIGINT/SIGTERM ourselves.
-    """
-
-    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]) -> None:
-        super().__init__(config)
-        self._on_exit = on_exit
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        loop = asyncio.get_running_loop()
-        installed = []
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(sig, self._exit, sig)
-                installed.append(sig)
-            except (RuntimeError, ValueError):  # not the main thread (an embedded server)
-                break
-        try:
-            yield
-        finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
-
-    def _exit(self, sig: int) -> None:
-        if self.should_exit and sig == signal.SIGINT:
-            self.force_exit = True
-        self.should_exit = True
-        self._on_exit()
-
-
-def bind_http(settings: Settings) -> socket.socket:
-    family = socket.AF_INET6 if ":" in settings.http_host else socket.AF_INET
-    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose protocol says
-    # TCP, and without it a response's second segment waits for the client's delayed ACK
-    # (about 40 ms per request on Linux).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((settings.http_host, settings.http_port))
-    sock.listen(1024)
-    sock.setblocking(False)
-    return sock
-
-
-async def serve(
-    settings: Settings,
-    app_factory: Callable[[Runtime], Any],
-    lifespan: Callable[[], contextlib.AbstractAsyncContextManager[object]] | None = None,
-) -> None:
-    """Run one server until SIGINT/SIGTERM (or ``runtime.begin_shutdown``).
-
-    ``lifespan``, when given, runs what the app needs running (the MCP session manager)
-    while HTTP serves: uvicorn runs with lifespan="off", the runtime owns the lifecycle.
-    """
-    runtime = Runtime(settings)
-    try:
-        await runtime.start()
-        sock = bind_http(settings)
-        config = uvicorn.Config(
-            app_factory(runtime),
-            log_config=None,
-            access_log=False,
-            lifespan="off",
-            timeout_graceful_shutdown=5,
-            proxy_headers=False,
-            server_header=False,
-        )
-        server = _UvicornServer(config, runtime.begin_shutdown)
-        announce(
-            "listening",
-            smtp_host=settings.smtp_host,
-            smtp_port=runtime.smtp_port,
-            http_host=settings.http_host,
-            http_port=sock.getsockname()[1],
-            domain=settings.domain,
-            db=str(settings.db),
-        )
-        stopper = asyncio.create_task(_stop_when(runtime, server), name="stopper")
-        try:
-            async with contextlib.AsyncExitStack() as running:
-                if lifespan is not None:
-                    await running.enter_async_context(lifespan())
-                await server.serve(sockets=[sock])
-        finally:
-            stopper.cancel()
-    finally:
-        await runtime.close()
-
-
-async def _stop_when(runtime: Runtime, server: uvicorn.Server) -> None:
-    await runtime.stopping.wait()
-    server.should_exit = True

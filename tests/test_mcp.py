@@ -22,10 +22,10 @@ from mcp.client.streamable_http import streamable_http_client
 from pydantic import BaseModel
 
 from api import schemas
-from sink import mcp_tools
-from sink.mcp_server import tools_server
-from sink.mcp_stdio import HttpBackend, proxy_client
-from sink.mcp_tools import ENVELOPE_SCHEMA, MESSAGE_SCHEMA, RUN_REPORT_SCHEMA
+from sink.mcp import tools as mcp_tools
+from sink.mcp.server import tools_server
+from sink.mcp.stdio import HttpBackend, proxy_client
+from sink.mcp.tools import ENVELOPE_SCHEMA, MESSAGE_SCHEMA, RUN_REPORT_SCHEMA
 from tests.support import Server, create_inbox, new_run_id, start_server, wait
 
 TOOL_NAMES = ["create_inbox", "wait_for_message", "read_message", "claim_message", "get_run_report"]
@@ -159,7 +159,7 @@ def test_tool_descriptions_explain_states_next_actions_and_stopping(server: Serv
     """The five tools' descriptions teach the envelope: states, next actions, when to stop."""
 
     async def listing() -> list[dict[str, Any]]:
-        # stdio serves the same definition (sink/mcp_tools.py); the loop test lists it too.
+        # stdio serves the same definition (sink/mcp/tools.py); the loop test lists it too.
         async with connect("http", server.url) as client:
             listed = await client.list_tools()
             return [tool.model_dump(mode="json", by_alias=True) for tool in listed.tools]
@@ -407,7 +407,7 @@ def test_unreachable_server_is_a_tool_error() -> None:
 
 def test_mcp_command_refuses_a_url_that_is_not_http() -> None:
     """`runsink mcp --url` takes only http(s) URLs; anything else exits 2 naming the flag."""
-    from sink.cli import main
+    from api.cli import main
 
     assert main(["mcp", "--url", "ftp://example.test"]) == 2
 

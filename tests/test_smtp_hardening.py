@@ -27,11 +27,11 @@ from sink.config import Settings
 from sink.errors import StorageError
 from sink.ingest import Ingest
 from sink.metrics import Metrics
-from sink.smtp import Handler, Limits, smtp_factory
-from sink.smtp_syntax import command_path, header_field_count, http_request_line
+from sink.smtp.listener import Handler, Limits, smtp_factory
+from sink.smtp.syntax import command_path, header_field_count, http_request_line
+from sink.smtp.tls import self_signed
 from sink.storage.base import Incoming
 from sink.storage.sqlite import SQLiteStore
-from sink.tls import self_signed
 from sink.waiters import Waiters
 from tests.support import Server, create_inbox, start_server
 

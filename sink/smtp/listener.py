@@ -45,7 +45,7 @@ from sink.guard import apply_fault
 from sink.ingest import DataVerdict, Ingest, Recipient, Verdict
 from sink.logs import log, warn
 from sink.metrics import Metrics
-from sink.smtp_syntax import command_path, header_field_count, http_request_line
+from sink.smtp.syntax import command_path, header_field_count, http_request_line
 
 TEMPORARY = "451 4.3.0 Temporary failure: please try again later"
 _FAULT_TIMEOUT_S = 2.0  # how long an injected SMTP "timeout" holds the reply

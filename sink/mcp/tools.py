@@ -1,6 +1,6 @@
 """The MCP tools runsink offers: names, descriptions and JSON schemas. Pure data.
 
-One definition for both transports (stdio in ``sink/mcp_stdio.py``, streamable HTTP
+One definition for both transports (stdio in ``sink/mcp/stdio.py``, streamable HTTP
 in ``api/mcp.py``), so an agent sees the same tools whichever way it connects. The
 descriptions are the agent's manual: each says what the states and next actions
 mean and when to stop. The output schemas describe the HTTP API's JSON, field for

@@ -15,7 +15,7 @@ import httpx
 from mcp.server.stdio import stdio_server
 
 from sink import __version__, logs
-from sink.mcp_server import Backend, Json, error_body, tools_server
+from sink.mcp.server import Backend, Json, error_body, tools_server
 
 _TIMEOUT_S = 30.0
 # A long-poll holds its request open for up to timeout_s (server-capped): read beyond it.

@@ -1,7 +1,7 @@
 """The MCP server over a backend: the same tools, checks and answers on every transport.
 
 A backend performs the five calls the HTTP API way and returns the API's JSON: the
-in-process one (``api/mcp.py``) calls the Agent, the stdio one (``sink/mcp_stdio.py``)
+in-process one (``api/mcp.py``) calls the Agent, the stdio one (``sink/mcp/stdio.py``)
 calls a running server over HTTP. This module checks the arguments both share,
 dispatches, and turns the JSON into a tool result: an answer is structured content;
 a body with an ``error`` member (what the HTTP API sends for a 4xx/5xx that is not an
@@ -19,7 +19,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from sink import __version__, ids
-from sink.mcp_tools import INSTRUCTIONS, TOOLS, ToolSpec
+from sink.mcp.tools import INSTRUCTIONS, TOOLS, ToolSpec
 
 Json = dict[str, Any]
 

@@ -1,6 +1,6 @@
 """SMTP syntax, pure: envelope paths, parameters, HTTP request lines, header counts.
 
-Separate from the listener (``sink/smtp.py``) so the grammar can be read and tested on
+Separate from the listener (``sink/smtp/listener.py``) so the grammar can be read and tested on
 its own; nothing here knows a reply code.
 """
 

@@ -43,8 +43,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from api.serve import serve
     from sink import logs
-    from sink.runtime import serve
 
     try:
         settings = settings_from(args, os.environ)
@@ -52,7 +52,8 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"runsink: {exc.message}", file=sys.stderr)
         return 2
     logs.setup(settings.log_level)
-    # The composition root: the only place in sink/ that names the HTTP layer.
+    logs.quiet_http_server("uvicorn.access", "uvicorn", "uvicorn.error")
+    # The composition root: the HTTP app and the MCP endpoint over one runtime.
     from api.app import create_app
     from api.mcp import McpEndpoint
 
@@ -72,7 +73,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _mcp(args: argparse.Namespace) -> int:
-    from sink.mcp_stdio import run
+    from sink.mcp.stdio import run
 
     url = args.url or os.environ.get("RUNSINK_URL") or _DEFAULT_URL
     if not url.startswith(("http://", "https://")):

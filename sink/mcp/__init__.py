@@ -1,0 +1,1 @@
+"""The MCP adapter: the tool definitions, the server over a backend, and the stdio proxy."""
