@@ -21,6 +21,22 @@ import httpx
 STARTUP_DEADLINE_S = 30.0
 
 
+def need(component: str, available: bool, install: str) -> None:
+    """Skip a test whose real component (a browser, a database, a mailer) is missing here.
+
+    On CI (``CI`` set, as ``.ci/run`` runs) a missing component is a failure, never a skip:
+    ``.ci/run`` installs every one of them.
+    """
+    if available:
+        return
+    import pytest
+
+    message = f"{component} is not installed here ({install})"
+    if os.environ.get("CI"):
+        pytest.fail(f"{message}; .ci/run should have installed it", pytrace=False)
+    pytest.skip(message)
+
+
 def new_run_id(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
