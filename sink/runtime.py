@@ -24,6 +24,7 @@ from sink.logs import announce, warn
 from sink.metrics import Metrics
 from sink.smtp.listener import Handler, Limits, smtp_factory
 from sink.smtp.tls import server_context
+from sink.storage.postgres import PostgresStore
 from sink.storage.sqlite import SQLiteStore
 from sink.waiters import Waiters
 
@@ -39,7 +40,11 @@ class Runtime:
         self.settings = settings
         self.metrics = Metrics()
         self.waiters = Waiters()
-        self.store = SQLiteStore(settings.db)
+        self.store: SQLiteStore | PostgresStore
+        if settings.db_url is not None:
+            self.store = PostgresStore(settings.db_url)
+        else:
+            self.store = SQLiteStore(settings.db)
         self.faults = FaultRegistry(random.Random()) if settings.enable_faults else None
         self.agent: Agent | None = None
         self.guard = Guard(self.faults, self._on_breaker_change)
@@ -59,6 +64,9 @@ class Runtime:
         # What can still fail on a bad setting (the certificate) comes before anything opens.
         self.tls_context = server_context(self.settings)
         await self.store.open()
+        if isinstance(self.store, PostgresStore):
+            # Mail accepted by another replica wakes the waits held here.
+            self.store.follow(self.waiters)
         self.agent = Agent(self.store, self.waiters, self.settings, self.guard, self.metrics)
         loop = asyncio.get_running_loop()
         handler = Handler(
@@ -103,19 +111,30 @@ class Runtime:
         while True:
             await asyncio.sleep(_SWEEP_EVERY_S)
             try:
-                now = clock.now()
-                for inbox in await self.store.expire_due(now, _SWEEP_BATCH):
-                    expired = inbox.effective(now)
-                    policy = self.settings.policy(inbox.policy_name)
-                    await self.store.expire(expired, policy.retention_s)
-                    self.metrics.expired("lease")
-                    self.waiters.end([inbox.inbox_id])
-                await self.store.release_due(now, _SWEEP_BATCH)
-                await self._enforce_size_cap(now)
-                await self.store.trim_unrouted(_UNROUTED_KEPT)
-                self.metrics.sweeps.inc()
+                async with self._sweeper_turn() as mine:
+                    if mine:
+                        await self._sweep_once()
             except Exception as exc:  # the sweeper must outlive a bad moment of the store
                 warn("sweep_failed", error=type(exc).__name__)
+
+    def _sweeper_turn(self) -> contextlib.AbstractAsyncContextManager[bool]:
+        """Sharing a database, one replica sweeps at a time (the others skip that second)."""
+        if isinstance(self.store, PostgresStore):
+            return self.store.sweeper_turn()
+        return contextlib.nullcontext(True)
+
+    async def _sweep_once(self) -> None:
+        now = clock.now()
+        for inbox in await self.store.expire_due(now, _SWEEP_BATCH):
+            expired = inbox.effective(now)
+            policy = self.settings.policy(inbox.policy_name)
+            await self.store.expire(expired, policy.retention_s)
+            self.metrics.expired("lease")
+            self.waiters.end([inbox.inbox_id])
+        await self.store.release_due(now, _SWEEP_BATCH)
+        await self._enforce_size_cap(now)
+        await self.store.trim_unrouted(_UNROUTED_KEPT)
+        self.metrics.sweeps.inc()
 
     async def _enforce_size_cap(self, now: float) -> None:
         """Over --max-store-mb: release the oldest released-eligible evidence first.

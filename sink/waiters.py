@@ -71,6 +71,10 @@ class Waiters:
             for wakeup in waiting:
                 wakeup.set()
 
+    def watched(self) -> list[str]:
+        """The inboxes some wait is registered on (for a cross-replica catch-up)."""
+        return list(self._by_inbox)
+
     @property
     def closing(self) -> bool:
         return self._closing

@@ -1,4 +1,5 @@
-"""The SQLite store on a real file: atomic claims, idempotent creates, group commit, release."""
+"""The stores on real databases (a SQLite file, a PostgreSQL server): atomic claims,
+idempotent creates, group commit, release. Tests that name no backend run on each."""
 
 from __future__ import annotations
 
@@ -9,18 +10,35 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
+import pytest
+
 from sink import clock, ids
 from sink.inbox import Claim, Inbox, Match, State
 from sink.message import summarize
 from sink.storage.base import CreateOutcome, Delivered, Event, Incoming, NewInbox
+from sink.storage.postgres import PostgresStore
 from sink.storage.sqlite import SQLiteStore
 
 T = TypeVar("T")
+AnyStore = SQLiteStore | PostgresStore
 
 
-def run(path: Path, scenario: Callable[[SQLiteStore], Awaitable[T]]) -> T:
+@pytest.fixture(params=["sqlite", "postgres"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """Where a store lives: a SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return tmp_path / "s.db"
+    dsn: str = request.getfixturevalue("pg_dsn")
+    return dsn
+
+
+def open_store(where: Path | str) -> AnyStore:
+    return PostgresStore(where) if isinstance(where, str) else SQLiteStore(where)
+
+
+def run(where: Path | str, scenario: Callable[[AnyStore], Awaitable[T]]) -> T:
     async def main() -> T:
-        store = SQLiteStore(path)
+        store = open_store(where)
         await store.open()
         try:
             return await scenario(store)
@@ -78,37 +96,37 @@ def incoming(*inboxes: Inbox, subject: str = "Hello") -> Incoming:
     )
 
 
-def test_concurrent_creates_with_one_key_make_one_inbox(tmp_path: Path) -> None:
+def test_concurrent_creates_with_one_key_make_one_inbox(where: Path | str) -> None:
     """Ten concurrent creates with the same key: one is created, nine replay it."""
 
-    async def scenario(store: SQLiteStore) -> list[tuple[str, str | None]]:
+    async def scenario(store: AnyStore) -> list[tuple[str, str | None]]:
         news = [new_inbox(key="same-key") for _ in range(10)]
         results = await asyncio.gather(*(store.create_inbox(n, created_event(n)) for n in news))
         return [(r.outcome, r.inbox.inbox_id if r.inbox else None) for r in results]
 
-    results = run(tmp_path / "s.db", scenario)
+    results = run(where, scenario)
     assert [o for o, _ in results].count(CreateOutcome.CREATED) == 1
     assert [o for o, _ in results].count(CreateOutcome.REPLAYED) == 9
     assert len({inbox_id for _, inbox_id in results}) == 1
 
 
-def test_inboxes_per_purpose_holds_under_concurrency(tmp_path: Path) -> None:
+def test_inboxes_per_purpose_holds_under_concurrency(where: Path | str) -> None:
     """Concurrent creates with different keys never exceed inboxes_per_purpose."""
 
-    async def scenario(store: SQLiteStore) -> list[str]:
+    async def scenario(store: AnyStore) -> list[str]:
         news = [new_inbox(key=f"k{n}") for n in range(10)]
         results = await asyncio.gather(*(store.create_inbox(n, created_event(n)) for n in news))
         return [r.outcome for r in results]
 
-    outcomes = run(tmp_path / "s.db", scenario)
+    outcomes = run(where, scenario)
     assert outcomes.count(CreateOutcome.CREATED) == 3
     assert outcomes.count(CreateOutcome.FORBIDDEN) == 7
 
 
-def test_a_message_is_claimed_at_most_once(tmp_path: Path) -> None:
+def test_a_message_is_claimed_at_most_once(where: Path | str) -> None:
     """Concurrent claims by different runs: exactly one claim stands, and all see it."""
 
-    async def scenario(store: SQLiteStore) -> tuple[set[str], str]:
+    async def scenario(store: AnyStore) -> tuple[set[str], str]:
         new = new_inbox()
         await store.create_inbox(new, created_event(new))
         await store.save_message(incoming(new.inbox))
@@ -122,7 +140,7 @@ def test_a_message_is_claimed_at_most_once(tmp_path: Path) -> None:
         assert stored is not None and stored.claim is not None
         return {c.claim_id for c in standing}, stored.claim.claim_id
 
-    standing, stored = run(tmp_path / "s.db", scenario)
+    standing, stored = run(where, scenario)
     assert standing == {stored}
 
 
@@ -147,10 +165,10 @@ def test_concurrent_deliveries_are_all_durable(tmp_path: Path) -> None:
     assert count == 200 and mode == "wal"
 
 
-def test_a_shared_message_keeps_its_body_until_every_inbox_is_released(tmp_path: Path) -> None:
+def test_a_shared_message_keeps_its_body_until_every_inbox_is_released(where: Path | str) -> None:
     """A message stored once for two runs' inboxes: releasing one run keeps the other's body."""
 
-    async def scenario(store: SQLiteStore) -> tuple[bytes | None, bytes | None]:
+    async def scenario(store: AnyStore) -> tuple[bytes | None, bytes | None]:
         first, second = new_inbox("run-a"), new_inbox("run-b")
         for new in (first, second):
             await store.create_inbox(new, created_event(new))
@@ -160,7 +178,7 @@ def test_a_shared_message_keeps_its_body_until_every_inbox_is_released(tmp_path:
         await store.release_run("run-a", clock.now())
         return await store.raw(a.message_id), await store.raw(b.message_id)
 
-    released, kept = run(tmp_path / "s.db", scenario)
+    released, kept = run(where, scenario)
     assert released is None and kept is not None and kept.startswith(b"From:")
 
 
@@ -182,12 +200,12 @@ def test_reopening_applies_no_migration_twice(tmp_path: Path) -> None:
         assert db.execute("PRAGMA user_version").fetchone()[0] == 1
 
 
-def test_save_poll_refuses_a_stale_snapshot(tmp_path: Path) -> None:
+def test_save_poll_refuses_a_stale_snapshot(where: Path | str) -> None:
     """A poll recorded from a stale snapshot (another poll got there first) is refused."""
     from sink.inbox import ScanResult, after_poll
     from sink.policy import CI
 
-    async def scenario(store: SQLiteStore) -> tuple[bool, bool]:
+    async def scenario(store: AnyStore) -> tuple[bool, bool]:
         new = new_inbox()
         await store.create_inbox(new, created_event(new))
         before = new.inbox
@@ -198,16 +216,16 @@ def test_save_poll_refuses_a_stale_snapshot(tmp_path: Path) -> None:
             before, after, event
         )
 
-    first, second = run(tmp_path / "s.db", scenario)
+    first, second = run(where, scenario)
     assert first and not second
 
 
-def test_a_route_is_never_served_stale_after_its_inbox_expires(tmp_path: Path) -> None:
+def test_a_route_is_never_served_stale_after_its_inbox_expires(where: Path | str) -> None:
     """After a poll, a release or the sweeper expires an inbox, its route says expired."""
     from sink.inbox import ScanResult, after_poll
     from sink.policy import CI
 
-    async def scenario(store: SQLiteStore) -> list[bool]:
+    async def scenario(store: AnyStore) -> list[bool]:
         seen = []
         polled, released, swept = new_inbox("a"), new_inbox("b"), new_inbox("c")
         for new in (polled, released, swept):
@@ -228,7 +246,7 @@ def test_a_route_is_never_served_stale_after_its_inbox_expires(tmp_path: Path) -
             seen.append(route is not None and route.expired)
         return seen
 
-    assert run(tmp_path / "s.db", scenario) == [True, True, True]
+    assert run(where, scenario) == [True, True, True]
 
 
 def test_a_failing_write_fails_alone_in_its_group_commit(tmp_path: Path) -> None:

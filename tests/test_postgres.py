@@ -1,0 +1,168 @@
+"""What only the PostgreSQL store has to show: migrations under a lock, delivery numbers in
+commit order, wake-ups through LISTEN/NOTIFY with a catch-up, and driver errors translated."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+import asyncpg
+import pytest
+
+from sink.errors import StorageUnavailable
+from sink.storage.postgres import PostgresStore, migrate
+from tests.pg_cluster import Cluster
+from tests.test_storage import created_event, incoming, new_inbox
+
+
+class Target:
+    """A stand-in for the process's waiters: records what the listener asked."""
+
+    def __init__(self, watched: list[str]) -> None:
+        self._watched = watched
+        self.woken: list[str] = []
+        self.ended: list[str] = []
+        self.changed = asyncio.Event()
+
+    def wake(self, inbox_ids: Iterable[str]) -> None:
+        self.woken.extend(inbox_ids)
+        self.changed.set()
+
+    def end(self, inbox_ids: Iterable[str]) -> None:
+        self.ended.extend(inbox_ids)
+        self.changed.set()
+
+    def watched(self) -> list[str]:
+        return list(self._watched)
+
+    async def until(self, predicate: object, deadline_s: float = 10.0) -> None:
+        async def loop() -> None:
+            while not predicate():  # type: ignore[operator]
+                self.changed.clear()
+                await self.changed.wait()
+
+        await asyncio.wait_for(loop(), deadline_s)
+
+
+def test_ten_replicas_starting_at_once_migrate_once(pg_cluster: Cluster) -> None:
+    """Ten stores opening one empty database at once: one migration each, no error."""
+    dsn = pg_cluster.dsn(pg_cluster.new_database())
+
+    async def scenario() -> list[tuple[int, int]]:
+        stores = [PostgresStore(dsn, pool_size=2) for _ in range(10)]
+        await asyncio.gather(*(s.open() for s in stores))
+        for store in stores:
+            await store.close()
+        connection = await asyncpg.connect(dsn)
+        try:
+            again = await migrate(connection)
+            rows = await connection.fetch("SELECT version, 1 FROM runsink_migrations")
+        finally:
+            await connection.close()
+        assert again == max(v for v, _ in rows)
+        return [(r[0], r[1]) for r in rows]
+
+    rows = asyncio.run(scenario())
+    assert [v for v, _ in rows] == sorted({v for v, _ in rows})  # each version once
+
+
+def test_deliveries_are_numbered_in_commit_order(pg_dsn: str) -> None:
+    """200 concurrent deliveries to one inbox from two stores: numbers 1..200, no gap."""
+
+    async def scenario() -> list[int]:
+        a, b = PostgresStore(pg_dsn), PostgresStore(pg_dsn)
+        await a.open()
+        await b.open()
+        try:
+            new = new_inbox()
+            await a.create_inbox(new, created_event(new))
+            await asyncio.gather(
+                *(
+                    (a if n % 2 else b).save_message(incoming(new.inbox, subject=f"m{n}"))
+                    for n in range(200)
+                )
+            )
+            return [d.seq for d in await a.deliveries_after(new.inbox.inbox_id, 0, 500)]
+        finally:
+            await a.close()
+            await b.close()
+
+    assert asyncio.run(scenario()) == list(range(1, 201))
+
+
+def test_mail_stored_by_one_replica_wakes_the_other(pg_dsn: str) -> None:
+    """A delivery committed by store A is announced to store B's listener (not to A's own)."""
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        a, b = PostgresStore(pg_dsn), PostgresStore(pg_dsn)
+        await a.open()
+        await b.open()
+        new = new_inbox()
+        on_a, on_b = Target([new.inbox.inbox_id]), Target([new.inbox.inbox_id])
+        try:
+            await a.create_inbox(new, created_event(new))
+            a.follow(on_a)
+            b.follow(on_b)
+            await b.until_listening()
+            await a.until_listening()
+            on_a.woken.clear()
+            on_b.woken.clear()  # the catch-up on connect wakes every watched inbox
+            await a.save_message(incoming(new.inbox))
+            await on_b.until(lambda: on_b.woken)
+            await a.release_run(new.inbox.run_id, new.inbox.created_at + 1)
+            await on_b.until(lambda: on_b.ended)
+            return on_b.woken, on_b.ended
+        finally:
+            await a.close()
+            await b.close()
+
+    woken, ended = asyncio.run(scenario())
+    assert woken == [ended[0]] and len(ended) == 1
+
+
+def test_a_listener_that_reconnects_catches_up(pg_dsn: str) -> None:
+    """The listener cut off: on reconnect it wakes every watched wait and ends the expired."""
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        store = PostgresStore(pg_dsn)
+        await store.open()
+        live, gone = new_inbox("r1"), new_inbox("r2")
+        target = Target([live.inbox.inbox_id, gone.inbox.inbox_id])
+        try:
+            for new in (live, gone):
+                await store.create_inbox(new, created_event(new))
+            store.follow(target)
+            await store.until_listening()
+            await store.expire(gone.inbox.expire("lease", gone.inbox.created_at), 60)
+            target.woken.clear()
+            target.ended.clear()
+            connection = await asyncpg.connect(pg_dsn)
+            try:  # the database drops the listener (as a restart or a failover would)
+                await connection.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE application_name = 'runsink-listener'"
+                    " AND datname = current_database()"
+                )
+            finally:
+                await connection.close()
+            await target.until(lambda: len(set(target.woken)) == 2)
+            return sorted(set(target.woken)), target.ended
+        finally:
+            await store.close()
+
+    woken, ended = asyncio.run(scenario())
+    assert len(woken) == 2
+    assert len(ended) == 1 and ended[0] in woken
+
+
+def test_an_unreachable_database_is_storage_unavailable(pg_cluster: Cluster) -> None:
+    """Nothing listening: opening fails with StorageUnavailable, never a driver error."""
+    from tests.pg_cluster import _free_port
+
+    dsn = f"postgresql://postgres@127.0.0.1:{_free_port()}/postgres"
+
+    async def scenario() -> None:
+        await PostgresStore(dsn, start_deadline_s=0.2).open()
+
+    with pytest.raises(StorageUnavailable):
+        asyncio.run(scenario())
