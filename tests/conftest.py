@@ -116,3 +116,17 @@ async def _migrate(dsn: str) -> None:
 def pg_dsn(pg_cluster: Cluster) -> str:
     """A fresh, migrated database for one test (CREATE DATABASE ... TEMPLATE: ~50 ms)."""
     return pg_cluster.dsn(pg_cluster.new_database("runsink_template"))
+
+
+@pytest.fixture(scope="session")
+def pg_server(
+    tmp_path_factory: pytest.TempPathFactory, policy_file: str, pg_cluster: Cluster
+) -> Iterator[Server]:
+    """The shared server's twin on PostgreSQL (a database of its own)."""
+    folder = tmp_path_factory.mktemp("pg-server")
+    dsn = pg_cluster.dsn(pg_cluster.new_database("runsink_template"))
+    running = start_server(folder, "--policy-file", policy_file, "--enable-faults", db=dsn)
+    try:
+        yield running
+    finally:
+        running.stop()
