@@ -375,10 +375,10 @@ class RunsinkSMTP(SMTP):
 
     def _hang_up(self, reply: str) -> None:
         """Send a last reply and close; nothing more is read from this connection."""
-        transport = self.transport
+        # The transport is asyncio's or uvloop's (which does not subclass asyncio's classes).
+        transport: Any = self.transport
         if transport is None or transport.is_closing():
             return
-        assert isinstance(transport, asyncio.WriteTransport)
         transport.write(reply.encode() + b"\r\n")
         transport.close()  # flushes the reply first
 
