@@ -166,3 +166,36 @@ def test_an_unreachable_database_is_storage_unavailable(pg_cluster: Cluster) -> 
 
     with pytest.raises(StorageUnavailable):
         asyncio.run(scenario())
+
+
+def test_a_bad_database_url_names_the_flag_and_never_the_password() -> None:
+    """--db postgresql://... without a database name stops start-up; the message hides the URL."""
+    import argparse
+
+    from sink.config import settings_from
+    from sink.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        settings_from(argparse.Namespace(db="postgresql://u:s3cret@db.example:5432/"), {})
+    assert "--db" in str(refused.value) and "s3cret" not in str(refused.value)
+
+
+def test_mail_for_an_inbox_expired_since_rcpt_is_a_late_arrival(pg_dsn: str) -> None:
+    """Another replica expired the inbox between RCPT and the commit: no delivery, an event."""
+
+    async def scenario() -> tuple[int, list[str]]:
+        store = PostgresStore(pg_dsn)
+        await store.open()
+        try:
+            new = new_inbox()
+            await store.create_inbox(new, created_event(new))
+            await store.expire(new.inbox.expire("lease", new.inbox.created_at), 60)
+            await store.save_message(incoming(new.inbox))
+            listed = await store.deliveries_after(new.inbox.inbox_id, 0, 10)
+            _, events = await store.run_report(new.inbox.run_id)
+            return len(listed), [e.type for e in events]
+        finally:
+            await store.close()
+
+    listed, types = asyncio.run(scenario())
+    assert listed == 0 and types[-1] == "late_arrival"

@@ -52,11 +52,13 @@ from sink.storage.base import (
     Event,
     InboxReport,
     Incoming,
+    Late,
     NewInbox,
     Route,
     StoredMessage,
     UnroutedMail,
 )
+from sink.storage.sqlite import RouteCache
 
 T = TypeVar("T")
 Record = asyncpg.Record
@@ -190,6 +192,7 @@ class PostgresStore:
         self.replica_id = uuid.uuid4().hex[:12]
         self._deliveries = _Deliveries(self)
         self._listener: _Listener | None = None
+        self._routes = RouteCache()
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -224,7 +227,7 @@ class PostgresStore:
 
     def follow(self, target: WakeTarget) -> None:
         """Wake ``target``'s waits on mail (and end them on expiry) from any replica."""
-        self._listener = _Listener(self._dsn, self.replica_id, target)
+        self._listener = _Listener(self._dsn, self.replica_id, _Ends(target, self))
         self._listener.start()
 
     async def until_listening(self) -> None:
@@ -382,7 +385,15 @@ class PostgresStore:
         return int(rows[0][0])
 
     async def route(self, local_part: str) -> Route | None:
-        # Not cached: another replica may expire the inbox at any moment.
+        # Cached only while the listener is connected: it forgets a route the moment any
+        # replica announces that inbox's end (and all of them on a reconnect). A route a
+        # moment stale costs nothing worse than a late arrival: the delivery batch checks
+        # the inbox's state again under its lock.
+        listening = self._listener is not None and self._listener.connected.is_set()
+        if listening:
+            cached = self._routes.get(local_part)
+            if cached is not None:
+                return cached
         rows = await self._fetch(
             "route",
             "SELECT inbox_id, run_id, policy, expires_at, state FROM inboxes WHERE local_part = $1",
@@ -391,13 +402,16 @@ class PostgresStore:
         if not rows:
             return None
         row = rows[0]
-        return Route(
+        route = Route(
             row["inbox_id"],
             row["run_id"],
             row["policy"],
             row["expires_at"],
             row["state"] == "expired",
         )
+        if listening and not route.expired:
+            self._routes.remember(local_part, route)
+        return route
 
     async def save_poll(self, before: Inbox, after: Inbox, event: Event) -> bool:
         async def work(db: Connection) -> bool:
@@ -431,7 +445,10 @@ class PostgresStore:
             await _insert_events(db, events)
             return True
 
-        return await self._transaction("save_poll", work)
+        saved = await self._transaction("save_poll", work)
+        if saved and after.state is State.EXPIRED:
+            self._routes.forget([after.inbox_id])
+        return saved
 
     async def expire(self, inbox: Inbox, retention_s: int) -> None:
         async def work(db: Connection) -> None:
@@ -439,6 +456,7 @@ class PostgresStore:
                 await self._notify(db, "e", [inbox.inbox_id])
 
         await self._transaction("expire", work)
+        self._routes.forget([inbox.inbox_id])
 
     async def expire_due(self, now: float, limit: int) -> list[Inbox]:
         rows = await self._fetch(
@@ -583,7 +601,9 @@ class PostgresStore:
             await self._notify(db, "e", ids)
             return ids
 
-        return await self._transaction("release_run", work)
+        released = await self._transaction("release_run", work)
+        self._routes.forget(released)
+        return released
 
     async def release_due(self, now: float, limit: int) -> int:
         return await self._release_where(
@@ -614,7 +634,9 @@ class PostgresStore:
             await self._notify(db, "e", ids)
             return ids
 
-        return len(await self._transaction("release", work))
+        released = await self._transaction("release", work)
+        self._routes.forget(released)
+        return len(released)
 
     async def used_bytes(self) -> int:
         """Bytes of bodies kept (what --max-store-mb caps); the table's own pages follow
@@ -692,31 +714,36 @@ class PostgresStore:
         if per_inbox:
             # Lock the inboxes in one order (no deadlock between batches), then number this
             # batch's deliveries: the lock is held to COMMIT, so numbers follow commit order.
+            # An inbox that expired since RCPT (another replica released it) gets none: its
+            # mail is a late arrival, decided here, under the lock, not from a cached route.
             ids = sorted(per_inbox)
             rows = await db.fetch(
                 """WITH locked AS (
-                       SELECT inbox_id FROM inboxes WHERE inbox_id = ANY($1::text[])
+                       SELECT inbox_id, state FROM inboxes WHERE inbox_id = ANY($1::text[])
                        ORDER BY inbox_id FOR UPDATE)
                    UPDATE inboxes i SET last_seq = i.last_seq + n.count
                    FROM locked, unnest($1::text[], $2::int[]) AS n(inbox_id, count)
                    WHERE i.inbox_id = locked.inbox_id AND n.inbox_id = i.inbox_id
+                     AND locked.state <> 'expired'
                    RETURNING i.inbox_id, i.last_seq""",
                 ids,
                 [per_inbox[i] for i in ids],
             )
             for row in rows:
                 next_seq[row[0]] = int(row[1]) - per_inbox[row[0]] + 1
-            missing = set(ids) - set(next_seq)
-            if missing:
-                raise StorageError(f"save_message: no inbox {sorted(missing)[0]!r}")
         messages: list[tuple[Any, ...]] = []
         deliveries: list[tuple[Any, ...]] = []
         unrouted: list[tuple[Any, ...]] = []
         events: list[Event] = []
         for item in items:
             size = len(item.raw)
-            if item.deliveries:
-                key = item.deliveries[0].message_id
+            live = [d for d in item.deliveries if d.inbox_id in next_seq]
+            dropped = [
+                *item.late,
+                *(Late(d.inbox_id, d.run_id, d.rcpts[0]) for d in item.deliveries if d not in live),
+            ]
+            if live:
+                key = live[0].message_id
                 s = item.summary
                 messages.append(
                     (
@@ -732,7 +759,7 @@ class PostgresStore:
                         item.received_at,
                     )
                 )
-                for d in item.deliveries:
+                for d in live:
                     seq = next_seq[d.inbox_id]
                     next_seq[d.inbox_id] = seq + 1
                     deliveries.append(
@@ -759,7 +786,7 @@ class PostgresStore:
                     inbox_id=late.inbox_id,
                     detail={"size": size, "action": "dropped"},
                 )
-                for late in item.late
+                for late in dropped
             )
         if messages:
             await db.executemany(
@@ -780,8 +807,8 @@ class PostgresStore:
             )
         if events:
             await _insert_events(db, events)
-        if per_inbox:
-            await self._notify(db, "w", list(per_inbox))
+        if next_seq:
+            await self._notify(db, "w", list(next_seq))
 
 
 class _Deliveries:
@@ -879,6 +906,28 @@ def _settle(batch: list[tuple[Incoming, asyncio.Future[None]]], error: Exception
             done.set_result(None)
         else:
             done.set_exception(error)
+
+
+class _Ends:
+    """The listener's target: the waiters, and this store's route cache beside them."""
+
+    def __init__(self, target: WakeTarget, store: PostgresStore) -> None:
+        self._target = target
+        self._store = store
+
+    def wake(self, inbox_ids: Iterable[str]) -> None:
+        self._target.wake(inbox_ids)
+
+    def end(self, inbox_ids: Iterable[str]) -> None:
+        ids = list(inbox_ids)
+        self._store._routes.forget(ids)
+        self._target.end(ids)
+
+    def watched(self) -> list[str]:
+        # Called on every (re)connect: what was announced meanwhile is unknown, so every
+        # cached route goes too.
+        self._store._routes = RouteCache()
+        return self._target.watched()
 
 
 class _Listener:
