@@ -199,3 +199,83 @@ def test_mail_for_an_inbox_expired_since_rcpt_is_a_late_arrival(pg_dsn: str) -> 
 
     listed, types = asyncio.run(scenario())
     assert listed == 0 and types[-1] == "late_arrival"
+
+
+def test_one_wait_in_progress_per_inbox_across_stores(pg_dsn: str) -> None:
+    """Two stores race for an inbox's wait slot: one takes it; the other learns when to retry."""
+    from sink import clock
+
+    async def scenario() -> tuple[list[float | None], float | None]:
+        a, b = PostgresStore(pg_dsn), PostgresStore(pg_dsn)
+        await a.open()
+        await b.open()
+        try:
+            new = new_inbox()
+            await a.create_inbox(new, created_event(new))
+            now = clock.now()
+            until = now + 5
+            got = list(
+                await asyncio.gather(
+                    *((a if n % 2 else b).take_poll_slot(new.inbox, now, until) for n in range(10))
+                )
+            )
+            await a.free_poll_slot(new.inbox.inbox_id, until)
+            again = await b.take_poll_slot(new.inbox, now, until)
+            return got, again
+        finally:
+            await a.close()
+            await b.close()
+
+    got, again = asyncio.run(scenario())
+    assert got.count(None) == 1
+    assert again is None
+
+
+def test_the_breaker_lives_in_the_database_with_one_probe(pg_dsn: str) -> None:
+    """Failures through store A open the breaker for store B; after the cooldown exactly one
+    of many concurrent admissions is the probe; its success removes the row."""
+    from sink.breaker import BreakerSettings, BreakerState
+
+    settings = BreakerSettings(failure_threshold=2, cooldown_s=0.3, cooldown_max_s=1.0)
+    key = ("run-b", "ib_x", "wait")
+
+    async def scenario() -> None:
+        a, b = PostgresStore(pg_dsn), PostgresStore(pg_dsn)
+        await a.open()
+        await b.open()
+        try:
+            assert (await b.breaker_admit(key, 0.3, 2.0)).allowed
+            assert await a.breaker_failure(key, settings) is None
+            opened = await a.breaker_failure(key, settings)
+            assert opened is not None and opened.to_state is BreakerState.OPEN
+            refused = await b.breaker_admit(key, 0.3, 2.0)
+            assert not refused.allowed and 0 < (refused.retry_after or 0) <= 0.3
+            left = await b.breaker_cooldown_left(key)
+            assert left is not None and left <= 0.3
+            await asyncio.sleep(0.35)  # the cooldown is the database's clock: let it pass
+            admissions = await asyncio.gather(
+                *((a if n % 2 else b).breaker_admit(key, 0.3, 2.0) for n in range(20))
+            )
+            probes = [x for x in admissions if x.allowed]
+            assert len(probes) == 1 and probes[0].probe
+            assert probes[0].transition is not None
+            failed = await b.breaker_failure(key, settings)  # the probe fails: doubled cooldown
+            assert failed is not None and failed.cooldown_s == 0.6
+            await asyncio.sleep(0.65)
+            probe = await a.breaker_admit(key, 0.3, 2.0)
+            assert probe.probe
+            await a.breaker_abandon(key)  # handed back: the next call probes at once
+            probe = await b.breaker_admit(key, 0.3, 2.0)
+            assert probe.probe and probe.transition is None
+            closed = await b.breaker_success(key)
+            assert closed is not None and closed.to_state is BreakerState.CLOSED
+            connection = await asyncpg.connect(pg_dsn)
+            try:
+                assert await connection.fetchval("SELECT COUNT(*) FROM breakers") == 0
+            finally:
+                await connection.close()
+        finally:
+            await a.close()
+            await b.close()
+
+    asyncio.run(scenario())

@@ -44,6 +44,14 @@ import asyncpg
 if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
 
+from sink.breaker import (
+    MIN_RETRY_AFTER_S,
+    Admission,
+    BreakerKey,
+    BreakerSettings,
+    BreakerState,
+    Transition,
+)
 from sink.errors import StorageError, StorageUnavailable
 from sink.inbox import Claim, Delivery, Evidence, Inbox, Match, State
 from sink.storage.base import (
@@ -75,6 +83,18 @@ _CONNECT_TIMEOUT_S = 5.0
 _LISTENER_CHECK_S = 2.0
 _START_DEADLINE_S = 30.0
 _NAMED = {"application_name": "runsink"}
+_DB_NOW = "extract(epoch FROM clock_timestamp())::double precision"
+_ALLOWED = Admission(allowed=True, probe=False, retry_after=None, transition=None)
+
+
+def _refused(retry_after: float) -> Admission:
+    return Admission(
+        allowed=False,
+        probe=False,
+        retry_after=max(retry_after, MIN_RETRY_AFTER_S),
+        transition=None,
+    )
+
 
 # SQLSTATE classes that mean "not now" rather than "wrong": connection exceptions (08),
 # insufficient resources (53: too many connections, disk full), operator intervention
@@ -420,7 +440,8 @@ class PostgresStore:
                        state = $4, reason = $5, evidence_message_id = $6, last_poll_at = $7,
                        last_poll_latency_ms = $8, expired_at = $9, last_error = $10,
                        last_change_reason = CASE WHEN state <> $4 THEN $11
-                                                 ELSE last_change_reason END
+                                                 ELSE last_change_reason END,
+                       poll_until = NULL
                    WHERE inbox_id = $12 AND polls_used = $13 AND state <> 'expired'""",
                 after.polls_used,
                 after.next_poll_at,
@@ -449,6 +470,53 @@ class PostgresStore:
         if saved and after.state is State.EXPIRED:
             self._routes.forget([after.inbox_id])
         return saved
+
+    async def take_poll_slot(self, inbox: Inbox, now: float, until: float) -> float | None:
+        """Take the inbox's one wait-in-progress slot, fleet-wide, until ``until``.
+
+        None: taken (free it with ``free_poll_slot``, or record the poll). Otherwise the
+        moment to try again: another replica's wait holds the slot, or it is before
+        ``next_poll_at``, or a poll was recorded since ``inbox`` was read.
+        """
+
+        async def work(db: Connection) -> float | None:
+            # A lease, not evidence: losing it in a crash costs nothing (it lapses at
+            # ``until``), so its commit need not wait for the disk.
+            await db.execute("SET LOCAL synchronous_commit = off")
+            taken = await db.fetchval(
+                """UPDATE inboxes SET poll_until = $3
+                   WHERE inbox_id = $1 AND polls_used = $2 AND state <> 'expired'
+                     AND (poll_until IS NULL OR poll_until <= $4)
+                     AND (next_poll_at IS NULL OR next_poll_at <= $4)
+                   RETURNING inbox_id""",
+                inbox.inbox_id,
+                inbox.polls_used,
+                until,
+                now,
+            )
+            if taken is not None:
+                return None
+            row = await db.fetchrow(
+                "SELECT poll_until, next_poll_at FROM inboxes WHERE inbox_id = $1",
+                inbox.inbox_id,
+            )
+            times = [t for t in (row["poll_until"], row["next_poll_at"]) if t] if row else []
+            return float(max([now, *times]))
+
+        return await self._transaction("take_poll_slot", work)
+
+    async def free_poll_slot(self, inbox_id: str, until: float) -> None:
+        """A wait that took the slot ends without recording a poll (cancelled, failed)."""
+
+        async def work(db: Connection) -> None:
+            await db.execute("SET LOCAL synchronous_commit = off")
+            await db.execute(
+                "UPDATE inboxes SET poll_until = NULL WHERE inbox_id = $1 AND poll_until = $2",
+                inbox_id,
+                until,
+            )
+
+        await self._transaction("free_poll_slot", work)
 
     async def expire(self, inbox: Inbox, retention_s: int) -> None:
         async def work(db: Connection) -> None:
@@ -702,6 +770,148 @@ class PostgresStore:
             limit,
         )
         return [UnroutedMail(r[0], r[1], r[2], r[3]) for r in rows]
+
+    # -- the fleet-wide circuit breaker ------------------------------------------------
+    # The rules of sink/breaker.py, kept by the database: each move is one conditional
+    # UPDATE on the breaker's row, so replicas never disagree and exactly one of them takes
+    # the half-open probe. Times are the database's clock (``_DB_NOW``).
+
+    async def breaker_admit(
+        self, key: BreakerKey, base_cooldown_s: float, hold_s: float
+    ) -> Admission:
+        """May a call go to the provider now? May take the fleet's one half-open probe."""
+        row = await self._fetch(
+            "breaker_admit",
+            f"SELECT state, opened_at, cooldown_s, probe_until, {_DB_NOW} AS now"
+            " FROM breakers WHERE run_id = $1 AND inbox_id = $2 AND operation = $3",
+            *key,
+        )
+        if not row or row[0]["state"] == "closed":
+            return _ALLOWED
+        state, opened_at, cooldown_s, _, now = row[0]
+        if state == "open":
+            left = opened_at + cooldown_s - now
+            if left > 0:
+                return _refused(min(left, cooldown_s))
+
+        async def work(db: Connection) -> str | None:
+            moved: str | None = await db.fetchval(
+                f"""WITH old AS (
+                        SELECT state FROM breakers
+                        WHERE run_id = $1 AND inbox_id = $2 AND operation = $3 FOR UPDATE)
+                    UPDATE breakers b SET state = 'half_open', probe_until = {_DB_NOW} + $4,
+                                          touched_at = {_DB_NOW}
+                    FROM old
+                    WHERE b.run_id = $1 AND b.inbox_id = $2 AND b.operation = $3
+                      AND ((b.state = 'open' AND b.opened_at + b.cooldown_s <= {_DB_NOW})
+                           OR (b.state = 'half_open'
+                               AND (b.probe_until IS NULL OR b.probe_until <= {_DB_NOW})))
+                    RETURNING old.state""",
+                *key,
+                hold_s,
+            )
+            return moved
+
+        moved = await self._transaction("breaker_admit", work)
+        if moved is None:
+            return _refused(base_cooldown_s)  # another call (on any replica) is the probe
+        transition = (
+            Transition(BreakerState.OPEN, BreakerState.HALF_OPEN) if moved == "open" else None
+        )
+        return Admission(allowed=True, probe=True, retry_after=None, transition=transition)
+
+    async def breaker_success(self, key: BreakerKey) -> Transition | None:
+        """The provider answered: a breaker that is not open settles (its row goes)."""
+
+        async def work(db: Connection) -> str | None:
+            gone: str | None = await db.fetchval(
+                "DELETE FROM breakers WHERE run_id = $1 AND inbox_id = $2 AND operation = $3"
+                " AND state <> 'open' RETURNING state",
+                *key,
+            )
+            return gone
+
+        gone = await self._transaction("breaker_success", work)
+        if gone == "half_open":
+            return Transition(BreakerState.HALF_OPEN, BreakerState.CLOSED)
+        return None
+
+    async def breaker_failure(
+        self, key: BreakerKey, settings: BreakerSettings
+    ) -> Transition | None:
+        """The provider failed (or the caller named the wrong run): count it; maybe open."""
+
+        async def work(db: Connection) -> tuple[str, str, float] | None:
+            await db.execute(
+                f"""INSERT INTO breakers (run_id, inbox_id, operation, state, failures,
+                                          cooldown_s, touched_at)
+                    VALUES ($1, $2, $3, 'closed', 0, $4, {_DB_NOW})
+                    ON CONFLICT DO NOTHING""",
+                *key,
+                settings.cooldown_s,
+            )
+            row = await db.fetchrow(
+                f"""WITH old AS (
+                        SELECT state FROM breakers
+                        WHERE run_id = $1 AND inbox_id = $2 AND operation = $3 FOR UPDATE)
+                    UPDATE breakers b SET
+                        failures = b.failures + 1,
+                        cooldown_s = CASE WHEN b.state = 'half_open'
+                                          THEN LEAST(b.cooldown_s * 2, $5) ELSE b.cooldown_s END,
+                        state = CASE WHEN b.state = 'half_open' OR b.failures + 1 >= $4
+                                     THEN 'open' ELSE b.state END,
+                        opened_at = CASE WHEN b.state = 'half_open' OR b.failures + 1 >= $4
+                                         THEN {_DB_NOW} ELSE b.opened_at END,
+                        probe_until = NULL,
+                        touched_at = {_DB_NOW}
+                    FROM old
+                    WHERE b.run_id = $1 AND b.inbox_id = $2 AND b.operation = $3
+                      AND b.state <> 'open'
+                    RETURNING old.state, b.state, b.cooldown_s""",
+                *key,
+                settings.failure_threshold,
+                settings.cooldown_max_s,
+            )
+            return None if row is None else (row[0], row[1], float(row[2]))
+
+        moved = await self._transaction("breaker_failure", work)
+        if moved is None or moved[0] == moved[1]:
+            return None  # a straggler while open, or still under the threshold
+        return Transition(BreakerState(moved[0]), BreakerState(moved[1]), moved[2])
+
+    async def breaker_abandon(self, key: BreakerKey) -> None:
+        """The probe was cancelled without an answer: the next call may probe at once."""
+
+        async def work(db: Connection) -> None:
+            await db.execute(
+                "UPDATE breakers SET probe_until = NULL WHERE run_id = $1 AND inbox_id = $2"
+                " AND operation = $3 AND state = 'half_open'",
+                *key,
+            )
+
+        await self._transaction("breaker_abandon", work)
+
+    async def breaker_cooldown_left(self, key: BreakerKey) -> float | None:
+        rows = await self._fetch(
+            "breaker_cooldown_left",
+            f"SELECT opened_at + cooldown_s - {_DB_NOW} FROM breakers"
+            " WHERE run_id = $1 AND inbox_id = $2 AND operation = $3 AND state <> 'closed'",
+            *key,
+        )
+        if not rows or rows[0][0] is None:
+            return None
+        return max(MIN_RETRY_AFTER_S, float(rows[0][0]))
+
+    async def forget_breakers(self, untouched_s: float) -> int:
+        """Rows nobody touched for ``untouched_s``: their inboxes' leases are long over."""
+
+        async def work(db: Connection) -> int:
+            status = await db.execute(
+                f"DELETE FROM breakers WHERE touched_at < {_DB_NOW} - $1", untouched_s
+            )
+            return int(status.split()[-1])
+
+        return await self._transaction("forget_breakers", work)
 
     # -- the delivery batch (run by _Deliveries inside one transaction) ------------
 
