@@ -366,17 +366,17 @@ class MemoryStore:
 
     def _load(self, inbox_id: str) -> Inbox:
         row = self._inboxes[inbox_id]
-        evidence = None
         found = self._deliveries.get(row.evidence_message_id or "")
-        if found is not None:
-            evidence = Evidence(
-                found.message_id,
-                found.seq,
-                found.message.summary.subject,
-                found.message.summary.from_addr,
-                found.message.received_at,
-                found.claim,
-            )
+        if found is None:
+            return row.inbox  # stored with evidence=None
+        evidence = Evidence(
+            found.message_id,
+            found.seq,
+            found.message.summary.subject,
+            found.message.summary.from_addr,
+            found.message.received_at,
+            found.claim,
+        )
         return replace(row.inbox, evidence=evidence)
 
     def _count(self, run_id: str, purpose: str) -> int:
