@@ -47,7 +47,8 @@ class Runtime:
         self.faults = FaultRegistry(random.Random()) if settings.enable_faults else None
         self.agent: Agent | None = None
         self.clock = SystemClock()
-        self.guard = Guard(self.faults, self.store, self.metrics, self.clock)
+        fleet = self.store if isinstance(self.store, PostgresStore) else None
+        self.guard = Guard(self.faults, self.store, self.metrics, self.clock, fleet)
         self.ingest = Ingest(self.store, self.waiters, settings, self.metrics, self.clock)
         self.smtp_server: asyncio.Server | None = None
         self.smtp_port = settings.smtp_port

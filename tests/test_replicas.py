@@ -151,6 +151,58 @@ def test_a_poll_spent_on_one_replica_is_spent_on_the_other(pair: tuple[Server, S
     assert (second["status"], second["reason"], second["attempt"]) == ("blocked", "too_early", 1)
 
 
+def test_two_waits_at_once_on_two_replicas_one_is_too_early(pair: tuple[Server, Server]) -> None:
+    """A long-poll held on A: a wait on B meanwhile is blocked/too_early and spends nothing."""
+    a, b = pair
+    with a.http() as on_a, b.http() as on_b:
+        inbox = create_inbox(on_a)
+        answer: dict[str, object] = {}
+
+        def long_poll() -> None:
+            answer.update(wait(on_a, inbox["inbox_id"], timeout_s=3).json())
+
+        waiter = threading.Thread(target=long_poll)
+        waiter.start()
+        _until_long_polls(on_a, 1)
+        second = wait(on_b, inbox["inbox_id"], timeout_s=0).json()
+        waiter.join(15)
+        after = on_b.get(f"/v1/inboxes/{inbox['inbox_id']}").json()
+    assert (second["status"], second["reason"]) == ("blocked", "too_early")
+    assert 0 < second["retry_after"] <= 3 + 2 + 0.1  # the wait, and its deadline to record
+    assert answer["attempt"] == 1 and after["attempt"] == 1
+
+
+def test_a_breaker_opened_through_one_replica_is_open_on_the_other(
+    pair: tuple[Server, Server],
+) -> None:
+    """Provider errors on A open the run's wait breaker; B answers circuit_open, and after
+    the cooldown the one probe closes it for both."""
+    a, b = pair
+    run_id = new_run_id()
+    with a.http() as on_a, b.http() as on_b:
+        inbox = create_inbox(on_a, run_id, policy="sturdy")
+        fault = {"target": "wait", "mode": "error", "count": 2, "run_id": run_id}
+        assert on_a.post("/v1/faults", json=fault).status_code == 201
+        failures = [wait(on_a, inbox["inbox_id"], timeout_s=0).json() for _ in range(2)]
+        refused = wait(on_b, inbox["inbox_id"], timeout_s=0).json()
+        on_a_too = wait(on_a, inbox["inbox_id"], timeout_s=0).json()
+        deadline = time.monotonic() + 10
+        while True:  # after the cooldown: B's call is the probe, and it closes the breaker
+            probe = wait(on_b, inbox["inbox_id"], timeout_s=0).json()
+            if probe["reason"] != "circuit_open" or time.monotonic() > deadline:
+                break
+            time.sleep(min(0.2, probe["retry_after"]))
+        closed = wait(on_a, inbox["inbox_id"], timeout_s=0).json()
+        report = on_a.get(f"/v1/runs/{run_id}").json()
+    assert [f["reason"] for f in failures] == ["provider_error", "provider_error"]
+    assert (refused["status"], refused["reason"]) == ("blocked", "circuit_open")
+    assert on_a_too["reason"] == "circuit_open"
+    assert probe["status"] == "retryable" and probe["reason"] == "evidence_not_found"
+    assert closed["reason"] == "evidence_not_found"
+    types = [e["type"] for e in report["events"]]
+    assert types.count("breaker_opened") == 1 and types.count("breaker_closed") == 1
+
+
 def test_a_release_on_one_replica_ends_a_wait_on_the_other(pair: tuple[Server, Server]) -> None:
     """DELETE /v1/runs on A answers B's long-poll at once, expired/lease."""
     a, b = pair
@@ -164,16 +216,20 @@ def test_a_release_on_one_replica_ends_a_wait_on_the_other(pair: tuple[Server, S
 
         waiter = threading.Thread(target=long_poll)
         waiter.start()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if "runsink_active_long_polls 1.0" in on_b.get("/metrics").text:
-                break
-            time.sleep(0.01)
+        _until_long_polls(on_b, 1)
         started = time.monotonic()
         assert on_a.delete(f"/v1/runs/{run_id}").status_code == 204
         waiter.join(15)
     assert time.monotonic() - started < 5
     assert (answer["state"], answer["reason"]) == ("expired", "lease")
+
+
+def _until_long_polls(client: httpx.Client, count: int, deadline_s: float = 10.0) -> None:
+    """Until the replica holds ``count`` long-polls (it registers them before it scans)."""
+    deadline = time.monotonic() + deadline_s
+    while f"runsink_active_long_polls {float(count)}" not in client.get("/metrics").text:
+        assert time.monotonic() < deadline, "the long-poll never became active"
+        time.sleep(0.01)
 
 
 def _send_until(

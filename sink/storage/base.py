@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from sink.inbox import Claim, Delivery, Inbox
 from sink.message import Summary
@@ -192,3 +192,17 @@ class Maintenance(Protocol):
 
 class Storage(Store, Maintenance, Protocol):
     """An adapter: the domain's port and the sweeper's, over one database."""
+
+
+@runtime_checkable
+class PollSlots(Protocol):
+    """Adapters that several processes share: one wait in progress per inbox, fleet-wide.
+
+    (One process alone keeps this in memory: ``LongPolls.busy_until``.)
+    """
+
+    async def take_poll_slot(self, inbox: Inbox, now: float, until: float) -> float | None:
+        """Take the inbox's wait slot until ``until``: None if taken, else when to retry."""
+
+    async def free_poll_slot(self, inbox_id: str, until: float) -> None:
+        """Give the slot back (the wait ended without recording a poll)."""
