@@ -30,6 +30,7 @@ from sink.waiters import Waiters
 _SWEEP_EVERY_S = 1.0
 _SWEEP_BATCH = 500
 _UNROUTED_KEPT = 10_000
+_BREAKERS_FORGOTTEN_AFTER_S = 3600.0
 
 
 class Runtime:
@@ -130,6 +131,9 @@ class Runtime:
         await self.store.release_due(now, _SWEEP_BATCH)
         await self._enforce_size_cap(now)
         await self.store.trim_unrouted(_UNROUTED_KEPT)
+        if isinstance(self.store, PostgresStore):
+            # Breakers nobody touched for an hour belong to leases long over (as in memory).
+            await self.store.forget_breakers(_BREAKERS_FORGOTTEN_AFTER_S)
         self.metrics.sweeps.inc()
 
     async def _enforce_size_cap(self, now: float) -> None:

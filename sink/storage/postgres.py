@@ -54,6 +54,7 @@ from sink.breaker import (
 )
 from sink.errors import StorageError, StorageUnavailable
 from sink.inbox import Claim, Delivery, Evidence, Inbox, Match, State
+from sink.logs import warn
 from sink.storage.base import (
     CreateOutcome,
     CreateResult,
@@ -1200,6 +1201,8 @@ class _Listener:
                         await connection.fetchval("SELECT 1", timeout=_LISTENER_CHECK_S)
             except _DRIVER_ERRORS:
                 pass  # the database is away: reconnect below, and catch up then
+            except Exception as exc:  # the listener must outlive anything: wake-ups depend on it
+                warn("listener_failed", error=type(exc).__name__)
             finally:
                 self.connected.clear()
                 if connection is not None:
