@@ -435,39 +435,33 @@ class PostgresStore:
         return route
 
     async def save_poll(self, before: Inbox, after: Inbox, event: Event) -> bool:
-        async def work(db: Connection) -> bool:
-            status = await db.execute(
-                """UPDATE inboxes SET polls_used = $1, next_poll_at = $2, cursor_seq = $3,
-                       state = $4, reason = $5, evidence_message_id = $6, last_poll_at = $7,
-                       last_poll_latency_ms = $8, expired_at = $9, last_error = $10,
-                       last_change_reason = CASE WHEN state <> $4 THEN $11
-                                                 ELSE last_change_reason END,
-                       poll_until = NULL
-                   WHERE inbox_id = $12 AND polls_used = $13 AND state <> 'expired'""",
-                after.polls_used,
-                after.next_poll_at,
-                after.cursor_seq,
-                after.state.value,
-                after.reason,
-                after.evidence.message_id if after.evidence else None,
-                after.last_poll_at,
-                after.last_poll_latency_ms,
-                after.expired_at,
-                after.last_error,
-                after.reason or "evidence_found",
-                after.inbox_id,
-                before.polls_used,
-            )
-            if status != "UPDATE 1":
-                return False
-            events = [event]
-            if after.state is State.EXPIRED:
-                events.append(_expired_event(after))
-                await self._notify(db, "e", [after.inbox_id])
-            await _insert_events(db, events)
-            return True
-
-        saved = await self._transaction("save_poll", work)
+        # One statement, so one round trip and its own transaction: every wait ends here.
+        events = [event]
+        payloads: list[str] = []
+        if after.state is State.EXPIRED:
+            events.append(_expired_event(after))
+            payloads.append(f"{self.replica_id} e {after.inbox_id}")
+        rows = await self._fetch(
+            "save_poll",
+            _SAVE_POLL,
+            after.polls_used,
+            after.next_poll_at,
+            after.cursor_seq,
+            after.state.value,
+            after.reason,
+            after.evidence.message_id if after.evidence else None,
+            after.last_poll_at,
+            after.last_poll_latency_ms,
+            after.expired_at,
+            after.last_error,
+            after.reason or "evidence_found",
+            after.inbox_id,
+            before.polls_used,
+            *_columns(_event_rows(events), 6),
+            CHANNEL,
+            payloads,
+        )
+        saved = bool(rows[0][0])
         if saved and after.state is State.EXPIRED:
             self._routes.forget([after.inbox_id])
         return saved
@@ -999,27 +993,74 @@ class PostgresStore:
                 )
                 for late in dropped
             )
-        if messages:
-            await db.executemany(
-                "INSERT INTO messages (message_key, raw, size, subject, from_addr, to_json, "
-                "cc_json, date, mail_from, received_at) "
-                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-                messages,
-            )
-            await db.executemany(
-                "INSERT INTO deliveries (inbox_id, seq, message_id, message_key, rcpt_json) "
-                "VALUES ($1, $2, $3, $4, $5)",
-                deliveries,
-            )
-        if unrouted:
-            await db.executemany(
-                "INSERT INTO unrouted (rcpt, mail_from, received_at, size) VALUES ($1, $2, $3, $4)",
-                unrouted,
-            )
-        if events:
-            await _insert_events(db, events)
-        if next_seq:
-            await self._notify(db, "w", list(next_seq))
+        # The rest in one statement (one round trip): the rows as parallel arrays, and the
+        # NOTIFY, delivered at COMMIT, naming the inboxes that got mail.
+        ids = sorted(next_seq)
+        payloads = [
+            f"{self.replica_id} w " + ",".join(ids[i : i + _NOTIFY_IDS_PER_PAYLOAD])
+            for i in range(0, len(ids), _NOTIFY_IDS_PER_PAYLOAD)
+        ]
+        await db.execute(
+            _BATCH_INSERT,
+            *_columns(messages, 10),
+            *_columns(deliveries, 5),
+            *_columns(unrouted, 4),
+            *_columns(_event_rows(events), 6),
+            CHANNEL,
+            payloads,
+        )
+
+
+_SAVE_POLL = """
+WITH u AS (
+    UPDATE inboxes SET polls_used = $1, next_poll_at = $2, cursor_seq = $3,
+        state = $4, reason = $5, evidence_message_id = $6, last_poll_at = $7,
+        last_poll_latency_ms = $8, expired_at = $9, last_error = $10,
+        last_change_reason = CASE WHEN state <> $4 THEN $11 ELSE last_change_reason END,
+        poll_until = NULL
+    WHERE inbox_id = $12 AND polls_used = $13 AND state <> 'expired'
+    RETURNING inbox_id
+), e AS (
+    INSERT INTO events (run_id, inbox_id, message_id, at, type, detail_json)
+    SELECT * FROM unnest($14::text[], $15::text[], $16::text[], $17::float8[], $18::text[],
+                         $19::text[])
+    WHERE EXISTS (SELECT 1 FROM u)
+)
+SELECT (SELECT COUNT(*) FROM u),
+       (SELECT COUNT(*) FROM (SELECT pg_notify($20, p) FROM unnest($21::text[]) AS p
+                              WHERE EXISTS (SELECT 1 FROM u)) AS n)
+"""
+
+_BATCH_INSERT = """
+WITH m AS (
+    INSERT INTO messages (message_key, raw, size, subject, from_addr, to_json, cc_json, date,
+                          mail_from, received_at)
+    SELECT * FROM unnest($1::text[], $2::bytea[], $3::int[], $4::text[], $5::text[],
+                         $6::text[], $7::text[], $8::text[], $9::text[], $10::float8[])
+), d AS (
+    INSERT INTO deliveries (inbox_id, seq, message_id, message_key, rcpt_json)
+    SELECT * FROM unnest($11::text[], $12::bigint[], $13::text[], $14::text[], $15::text[])
+), u AS (
+    INSERT INTO unrouted (rcpt, mail_from, received_at, size)
+    SELECT * FROM unnest($16::text[], $17::text[], $18::float8[], $19::int[])
+), e AS (
+    INSERT INTO events (run_id, inbox_id, message_id, at, type, detail_json)
+    SELECT * FROM unnest($20::text[], $21::text[], $22::text[], $23::float8[], $24::text[],
+                         $25::text[])
+)
+SELECT pg_notify($26, p) FROM unnest($27::text[]) AS p
+"""
+
+
+def _event_rows(events: Iterable[Event]) -> list[tuple[Any, ...]]:
+    return [
+        (e.run_id, e.inbox_id, e.message_id, e.at, e.type, json.dumps(e.detail)) for e in events
+    ]
+
+
+def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
+    """Rows as columns, for ``unnest`` of parallel arrays (empty rows: empty columns)."""
+    return [[row[i] for row in rows] for i in range(width)]
 
 
 class _Deliveries:
