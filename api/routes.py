@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import json
 import math
-import re
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -39,7 +38,7 @@ M = TypeVar("M", bound=BaseModel)
 _INBOX_ID = ids.INBOX_ID
 _MESSAGE_ID = ids.MESSAGE_ID
 _RUN_ID = ids.RUN_ID
-_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+_IDEMPOTENCY_KEY = ids.IDEMPOTENCY_KEY
 
 
 # -- helpers ---------------------------------------------------------------------
