@@ -377,21 +377,21 @@ class Agent:
     # -- read --------------------------------------------------------------------
 
     async def read(self, message_id: str, run_id: str | None, trace: str | None) -> ReadResult:
-        stored = await self._readable(message_id, run_id)
+        stored, inbox = await self._readable(message_id, run_id)
         if stored.raw is None:
             return ReadResult(stored, None)
         parsed = await asyncio.to_thread(parse, stored.raw)
         log(
             "message_read",
-            run_id=stored.run_id,
-            inbox_id=stored.delivery.inbox_id,
+            run_id=inbox.run_id,
+            inbox_id=inbox.inbox_id,
             message_id=message_id,
-            trace_id=trace,
+            trace_id=trace or inbox.trace_id,
         )
         return ReadResult(stored, parsed)
 
     async def raw(self, message_id: str, run_id: str | None) -> bytes:
-        stored = await self._readable(message_id, run_id)
+        stored, _ = await self._readable(message_id, run_id)
         if stored.raw is None:
             raise EvidenceReleased(
                 f"message {message_id}: its body was released; only metadata is left",
@@ -399,7 +399,7 @@ class Agent:
             )
         return stored.raw
 
-    async def _readable(self, message_id: str, run_id: str | None) -> StoredMessage:
+    async def _readable(self, message_id: str, run_id: str | None) -> tuple[StoredMessage, Inbox]:
         """A message the caller may read: ownership, then the read breaker and faults (a
         refusal is a 503 error, not an envelope)."""
         stored = await self._stored(message_id)
@@ -420,7 +420,7 @@ class Agent:
         except ProviderTrouble as exc:
             self._metrics.provider_failure("read", exc.reason)
             raise
-        return stored
+        return stored, inbox
 
     async def messages(
         self, inbox_id: str, after: str | None, limit: int, run_id: str | None
