@@ -269,7 +269,7 @@ class Agent:
                     if retry_at is not None:  # a wait on another replica holds the inbox
                         self._metrics.blocked("wait", "too_early")
                         view = await self._describe(inbox, started, trace_id)
-                        return blocked(view, "too_early", max(0.1, retry_at - started))
+                        return blocked(view, Reason.TOO_EARLY, max(0.1, retry_at - started))
                     slot_until = until
                 look = await self._polls.look(inbox, match, position, deadline, attempt)
                 if look.ending is Ending.ENDED:

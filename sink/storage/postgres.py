@@ -53,7 +53,7 @@ from sink.breaker import (
     Transition,
 )
 from sink.errors import StorageError, StorageUnavailable
-from sink.inbox import Claim, Delivery, Evidence, Inbox, Match, State
+from sink.inbox import Claim, Delivery, Evidence, Inbox, Match
 from sink.logs import warn
 from sink.storage.base import (
     CreateOutcome,
@@ -68,6 +68,7 @@ from sink.storage.base import (
     UnroutedMail,
 )
 from sink.storage.sqlite import RouteCache
+from sink.vocabulary import Reason, State
 
 T = TypeVar("T")
 Record = asyncpg.Record
@@ -656,7 +657,7 @@ class PostgresStore:
             inboxes = [_inbox(row) for row in rows]
             for inbox in inboxes:
                 if inbox.effective(now).state is not State.EXPIRED:
-                    await _persist_expiry(db, inbox.expire("lease", now), 0, cause="released")
+                    await _persist_expiry(db, inbox.expire(Reason.LEASE, now), 0, cause="released")
                 else:
                     await _persist_expiry(db, inbox.effective(now), 0)
             ids = [i.inbox_id for i in inboxes]
@@ -1304,7 +1305,7 @@ def _inbox(row: Record) -> Inbox:
         next_poll_at=row["next_poll_at"],
         cursor_seq=row["cursor_seq"],
         state=State(row["state"]),
-        reason=row["reason"],
+        reason=None if row["reason"] is None else Reason(row["reason"]),
         evidence=evidence,
         match=Match(**json.loads(row["match_json"])),
         trace_id=row["trace_id"],
