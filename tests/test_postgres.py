@@ -279,3 +279,23 @@ def test_the_breaker_lives_in_the_database_with_one_probe(pg_dsn: str) -> None:
             await b.close()
 
     asyncio.run(scenario())
+
+
+def test_one_replica_sweeps_at_a_time(pg_dsn: str) -> None:
+    """While one store holds the sweeper's turn, another's is refused; released, it is free."""
+
+    async def scenario() -> tuple[bool, bool, bool]:
+        a, b = PostgresStore(pg_dsn), PostgresStore(pg_dsn)
+        await a.open()
+        await b.open()
+        try:
+            async with a.sweeper_turn() as first, b.sweeper_turn() as meanwhile:
+                pass
+            async with b.sweeper_turn() as after:
+                pass
+            return first, meanwhile, after
+        finally:
+            await a.close()
+            await b.close()
+
+    assert asyncio.run(scenario()) == (True, False, True)
