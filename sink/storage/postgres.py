@@ -211,6 +211,9 @@ class PostgresStore:
         self._pool_size = pool_size
         self._start_deadline_s = start_deadline_s
         self._pool: asyncpg.Pool | None = None
+        # Wait slots are leases, not evidence: losing one in a crash costs nothing (it lapses
+        # at its time), so their commits need not wait for the disk.
+        self._leases: asyncpg.Pool | None = None
         self.replica_id = uuid.uuid4().hex[:12]
         self._deliveries = _Deliveries(self)
         self._listener: _Listener | None = None
@@ -239,6 +242,14 @@ class PostgresStore:
                     max_inactive_connection_lifetime=60.0,
                     server_settings=_NAMED,
                 )
+                self._leases = await asyncpg.create_pool(
+                    self._dsn,
+                    min_size=1,
+                    max_size=4,
+                    timeout=_CONNECT_TIMEOUT_S,
+                    max_inactive_connection_lifetime=60.0,
+                    server_settings={**_NAMED, "synchronous_commit": "off"},
+                )
                 break
             except _DRIVER_ERRORS as exc:
                 error = _translate(exc, "opening the store")
@@ -263,12 +274,14 @@ class PostgresStore:
         if self._listener is not None:
             await self._listener.close()
             self._listener = None
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
+        for pool in (self._leases, self._pool):
+            if pool is None:
+                continue
             try:
                 await asyncio.wait_for(pool.close(), 5.0)
             except (TimeoutError, *_DRIVER_ERRORS):
                 pool.terminate()
+        self._pool = self._leases = None
 
     # -- plumbing ----------------------------------------------------------------
 
@@ -277,6 +290,12 @@ class PostgresStore:
         if self._pool is None:
             raise StorageError("the store is closed")
         return self._pool
+
+    @property
+    def _leases_pool(self) -> asyncpg.Pool:
+        if self._leases is None:
+            raise StorageError("the store is closed")
+        return self._leases
 
     async def _fetch(self, what: str, sql: str, *args: Any) -> list[Record]:
         async with _translated(what):
@@ -474,45 +493,24 @@ class PostgresStore:
         moment to try again: another replica's wait holds the slot, or it is before
         ``next_poll_at``, or a poll was recorded since ``inbox`` was read.
         """
-
-        async def work(db: Connection) -> float | None:
-            # A lease, not evidence: losing it in a crash costs nothing (it lapses at
-            # ``until``), so its commit need not wait for the disk.
-            await db.execute("SET LOCAL synchronous_commit = off")
-            taken = await db.fetchval(
-                """UPDATE inboxes SET poll_until = $3
-                   WHERE inbox_id = $1 AND polls_used = $2 AND state <> 'expired'
-                     AND (poll_until IS NULL OR poll_until <= $4)
-                     AND (next_poll_at IS NULL OR next_poll_at <= $4)
-                   RETURNING inbox_id""",
-                inbox.inbox_id,
-                inbox.polls_used,
-                until,
-                now,
+        async with _translated("take_poll_slot"):
+            row = await self._leases_pool.fetchrow(
+                _TAKE_POLL_SLOT, inbox.inbox_id, inbox.polls_used, until, now, timeout=30
             )
-            if taken is not None:
-                return None
-            row = await db.fetchrow(
-                "SELECT poll_until, next_poll_at FROM inboxes WHERE inbox_id = $1",
-                inbox.inbox_id,
-            )
-            times = [t for t in (row["poll_until"], row["next_poll_at"]) if t] if row else []
-            return float(max([now, *times]))
-
-        return await self._transaction("take_poll_slot", work)
+        if row is None or row["taken"]:
+            return None if row is not None else now
+        times = [t for t in (row["poll_until"], row["next_poll_at"]) if t]
+        return float(max([now, *times]))
 
     async def free_poll_slot(self, inbox_id: str, until: float) -> None:
         """A wait that took the slot ends without recording a poll (cancelled, failed)."""
-
-        async def work(db: Connection) -> None:
-            await db.execute("SET LOCAL synchronous_commit = off")
-            await db.execute(
+        async with _translated("free_poll_slot"):
+            await self._leases_pool.execute(
                 "UPDATE inboxes SET poll_until = NULL WHERE inbox_id = $1 AND poll_until = $2",
                 inbox_id,
                 until,
+                timeout=30,
             )
-
-        await self._transaction("free_poll_slot", work)
 
     async def expire(self, inbox: Inbox, retention_s: int) -> None:
         async def work(db: Connection) -> None:
@@ -819,16 +817,13 @@ class PostgresStore:
     async def breaker_success(self, key: BreakerKey) -> Transition | None:
         """The provider answered: a breaker that is not open settles (its row goes)."""
 
-        async def work(db: Connection) -> str | None:
-            gone: str | None = await db.fetchval(
-                "DELETE FROM breakers WHERE run_id = $1 AND inbox_id = $2 AND operation = $3"
-                " AND state <> 'open' RETURNING state",
-                *key,
-            )
-            return gone
-
-        gone = await self._transaction("breaker_success", work)
-        if gone == "half_open":
+        rows = await self._fetch(
+            "breaker_success",
+            "DELETE FROM breakers WHERE run_id = $1 AND inbox_id = $2 AND operation = $3"
+            " AND state <> 'open' RETURNING state",
+            *key,
+        )
+        if rows and rows[0][0] == "half_open":
             return Transition(BreakerState.HALF_OPEN, BreakerState.CLOSED)
         return None
 
@@ -878,14 +873,12 @@ class PostgresStore:
     async def breaker_abandon(self, key: BreakerKey) -> None:
         """The probe was cancelled without an answer: the next call may probe at once."""
 
-        async def work(db: Connection) -> None:
-            await db.execute(
-                "UPDATE breakers SET probe_until = NULL WHERE run_id = $1 AND inbox_id = $2"
-                " AND operation = $3 AND state = 'half_open'",
-                *key,
-            )
-
-        await self._transaction("breaker_abandon", work)
+        await self._fetch(
+            "breaker_abandon",
+            "UPDATE breakers SET probe_until = NULL WHERE run_id = $1 AND inbox_id = $2"
+            " AND operation = $3 AND state = 'half_open' RETURNING 1",
+            *key,
+        )
 
     async def breaker_cooldown_left(self, key: BreakerKey) -> float | None:
         rows = await self._fetch(
@@ -1011,6 +1004,21 @@ class PostgresStore:
             payloads,
         )
 
+
+# One statement: the conditional take, and what the inbox held when it was refused (a
+# concurrent winner's own take is not visible to it: then "retry at once" is the answer).
+_TAKE_POLL_SLOT = """
+WITH cur AS (
+    SELECT poll_until, next_poll_at FROM inboxes WHERE inbox_id = $1
+), took AS (
+    UPDATE inboxes SET poll_until = $3
+    WHERE inbox_id = $1 AND polls_used = $2 AND state <> 'expired'
+      AND (poll_until IS NULL OR poll_until <= $4)
+      AND (next_poll_at IS NULL OR next_poll_at <= $4)
+    RETURNING inbox_id
+)
+SELECT EXISTS (SELECT 1 FROM took) AS taken, cur.poll_until, cur.next_poll_at FROM cur
+"""
 
 _SAVE_POLL = """
 WITH u AS (
