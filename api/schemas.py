@@ -169,6 +169,7 @@ class MessageOut(_Response):
     inbox_id: str
     headers: dict[str, list[str]] | None
     from_: str = Field(alias="from")
+    from_name: str | None
     to: list[str]
     cc: list[str]
     subject: str
@@ -178,6 +179,7 @@ class MessageOut(_Response):
     attachments: list[AttachmentOut]
     links: list[str]
     codes: list[str]
+    parse_warnings: list[str]
     envelope: SmtpEnvelopeOut
     size: int
     claimed: bool

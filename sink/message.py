@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from email.message import Message
 from email.utils import getaddresses
 
+from sink.address import Mailbox, parse_from
 from sink.extract import extract_evidence, html_to_text
 
 MAX_DEPTH = 50  # multipart nesting followed; deeper parts are ignored
@@ -37,10 +38,12 @@ class Summary:
     """The header facts ingest stores for every message."""
 
     subject: str
-    from_addr: str
+    from_addr: str  # the first From mailbox's address, parsed strictly ("" when it cannot be)
     to: tuple[str, ...]
     cc: tuple[str, ...]
     date: str | None
+    from_name: str | None = None  # its display name, decoded
+    warnings: tuple[str, ...] = ()  # what could not be parsed strictly (sink.address)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +71,8 @@ class ParsedMessage:
     attachments: tuple[Attachment, ...]
     links: tuple[str, ...]  # best first, see sink.extract.find_links
     codes: tuple[str, ...]  # most likely first, see sink.extract.find_codes
+    from_name: str | None = None
+    parse_warnings: tuple[str, ...] = ()
 
 
 def summarize(raw: bytes) -> Summary:
@@ -101,6 +106,8 @@ def parse(raw: bytes) -> ParsedMessage:
             attachments=tuple(bodies.attachments),
             links=evidence.links,
             codes=evidence.codes,
+            from_name=summary.from_name,
+            parse_warnings=summary.warnings,
         )
     except Exception:  # a bug here must not make a message unreadable: keep the header facts
         summary = summarize(raw)
@@ -116,6 +123,8 @@ def parse(raw: bytes) -> ParsedMessage:
             attachments=(),
             links=(),
             codes=(),
+            from_name=summary.from_name,
+            parse_warnings=(*summary.warnings, "the message body could not be parsed"),
         )
 
 
@@ -195,7 +204,8 @@ _SUMMARY_FIELDS = frozenset({"subject", "from", "to", "cc", "date"})
 
 
 def _summary(fields: list[tuple[str, str]]) -> Summary:
-    subject = from_addr = ""
+    subject = ""
+    from_value: str | None = None
     date: str | None = None
     to: list[str] = []
     cc: list[str] = []
@@ -211,11 +221,33 @@ def _summary(fields: list[tuple[str, str]]) -> Summary:
         elif key == "subject":
             subject = _clean(_decode_words(value))[:SUBJECT_MAX_CHARS].strip()
         elif key == "from":
-            from_addr = next(iter(_addresses(value)), "")
+            from_value = value
         elif key == "date":
             date = _clean(value)[:SUBJECT_MAX_CHARS] or None
         seen.add(key)
-    return Summary(subject=subject, from_addr=from_addr, to=tuple(to), cc=tuple(cc), date=date)
+    sender = _from(from_value)
+    return Summary(
+        subject=subject,
+        from_addr=sender.address,
+        to=tuple(to),
+        cc=tuple(cc),
+        date=date,
+        from_name=sender.name,
+        warnings=sender.warnings,
+    )
+
+
+def _from(value: str | None) -> Mailbox:
+    """The From mailbox: the usual ``Name <a@b>`` by a regex, anything else strictly."""
+    if value is not None:
+        value = value.translate(_CONTROLS).strip()
+        simple = _SIMPLE_ADDRESS.fullmatch(value)
+        if simple and "=?" not in value and '"' not in value:
+            address = simple.group(1) or simple.group(2)
+            local, _, domain = address.rpartition("@")
+            name = value[: simple.start(1) - 1].strip() if simple.group(1) else ""
+            return Mailbox(f"{local}@{domain.lower()}", " ".join(name.split()) or None)
+    return parse_from(value, _decode_words)
 
 
 def _headers(fields: list[tuple[str, str]]) -> dict[str, list[str]]:

@@ -186,6 +186,10 @@ class Message:
     claimed: bool
     received_at: datetime
     released_at: datetime | None
+    from_name: str | None = None
+    """The sender's display name, decoded (``"Acme" <noreply@acme.example>``: ``Acme``)."""
+    parse_warnings: tuple[str, ...] = ()
+    """What the server could not parse strictly (a malformed From, ...), instead of a guess."""
 
     @property
     def code(self) -> str | None:
@@ -232,6 +236,9 @@ class Message:
             claimed=bool(data.get("claimed", False)),
             received_at=_time(data, "received_at"),
             released_at=_optional_time(data, "released_at"),
+            # Both v2: a v1 server leaves them out.
+            from_name=_optional_str(data, "from_name"),
+            parse_warnings=_strs(data, "parse_warnings") if "parse_warnings" in data else (),
         )
 
 

@@ -317,7 +317,11 @@ MESSAGE_SCHEMA = _object(
             "additionalProperties": _STRINGS,
             "description": "Header name -> its values; null once released.",
         },
-        "from": _STR,
+        "from": {**_STR, "description": "The sender's bare address (From, parsed strictly)."},
+        "from_name": {
+            **_STR_OR_NULL,
+            "description": "The sender's display name, decoded; null when none. Decide on from.",
+        },
         "to": _STRINGS,
         "cc": _STRINGS,
         "subject": _STR,
@@ -332,6 +336,10 @@ MESSAGE_SCHEMA = _object(
         },
         "links": {**_STRINGS, "description": "Absolute http(s) URLs, action links first."},
         "codes": {**_STRINGS, "description": "Likely one-time codes, most likely first."},
+        "parse_warnings": {
+            **_STRINGS,
+            "description": "What could not be parsed strictly (e.g. a malformed From).",
+        },
         "envelope": _object({"mail_from": _STR, "rcpt_to": _STRINGS}),
         "size": _INT,
         "claimed": {"type": "boolean"},
