@@ -47,14 +47,16 @@ def plain(to: str, subject: str = "Hello", body: str = "Hello from the app.\r\n"
 
 
 def test_ehlo_advertises_the_contracts_extensions(server: Server) -> None:
-    """EHLO offers SIZE (the largest policy limit), 8BITMIME, SMTPUTF8, PIPELINING, STARTTLS."""
+    """EHLO offers SIZE (the largest policy limit), 8BITMIME, SMTPUTF8, PIPELINING; no STARTTLS
+    without a certificate (contract v2), no AUTH without credentials."""
     with server.smtp() as client:
         code, _ = client.ehlo("client.example.test")
         assert code == 250
         assert client.esmtp_features["size"] == str(LARGEST_MESSAGE_BYTES)
-        for extension in ("8bitmime", "smtputf8", "pipelining", "starttls"):
+        for extension in ("8bitmime", "smtputf8", "pipelining"):
             assert extension in client.esmtp_features, extension
         assert "auth" not in client.esmtp_features
+        assert "starttls" not in client.esmtp_features
 
 
 def test_dot_stuffed_lines_come_back_exactly(server: Server, http: httpx.Client) -> None:

@@ -21,6 +21,7 @@ tells the sender not to retry; trouble is a 451 here (temporary: send again late
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto as sslproto
 import collections
 import contextlib
 import hmac
@@ -46,6 +47,7 @@ from sink.ingest import DataVerdict, Ingest, Recipient, Verdict
 from sink.logs import log, warn
 from sink.metrics import Metrics
 from sink.smtp.syntax import command_path, header_field_count, http_request_line
+from sink.smtp.tls import failure_cause
 
 TEMPORARY = "451 4.3.0 Temporary failure: please try again later"
 _FAULT_TIMEOUT_S = 2.0  # how long an injected SMTP "timeout" holds the reply
@@ -119,9 +121,11 @@ class Handler:
         faults: FaultRegistry | None,
         auth_enabled: bool,
         limits: Limits | None = None,
+        require_tls: bool = False,
     ) -> None:
         self._ingest = ingest
         self.requires_auth = auth_enabled
+        self.requires_tls = require_tls
         self.limits = limits or Limits()
         self.connections = ConnectionGate(self.limits.max_connections)
         self._metrics = metrics
@@ -153,6 +157,9 @@ class Handler:
     async def handle_MAIL(
         self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
     ) -> str:
+        if self.requires_tls and session.ssl is None:
+            # --smtp-require-tls: nothing travels in the clear (RFC 3207 4: 530).
+            return "530 5.7.0 Must issue a STARTTLS command first"
         if self.requires_auth and not session.authenticated:
             # Credentials are configured: mail from a client that did not use them is
             # refused, so an app that forgot its SMTP login fails here as it would in
@@ -218,9 +225,14 @@ class Handler:
         """The last resort for an exception in a command: never aiosmtpd's ``500 Error``."""
         if isinstance(error, TLSSetupException):
             # A client that fails the handshake; aiosmtpd closes the connection after this.
-            log("smtp_tls_failed")
+            self.tls_failed(error, "starttls")
             return TEMPORARY
         return self._trouble("command", error)
+
+    def tls_failed(self, error: BaseException, mode: str) -> None:
+        """Log why a handshake failed (OpenSSL's reason: the client's alert, or ours)."""
+        with contextlib.suppress(Exception):
+            warn("smtp_tls_failed", mode=mode, **failure_cause(error))
 
     def _trouble(self, step: str, error: Exception) -> str:
         # A failure to log must not turn the reply into aiosmtpd's 500 (it calls this from
@@ -296,6 +308,7 @@ class RunsinkSMTP(SMTP):
         limits: Limits,
         gate: ConnectionGate,
         authenticator: Authenticator | None,
+        implicit_tls: ssl.SSLContext | None = None,
         **kwargs: Any,
     ) -> None:
         # aiosmtpd sizes its StreamReader from `line_length_limit` in __init__: set it first.
@@ -321,15 +334,37 @@ class RunsinkSMTP(SMTP):
         self.offers_auth = authenticator is not None
         self._sniffing = True  # until the first line shows it is not an HTTP request
         self._held = b""
+        self._implicit_tls = implicit_tls
+        self._handshake: asyncio.Future[None] | None = None
 
     # -- connection life ----------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # aiosmtpd calls this again on the same protocol when STARTTLS completes; it tells
         # the two apart by `_original_transport` (set by smtp_STARTTLS). Count only the first.
-        if self._original_transport is None:
+        first = self._original_transport is None
+        if first:
             self._admitted = self._gate.enter()
         super().connection_made(transport)
+        if first and self._implicit_tls is not None:
+            self._begin_implicit_tls(self._implicit_tls)
+
+    def _begin_implicit_tls(self, context: ssl.SSLContext) -> None:
+        """SMTPS (RFC 8314 3.3): the TLS layer first, then the greeting inside it.
+
+        The same layering as aiosmtpd's smtp_STARTTLS (so its connection_made, session.ssl
+        and EHLO rules apply as after STARTTLS), put in place here, before any byte of the
+        client's hello can reach the SMTP reader. ``_handle_client`` awaits the handshake.
+        """
+        self._handshake = self.loop.create_future()
+        self._tls_protocol = sslproto.SSLProtocol(
+            self.loop, self, context, self._handshake, server_side=True
+        )
+        self._original_transport = self.transport
+        assert self._original_transport is not None
+        self._original_transport.set_protocol(self._tls_protocol)
+        self.transport = self._tls_protocol._app_transport
+        self._tls_protocol.connection_made(self._original_transport)
 
     def connection_lost(self, error: Exception | None) -> None:
         # aiosmtpd may call this twice (itself after a failed TLS handshake, then asyncio).
@@ -358,6 +393,14 @@ class RunsinkSMTP(SMTP):
     async def _handle_client(self) -> None:
         # aiosmtpd's connection_made runs this as the connection's task; it sends the 220
         # greeting, then reads commands. A refused connection gets its 421 instead.
+        if self._handshake is not None:
+            try:
+                await self._handshake
+            except Exception as error:
+                self.event_handler.tls_failed(error, "implicit")
+                if self._original_transport is not None:
+                    self._original_transport.close()
+                return
         if self.transport is None or self.transport.is_closing():
             return  # refused while being set up (an HTTP request line): no greeting
         if not self._admitted:
@@ -582,17 +625,22 @@ def smtp_factory(
     handler: Handler,
     tls_context: ssl.SSLContext | None,
     loop: asyncio.AbstractEventLoop,
+    implicit_tls: bool = False,
 ) -> SMTP:
+    """One connection's protocol: plaintext with STARTTLS (when a certificate is configured
+    and not --smtp-no-starttls), or, with ``implicit_tls``, TLS from the first byte."""
     auth = settings.smtp_auth
+    starttls = None if implicit_tls or settings.smtp_no_starttls else tls_context
     return RunsinkSMTP(
         handler,
         limits=handler.limits,
         gate=handler.connections,
         authenticator=Authenticator(*auth) if auth else None,
+        implicit_tls=tls_context if implicit_tls else None,
         data_size_limit=settings.largest_message_bytes,
         enable_SMTPUTF8=True,
         hostname=settings.domain,
         ident="runsink",
-        tls_context=tls_context,
+        tls_context=starttls,
         loop=loop,
     )
