@@ -94,7 +94,7 @@ class AgentBackend:
                 match=match_from(given.match),
             )
             created = await self._agent.create(request, body, None, self._trace)
-            return self._envelope(created.envelope)
+            return {**self._envelope(created.envelope), "capped": list(created.capped)}
 
         return await self._answer(create())
 

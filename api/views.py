@@ -5,6 +5,7 @@ from __future__ import annotations
 from api.schemas import (
     AttachmentOut,
     ClaimOut,
+    CreatedOut,
     EnvelopeOut,
     FaultOut,
     MatchIn,
@@ -82,6 +83,10 @@ def envelope_out(envelope: Envelope) -> EnvelopeOut:
         last_error=envelope.last_error,
         trace_id=envelope.trace_id,
     )
+
+
+def created_out(envelope: Envelope, capped: tuple[str, ...]) -> CreatedOut:
+    return CreatedOut(**envelope_out(envelope).model_dump(), capped=list(capped))
 
 
 def message_list_out(page: MessagePage) -> MessageListOut:

@@ -391,13 +391,28 @@ RUN_REPORT_SCHEMA = _object(
 )
 
 
+CREATED_SCHEMA = {
+    **ENVELOPE_SCHEMA,
+    "properties": {
+        **ENVELOPE_SCHEMA["properties"],
+        "capped": {
+            "type": "array",
+            "items": {"enum": ["ttl_s", "poll_budget"]},
+            "description": 'Your values the policy lowered to its maximum, e.g. ["ttl_s"]; '
+            "[] when none was.",
+        },
+    },
+    "required": [*ENVELOPE_SCHEMA["required"], "capped"],
+}
+
+
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "create_inbox",
         "Create a run-scoped inbox",
         CREATE_INBOX,
         _CREATE_INPUT,
-        ENVELOPE_SCHEMA,
+        CREATED_SCHEMA,
         read_only=False,
         idempotent=True,
         url_args=(),
