@@ -25,10 +25,11 @@ import asyncio.sslproto as sslproto
 import collections
 import contextlib
 import hmac
+import re
 import ssl
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, AnyStr
 
 from aiosmtpd.smtp import (
     SMTP,
@@ -151,8 +152,9 @@ class Handler:
         if not self.requires_auth:
             # aiosmtpd advertises AUTH (always failing) without credentials; we offer none.
             responses = [r for r in responses if not r.startswith("250-AUTH")]
-        # aiosmtpd answers pipelined commands in order but does not advertise it (RFC 2920).
-        return [*responses[:-1], "250-PIPELINING", responses[-1]]
+        # aiosmtpd answers pipelined commands in order but does not advertise it (RFC 2920);
+        # every reply carries an enhanced status code (RunsinkSMTP.push).
+        return [*responses[:-1], "250-PIPELINING", "250-ENHANCEDSTATUSCODES", responses[-1]]
 
     async def handle_MAIL(
         self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
@@ -265,6 +267,23 @@ def _longest_line(data: bytearray) -> int:
     return max(longest, len(data) - start)
 
 
+_STATUS_CODE = re.compile(r"[245]\.\d{1,3}\.\d{1,3}(?: |$)")
+# RFC 3463 codes for aiosmtpd's replies that have none; otherwise the class's X.0.0.
+_STATUS_CODES = {"500": "5.5.2", "501": "5.5.4", "502": "5.5.1", "503": "5.5.1", "504": "5.5.4"}
+_STATUS_CODES |= {"530": "5.7.0", "535": "5.7.8", "552": "5.3.4", "553": "5.1.3"}
+
+
+def with_status_code(reply: str) -> str:
+    """``250 OK`` -> ``250 2.0.0 OK``: an enhanced status code on single-line 2xx/4xx/5xx
+    replies that lack one (RFC 2034 3; not the 220 greeting, nor 3xx replies)."""
+    code, separator, text = reply[:3], reply[3:4], reply[4:]
+    if separator != " " or code[:1] not in "245" or not code.isdigit() or code == "220":
+        return reply
+    if _STATUS_CODE.match(text):
+        return reply
+    return f"{code} {_STATUS_CODES.get(code, code[0] + '.0.0')} {text}"
+
+
 def _declared_size(options: list[str]) -> int | None:
     for option in options:
         key, _, value = option.partition("=")
@@ -335,6 +354,7 @@ class RunsinkSMTP(SMTP):
         self._sniffing = True  # until the first line shows it is not an HTTP request
         self._held = b""
         self._implicit_tls = implicit_tls
+        self._greeting_reply = False
         self._handshake: asyncio.Future[None] | None = None
 
     # -- connection life ----------------------------------------------------------
@@ -432,7 +452,26 @@ class RunsinkSMTP(SMTP):
         # aiosmtpd adds the SIZE and SMTPUTF8 allowances to the MAIL line limit on every
         # EHLO; start from the base each time so a repeated EHLO does not raise it.
         self.command_size_limits.clear()
-        await super().smtp_EHLO(hostname)
+        self._greeting_reply = True  # EHLO's lines name extensions: no status codes in them
+        try:
+            await super().smtp_EHLO(hostname)
+        finally:
+            self._greeting_reply = False
+
+    @syntax("HELO hostname")
+    async def smtp_HELO(self, hostname: str) -> None:
+        self._greeting_reply = True
+        try:
+            await super().smtp_HELO(hostname)
+        finally:
+            self._greeting_reply = False
+
+    async def push(self, status: AnyStr) -> None:
+        # ENHANCEDSTATUSCODES (RFC 2034) is advertised: aiosmtpd's own replies ("250 OK",
+        # "221 Bye", "500 Error: bad syntax") get a status code too (RFC 3463).
+        if isinstance(status, str) and not self._greeting_reply:
+            status = with_status_code(status)
+        await super().push(status)
 
     @syntax("MAIL FROM: <address>", extended=" [SP <mail-parameters>]")
     async def smtp_MAIL(self, arg: str | None) -> None:
