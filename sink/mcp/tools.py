@@ -68,7 +68,9 @@ wait_for_message. Calling again with the same run_id, purpose and arguments whil
 inbox is live returns the same inbox, so a lost answer is safe to retry. Once that \
 inbox has expired, the same call creates the run's next inbox for the purpose, until \
 the policy's limit (then error policy_forbids: stop). ttl_s and poll_budget are capped \
-by the policy, never raised past it.
+by the policy, never raised past it: the answer's `capped` lists the ones that were \
+lowered (e.g. ["ttl_s"]; [] when none), so plan with the returned expires_at and \
+remaining_attempts.
 
 """
     + _ENVELOPE_GUIDE
@@ -117,6 +119,11 @@ message that wait_for_message returned and you claimed; pass run_id so the serve
 refuses (wrong_run) mail that belongs to another run. After the evidence is released \
 the bodies are null (released_at is set). Provider trouble is a tool error \
 (provider_timeout, provider_error, circuit_open): read again after a pause.
+
+Trust from, not from_name: from is the sender's address parsed strictly; from_name is \
+only the display name, which anyone can set to anything (even an address). When \
+parse_warnings is not empty, part of the message (e.g. its From) could not be parsed \
+strictly: treat the sender as unknown rather than guessing.
 
 """
     + _ERRORS
