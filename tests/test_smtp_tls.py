@@ -216,3 +216,34 @@ def test_no_starttls_flag_hides_starttls_but_keeps_smtps(
             assert client.noop()[0] == 250
     finally:
         server.stop()
+
+
+def test_failed_smtps_handshakes_give_their_connection_slot_back(
+    tmp_path: Path, certificate: tuple[Path, Path]
+) -> None:
+    """Refused SMTPS handshakes leave no connection counted: past the limit, 220 still comes."""
+    cert, key = certificate
+    server = start_server(
+        tmp_path, "--tls-cert", str(cert), "--tls-key", str(key), "--smtps-port", "0",
+        "--smtp-max-connections", "2",
+    )  # fmt: skip
+    assert server.smtps_port is not None
+    try:
+        for _ in range(4):
+            with pytest.raises(ssl.SSLCertVerificationError):
+                smtplib.SMTP_SSL(
+                    "127.0.0.1", server.smtps_port, context=ssl.create_default_context()
+                )
+        tls_failures(server, 4)
+        deadline = time.monotonic() + 10
+        while True:  # the server sees the closes asynchronously: poll until greeted
+            with Raw(server.smtp_port) as client:
+                if client.code() == 220:
+                    break
+            assert time.monotonic() < deadline, "refused handshakes kept their slots"
+        with smtplib.SMTP_SSL(
+            "127.0.0.1", server.smtps_port, context=trusting(cert), timeout=30
+        ) as client:
+            assert client.noop()[0] == 250
+    finally:
+        server.stop()

@@ -418,8 +418,12 @@ class RunsinkSMTP(SMTP):
                 await self._handshake
             except Exception as error:
                 self.event_handler.tls_failed(error, "implicit")
+                # asyncio's SSL layer tells the protocol nothing of a failed handshake: end
+                # the connection here, as aiosmtpd does after a failed STARTTLS (the
+                # connection slot, the idle timer).
                 if self._original_transport is not None:
                     self._original_transport.close()
+                self.connection_lost(error)
                 return
         if self.transport is None or self.transport.is_closing():
             return  # refused while being set up (an HTTP request line): no greeting
