@@ -1,6 +1,6 @@
 """What the server answers, as frozen dataclasses parsed from its JSON.
 
-The field names are the contract's (CONTRACT.md), except ``from`` which is ``from_`` in
+The field names are the contract's (docs/contract.md), except ``from`` which is ``from_`` in
 Python. Times are aware UTC ``datetime`` values. Parsing is lenient about values the
 contract may grow (a new ``reason`` arrives as a plain string) and strict about shape:
 a missing field is a ``ProtocolError``, because a client that guesses is worse than one
