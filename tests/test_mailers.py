@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support import Server, create_inbox, need, wait
+from tests.support import Server, create_inbox, make_certificate, need, start_server, wait
 
 MAILERS = Path(__file__).parent / "mailers"
 NODE_FOLDER = MAILERS / "node"
@@ -101,6 +101,10 @@ def http(server: Server) -> Iterator[httpx.Client]:
 
 @pytest.fixture()
 def signup(http: httpx.Client, tmp_path: Path) -> Signup:
+    return new_signup(http, tmp_path)
+
+
+def new_signup(http: httpx.Client, tmp_path: Path) -> Signup:
     inbox = create_inbox(http, purpose="signup-check")
     attachment = tmp_path / ATTACHMENT_NAME
     attachment.write_bytes(b"%PDF-1.4\n% Acme welcome pack\n" + secrets.token_bytes(2048))
@@ -113,8 +117,11 @@ def signup(http: httpx.Client, tmp_path: Path) -> Signup:
     )
 
 
-def run(command: list[str], cwd: Path | None = None) -> None:
-    result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=cwd)
+def run(command: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
+    environment = {**os.environ, **(env or {})}
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=60, cwd=cwd, env=environment
+    )
     assert result.returncode == 0, f"{command[0]} failed:\n{result.stdout}\n{result.stderr}"
 
 
@@ -221,6 +228,59 @@ def test_curl_smtp(server: Server, http: httpx.Client, signup: Signup, tmp_path:
     ]  # fmt: skip
     run(command)
     read_back(http, signup)
+
+
+# -- the same mailers over STARTTLS, with a certificate they trust (the README's TLS set-up) --
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """--smtp-require-tls: a mail that arrives went over TLS."""
+    folder = tmp_path_factory.mktemp("mailers-tls")
+    cert, key = make_certificate(folder / "tls", "sink.test")
+    running = start_server(
+        folder, "--tls-cert", str(cert), "--tls-key", str(key), "--smtp-require-tls"
+    )
+    yield running
+    running.stop()
+
+
+def _tls_node(server: Server, signup: Signup, cert: Path) -> None:
+    node = shutil.which("node")
+    need("Node.js", node is not None, "apt-get install nodejs npm")
+    need("Nodemailer", (NODE_FOLDER / "node_modules" / "nodemailer").is_dir(), INSTALL)
+    assert node is not None
+    run([node, "send.js", signup.as_json(server)], NODE_FOLDER, {"NODE_EXTRA_CA_CERTS": str(cert)})
+
+
+def _tls_php(server: Server, signup: Signup, cert: Path) -> None:
+    php = shutil.which("php")
+    need("PHPMailer", php is not None and PHPMAILER.is_file(), INSTALL)
+    assert php is not None
+    script = str(MAILERS / "phpmailer_send.php")
+    run([php, "-d", f"openssl.cafile={cert}", script, signup.as_json(server)])
+
+
+def _tls_ruby(server: Server, signup: Signup, cert: Path) -> None:
+    ruby = shutil.which("ruby")
+    need("Ruby's mail gem", ruby is not None, INSTALL)
+    assert ruby is not None
+    script = str(MAILERS / "ruby_mail_send.rb")
+    run([ruby, script, signup.as_json(server)], env={"SSL_CERT_FILE": str(cert)})
+
+
+@pytest.mark.parametrize(
+    "send", [_tls_node, _tls_php, _tls_ruby], ids=["nodemailer", "phpmailer", "ruby-mail"]
+)
+def test_mailers_that_upgrade_send_over_starttls_with_a_trusted_certificate(
+    tls_server: Server, tmp_path: Path, send: Any
+) -> None:
+    """Given a certificate they trust, the mailers that upgrade by default do, and deliver."""
+    cert = tls_server.args[tls_server.args.index("--tls-cert") + 1]
+    with tls_server.http() as http:
+        signup = new_signup(http, tmp_path)
+        send(tls_server, signup, Path(cert))
+        read_back(http, signup)
 
 
 def mailer_versions() -> dict[str, str]:
