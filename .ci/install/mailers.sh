@@ -23,6 +23,12 @@ fi
 node_folder=tests/mailers/node
 if [ ! -d "$node_folder/node_modules/nodemailer" ]; then
   echo "mailers: npm install in $node_folder"
-  (cd "$node_folder" && npm install --no-package-lock --no-audit --no-fund --loglevel=error)
+  if [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ]; then
+    (cd "$node_folder" && npm install --no-package-lock --no-audit --no-fund --loglevel=error)
+  else
+    # Nodemailer 8+ needs Node 20; Debian's own nodejs is older: the last major that runs.
+    (cd "$node_folder" && npm install --no-package-lock --no-save --no-audit --no-fund \
+      --loglevel=error "nodemailer@^7")
+  fi
 fi
 echo "mailers: php $(php -r 'echo PHP_VERSION;'), ruby $(ruby -e 'print RUBY_VERSION'), node $(node --version)"
