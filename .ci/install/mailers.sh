@@ -26,7 +26,7 @@ if [ ! -d "$node_folder/node_modules/nodemailer" ]; then
   if [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ]; then
     (cd "$node_folder" && npm install --no-package-lock --no-audit --no-fund --loglevel=error)
   else
-    # Nodemailer 8+ needs Node 20; Debian's own nodejs is older: the last major that runs.
+    # Nodemailer 10 declares node >= 20; 7 declares node >= 6 (for an older Debian nodejs).
     (cd "$node_folder" && npm install --no-package-lock --no-save --no-audit --no-fund \
       --loglevel=error "nodemailer@^7")
   fi
