@@ -1,4 +1,4 @@
-"""The From header's mailbox, parsed strictly (RFC 5322 3.4), its display name decoded apart.
+"""Address headers parsed strictly (RFC 5322 3.4): From's mailbox, To's and Cc's lists.
 
 Agents decide on ``from``, so an address is taken only from where RFC 5322 puts it: inside
 the angle brackets of ``name-addr``, or a bare ``addr-spec``. The display name is a phrase of
@@ -7,8 +7,8 @@ can become the address. ``=?utf-8?q?a@app.test?= <victim@x.test>`` is the addres
 ``victim@x.test`` shown as "a@app.test" (a lenient parser reads the encoded-word's ``@`` as an
 address and reports the display text as the sender).
 
-What cannot be parsed strictly is not guessed at: the address is then empty and a warning says
-why. Pure, linear in the value's length, never raises.
+What cannot be parsed strictly is not guessed at: the address is then empty (in To and Cc,
+left out) and a warning says why. Pure, linear in the value's length, never raises.
 """
 
 from __future__ import annotations
@@ -74,6 +74,44 @@ def parse_from(value: str | None, decode_words: Callable[[str], str]) -> Mailbox
     if len(mailboxes) > 1:
         warnings.append(f"From: {len(mailboxes)} mailboxes; `from` is the first")
     return Mailbox(address, name, tuple(warnings))
+
+
+def parse_list(
+    value: str, decode_words: Callable[[str], str], field: str = "To"
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Every address of a To or Cc value, parsed as strictly as From, and the warnings.
+
+    Groups (``Team: a@x, b@x;``, ``undisclosed-recipients:;``) give their members. A mailbox
+    that cannot be parsed strictly is left out, and a warning says so.
+    """
+    try:
+        tokens = _tokens(value)
+    except _Malformed as exc:
+        return (), (f"{field}: {exc}; no address taken",)
+    addresses: list[str] = []
+    skipped = 0
+    for chunk in _split_groups(tokens):
+        try:
+            address, _ = _mailbox(chunk, decode_words, [])
+        except _Malformed:
+            skipped += 1
+            continue
+        addresses.append(address)
+    warnings = (f"{field}: {skipped} entries are not valid addresses; left out",) if skipped else ()
+    return tuple(addresses), warnings
+
+
+def _split_groups(tokens: list[_Token]) -> list[list[_Token]]:
+    """Mailboxes of an address list: commas and group ends split, group names dropped."""
+    chunks: list[list[_Token]] = [[]]
+    for token in tokens:
+        if token.kind == "comma" or (token.kind == "special" and token.text == ";"):
+            chunks.append([])
+        elif token.kind == "special" and token.text == ":":
+            chunks[-1] = []  # what came before was the group's display name
+        else:
+            chunks[-1].append(token)
+    return [c for c in chunks if any(t.kind != "comment" for t in c)]
 
 
 def _tokens(value: str) -> list[_Token]:

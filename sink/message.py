@@ -18,9 +18,8 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from email.message import Message
-from email.utils import getaddresses
 
-from sink.address import Mailbox, parse_from
+from sink.address import Mailbox, parse_from, parse_list
 from sink.extract import extract_evidence, html_to_text
 
 MAX_DEPTH = 50  # multipart nesting followed; deeper parts are ignored
@@ -144,9 +143,8 @@ def searchable_text(raw: bytes) -> str:
 
 _FIELD_NAME = re.compile(r"[!-9;-~]+")  # RFC 5322 2.2: printable US-ASCII except ":"
 _CONTROLS = dict.fromkeys([*range(32), *range(127, 160), 0x2028, 0x2029], " ")
-_WHITESPACE = re.compile(r"\s")
 _ENCODED_WORD = re.compile(r"=\?([^?\s*]+)(?:\*[^?\s]*)?\?([bBqQ])\?([^?\s]*)\?=")
-# "Name <local@domain>" or "local@domain": most From/To values, parsed without getaddresses.
+# "Name <local@domain>" or "local@domain": most From/To values, without the strict tokenizer.
 _ADDR_SPEC = r'[^<>\s@",;:()\\]+@[^<>\s@",;:()\\]+'
 _SIMPLE_ADDRESS = re.compile(rf'[^<>"(),;:@\\]*<({_ADDR_SPEC})>|({_ADDR_SPEC})')
 
@@ -210,12 +208,13 @@ def _summary(fields: list[tuple[str, str]]) -> Summary:
     to: list[str] = []
     cc: list[str] = []
     seen: set[str] = set()
+    warnings: list[str] = []
     for name, value in fields:
         key = name.lower()
         if key == "to":
-            to += _addresses(value)
+            to += _addresses(value, "To", warnings)
         elif key == "cc":
-            cc += _addresses(value)
+            cc += _addresses(value, "Cc", warnings)
         elif key in seen:  # the first Subject, From and Date win
             continue
         elif key == "subject":
@@ -233,7 +232,7 @@ def _summary(fields: list[tuple[str, str]]) -> Summary:
         cc=tuple(cc),
         date=date,
         from_name=sender.name,
-        warnings=sender.warnings,
+        warnings=(*sender.warnings, *warnings),
     )
 
 
@@ -264,22 +263,18 @@ def _clean(value: str) -> str:
     return value.translate(_CONTROLS).strip()
 
 
-def _addresses(value: str) -> list[str]:
+def _addresses(value: str, field: str, warnings: list[str]) -> list[str]:
+    """A To or Cc value's addresses: the usual forms by a regex, anything else strictly."""
     value = value.translate(_CONTROLS).strip()
     simple = _SIMPLE_ADDRESS.fullmatch(value)
-    if simple:
-        pairs = [("", simple.group(1) or simple.group(2))]
-    else:
-        try:
-            pairs = getaddresses([value])
-        except Exception:  # the pure-Python address parser recurses on nested comments
-            return []
-    found: list[str] = []
-    for _, address in pairs[:MAX_ADDRESSES]:
-        local, at, domain = address.strip().rpartition("@")
-        if at and local and domain and "@" not in domain and not _WHITESPACE.search(address):
-            found.append(f"{local}@{domain.lower()}")
-    return found
+    if simple and "=?" not in value:
+        local, _, domain = (simple.group(1) or simple.group(2)).rpartition("@")
+        return [f"{local}@{domain.lower()}"]
+    if not value:
+        return []
+    found, problems = parse_list(value, _decode_words, field)
+    warnings.extend(problems)
+    return list(found[:MAX_ADDRESSES])
 
 
 def _decode_words(value: str) -> str:

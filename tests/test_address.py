@@ -113,3 +113,15 @@ def test_unparseable_from_over_smtp_is_a_warning_not_a_guess(
 def http(server: Server) -> Iterator[httpx.Client]:
     with server.http() as client:
         yield client
+
+
+def test_to_and_cc_are_parsed_as_strictly() -> None:
+    """An encoded display name in To adds no address; groups give members; junk is a warning."""
+    summary = summarize(
+        b"From: a@b.test\r\n"
+        b"To: =?utf-8?q?a@app.test?= <victim@x.test>, Team: c@x.test, D <d@X.test>;\r\n"
+        b"Cc: not-an-address, <>, e@x.test\r\n\r\nbody\r\n"
+    )
+    assert summary.to == ("victim@x.test", "c@x.test", "d@x.test")
+    assert summary.cc == ("e@x.test",)
+    assert summary.warnings == ("Cc: 2 entries are not valid addresses; left out",)
