@@ -1,4 +1,4 @@
-"""SMTP input hardening (issue 4): smuggling, strict paths, HTTP, limits, TLS and AUTH.
+"""SMTP input hardening (issue 4): smuggling, strict paths, HTTP, limits, AUTH (TLS: elsewhere).
 
 Most tests speak raw bytes over a socket to the real server and check what was stored over
 the HTTP API. Timeouts and the connection limit need limits too small for a real server's

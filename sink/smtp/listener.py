@@ -11,6 +11,8 @@ control, so it is strict where being lenient would let one message pass for anot
   Nothing is repaired into another mailbox: a malformed path is a 5xx.
 - A connection that opens with an HTTP request line (a browser made to post to this
   port) is answered with an error and closed before any of its bytes reach the SMTP reader.
+- TLS only with the configured certificate (``sink/smtp/tls.py``): STARTTLS, or SMTPS from
+  the first byte on ``--smtps-port``; a failed handshake is logged with OpenSSL's reason.
 - Limits, each with its code: connections (421), command lines (500), DATA lines (500),
   recipients (452), message size (552), header fields (552), idle and DATA time (421).
 
