@@ -265,19 +265,30 @@ def main(argv: list[str] | None = None) -> int:
         },
         "long_poll_rss_mib_per_1000_waits": rss,
     }
-    print()
-    print(f"ingest at {CONNECTIONS} connections, ~{MESSAGE_BYTES} B messages (median msg/s):")
-    bare_rate = summary["ingest_msgs_per_s"]["bare aiosmtpd"]  # type: ignore[index]
-    for label, rate in summary["ingest_msgs_per_s"].items():  # type: ignore[attr-defined]
-        ratio = rate / bare_rate if bare_rate else 0.0
-        print(f"  {label:<34} {rate:8.0f}   ({ratio:.2f} of bare)")
+    medians = {label: median(values) for label, values in rates.items()}
+    bare_rate = medians["bare aiosmtpd"]
     p50, p99 = percentile(wake, 50), percentile(wake, 99)
-    print(
-        f"cross-replica wake (250 on A -> answer on B), {len(wake)} messages: "
-        f"p50 {p50:.2f} ms, p99 {p99:.2f} ms (goal p50 <= 3, p99 <= 15)"
-    )
-    for backend, mib in rss.items():
-        print(f"long-poll RSS on {backend}: {mib:.1f} MiB per 1,000 waits")
+    lines = [
+        f"Ingest at {CONNECTIONS} connections, ~{MESSAGE_BYTES} B messages, median of "
+        f"{repeats} round(s) of {duration:g} s:",
+        "",
+        "| server | msg/s | of bare |",
+        "|---|---|---|",
+        *(
+            f"| {label} | {rate:.0f} | {rate / bare_rate if bare_rate else 0.0:.2f} |"
+            for label, rate in medians.items()
+        ),
+        "",
+        "| figure | value | goal |",
+        "|---|---|---|",
+        f"| cross-replica wake p50 ({len(wake)} messages) | {p50:.2f} ms | <= 3 ms |",
+        f"| cross-replica wake p99 | {p99:.2f} ms | <= 15 ms |",
+        *(
+            f"| long-poll RSS on {backend} | {mib:.1f} MiB per 1,000 waits | |"
+            for backend, mib in rss.items()
+        ),
+    ]
+    print("\n".join(lines))
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2))
     return 0
