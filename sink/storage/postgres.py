@@ -8,8 +8,11 @@ check-then-write here:
 - the per-purpose inbox limit: a counter row raised by a conditional upsert
   (``ON CONFLICT ... DO UPDATE ... WHERE used < limit RETURNING``);
 - one claim per message: ``UPDATE ... WHERE claim_id IS NULL RETURNING``;
-- one poll budget: ``save_poll`` and ``begin_poll`` are conditional updates on
-  ``polls_used`` / ``next_poll_at``;
+- one poll budget: ``save_poll`` is conditional on ``polls_used``, and a wait first takes
+  its inbox's one wait slot (``take_poll_slot``: conditional on ``poll_until`` and
+  ``next_poll_at``), so two waits at once on two replicas: one is too early;
+- one breaker per (run, inbox, operation) with one half-open probe: a ``breakers`` row
+  moved by conditional updates on the database's clock (``breaker_*``);
 - deliveries are numbered per inbox under the inbox row's lock, so an inbox's numbers
   follow commit order and a cursor never skips a delivery that commits late.
 
