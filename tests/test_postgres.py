@@ -299,3 +299,38 @@ def test_one_replica_sweeps_at_a_time(pg_dsn: str) -> None:
             await b.close()
 
     assert asyncio.run(scenario()) == (True, False, True)
+
+
+def test_a_body_of_the_largest_allowed_size_is_stored_as_bytea(pg_dsn: str) -> None:
+    """A message of max_message_bytes (25 MiB) is stored and read back byte for byte."""
+    import os
+
+    from sink.message import summarize
+    from sink.policy import CI
+    from sink.storage.base import Delivered, Incoming
+
+    async def scenario() -> tuple[bytes, bytes | None]:
+        store = PostgresStore(pg_dsn)
+        await store.open()
+        try:
+            new = new_inbox()
+            await store.create_inbox(new, created_event(new))
+            head = b"From: app@x.test\r\nSubject: big\r\n\r\n"
+            raw = head + os.urandom((CI.max_message_bytes - len(head)) // 2).hex().encode()
+            message_id = "msg_big"
+            inbox = new.inbox
+            await store.save_message(
+                Incoming(
+                    raw=raw,
+                    summary=summarize(raw[:4096]),
+                    mail_from="app@x.test",
+                    received_at=inbox.created_at,
+                    deliveries=(Delivered(inbox.inbox_id, inbox.run_id, message_id, ()),),
+                )
+            )
+            return raw, await store.raw(message_id)
+        finally:
+            await store.close()
+
+    sent, stored = asyncio.run(scenario())
+    assert stored == sent and len(sent) > 26_000_000
