@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -42,6 +43,9 @@ class Settings:
     smtp_auth: tuple[str, str] | None = None
     smtp_max_connections: int = 512
     smtp_no_starttls: bool = False
+    http_max_connections: int = 4096
+    http_header_timeout: float = 10.0
+    http_keepalive_timeout: float = 30.0
     max_store_mb: int | None = None
     log_level: str = "info"
     policies: dict[str, Policy] = field(default_factory=lambda: load_policies(None))
@@ -74,6 +78,9 @@ _OPTIONS: list[tuple[str, str, str]] = [
     ("smtp-auth", "RUNSINK_SMTP_AUTH", "text"),
     ("smtp-max-connections", "RUNSINK_SMTP_MAX_CONNECTIONS", "positive"),
     ("smtp-no-starttls", "RUNSINK_SMTP_NO_STARTTLS", "bool"),
+    ("http-max-connections", "RUNSINK_HTTP_MAX_CONNECTIONS", "positive"),
+    ("http-header-timeout", "RUNSINK_HTTP_HEADER_TIMEOUT", "seconds"),
+    ("http-keepalive-timeout", "RUNSINK_HTTP_KEEPALIVE_TIMEOUT", "seconds"),
     ("max-store-mb", "RUNSINK_MAX_STORE_MB", "positive"),
     ("log-level", "RUNSINK_LOG_LEVEL", "level"),
 ]
@@ -132,6 +139,14 @@ def _parse(source: str, kind: str, value: object) -> object:
         if not text.isdigit() or int(text) < 1:
             raise ConfigError(f"{source}: expected a whole number >= 1, got {text!r}")
         return int(text)
+    if kind == "seconds":
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = math.nan
+        if not math.isfinite(seconds) or not 0 < seconds <= 3600:
+            raise ConfigError(f"{source}: expected seconds in (0, 3600], got {text!r}")
+        return seconds
     if kind == "host":
         if not text or any(c.isspace() for c in text):
             raise ConfigError(f"{source}: expected a host name or IP address, got {text!r}")

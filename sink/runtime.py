@@ -14,9 +14,10 @@ import random
 import ssl
 from typing import Any
 
-from sink import clock
+from sink import capacity, clock
 from sink.agent import Agent
 from sink.config import Settings
+from sink.errors import ConfigError
 from sink.faults import FaultRegistry
 from sink.guard import Guard
 from sink.ingest import Ingest
@@ -30,6 +31,7 @@ from sink.waiters import Waiters
 _SWEEP_EVERY_S = 1.0
 _SWEEP_BATCH = 500
 _UNROUTED_KEPT = 10_000
+_LISTEN_BACKLOG = 2048
 
 
 class Runtime:
@@ -47,6 +49,7 @@ class Runtime:
         self.smtp_server: asyncio.Server | None = None
         self.smtp_port = settings.smtp_port
         self.tls_context: ssl.SSLContext | None = None
+        self.capacity: capacity.Capacity | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._over_cap = False
         self.stopping = asyncio.Event()
@@ -58,6 +61,7 @@ class Runtime:
     async def start(self) -> None:
         # What can still fail on a bad setting (the certificate) comes before anything opens.
         self.tls_context = server_context(self.settings)
+        sized = self._size_connections()
         await self.store.open()
         self.agent = Agent(self.store, self.waiters, self.settings, self.guard, self.metrics)
         loop = asyncio.get_running_loop()
@@ -66,15 +70,39 @@ class Runtime:
             self.metrics,
             self.faults,
             self.settings.smtp_auth is not None,
-            Limits(max_connections=self.settings.smtp_max_connections),
+            Limits(max_connections=sized.smtp_connections),
         )
         self.smtp_server = await loop.create_server(
             lambda: smtp_factory(self.settings, handler, self.tls_context, loop),
             host=self.settings.smtp_host,
             port=self.settings.smtp_port,
+            # A burst past the cap must reach accept() to hear its 421: asyncio's default
+            # backlog (100) drops the handshakes of a larger burst for a second or more.
+            backlog=_LISTEN_BACKLOG,
         )
         self.smtp_port = self.smtp_server.sockets[0].getsockname()[1]
         self._sweeper = asyncio.create_task(self._sweep(), name="sweeper")
+
+    def _size_connections(self) -> capacity.Capacity:
+        """Raise the descriptor limit as far as the caps need, then fit the caps under it."""
+        smtp, http = self.settings.smtp_max_connections, self.settings.http_max_connections
+        fd_limit = capacity.raise_fd_limit(capacity.needed(smtp, http))
+        try:
+            sized = capacity.plan(fd_limit, smtp, http)
+        except ValueError as exc:
+            raise ConfigError(f"--smtp-max-connections/--http-max-connections: {exc}") from exc
+        report = warn if sized.lowered else announce
+        report(
+            "connection_caps",
+            fd_limit=sized.fd_limit,
+            reserved_fds=sized.reserved,
+            smtp_max_connections=sized.smtp_connections,
+            http_max_connections=sized.http_connections,
+            max_long_polls=sized.long_polls,
+            lowered=sized.lowered,
+        )
+        self.capacity = sized
+        return sized
 
     def begin_shutdown(self) -> None:
         """Stop accepting mail and answer every wait in progress (called from a signal)."""

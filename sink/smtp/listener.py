@@ -131,6 +131,10 @@ class Handler:
         )
         self._runs: weakref.WeakKeyDictionary[Envelope, str] = weakref.WeakKeyDictionary()
 
+    def refused(self, reason: str) -> None:
+        """Count a connection refused or closed by a limit (one metric per reason)."""
+        self._metrics.refused("smtp", reason)
+
     async def connect_fault(self) -> bool:
         """True when an injected ``smtp.connect`` fault refuses this connection."""
         return await self._fault("smtp.connect", None)
@@ -342,6 +346,7 @@ class RunsinkSMTP(SMTP):
             data, self._held = self._held, b""
             if verdict:
                 log("smtp_refused", reason="http_request")
+                self.event_handler.refused("http_request")
                 self._hang_up(f"554 5.7.0 {self.hostname} speaks SMTP, not HTTP; closing")
                 return
         super().data_received(data)
@@ -353,6 +358,7 @@ class RunsinkSMTP(SMTP):
             return  # refused while being set up (an HTTP request line): no greeting
         if not self._admitted:
             log("smtp_refused", reason="too_many_connections", limit=self._gate.limit)
+            self.event_handler.refused("too_many_connections")
             self._hang_up(f"421 4.3.2 {self.hostname} Too many connections, try again later")
             return
         if await self.event_handler.connect_fault():
@@ -362,6 +368,7 @@ class RunsinkSMTP(SMTP):
 
     def _timeout_cb(self) -> None:
         # aiosmtpd closes silently on timeout; RFC 5321 4.2.3 has a 421 for this.
+        self.event_handler.refused("timeout")
         self._hang_up(f"421 4.4.2 {self.hostname} Timeout exceeded, closing")
 
     def _hang_up(self, reply: str) -> None:

@@ -120,7 +120,9 @@ class UnroutedMail:
 
 
 class Store(Protocol):
-    async def ping(self) -> None: ...
+    async def ping(self) -> None:
+        """Raise StorageError unless the store can commit now (``/readyz`` asks)."""
+        ...
 
     async def create_inbox(self, new: NewInbox, event: Event) -> CreateResult: ...
 
