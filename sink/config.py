@@ -23,6 +23,7 @@ _DOMAIN = re.compile(
     r"(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
 )
 _LEVELS = ("debug", "info", "warning", "error")
+_LOOPS = ("auto", "uvloop", "asyncio")  # auto: uvloop where it is installed
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,7 @@ class Settings:
     http_keepalive_timeout: float = 30.0
     max_store_mb: int | None = None
     log_level: str = "info"
+    event_loop: str = "auto"
     policies: dict[str, Policy] = field(default_factory=lambda: load_policies(None))
 
     def policy(self, name: str) -> Policy:
@@ -83,6 +85,7 @@ _OPTIONS: list[tuple[str, str, str]] = [
     ("http-keepalive-timeout", "RUNSINK_HTTP_KEEPALIVE_TIMEOUT", "seconds"),
     ("max-store-mb", "RUNSINK_MAX_STORE_MB", "positive"),
     ("log-level", "RUNSINK_LOG_LEVEL", "level"),
+    ("event-loop", "RUNSINK_EVENT_LOOP", "loop"),
 ]
 
 
@@ -159,6 +162,10 @@ def _parse(source: str, kind: str, value: object) -> object:
     if kind == "level":
         if text.lower() not in _LEVELS:
             raise ConfigError(f"{source}: expected one of {', '.join(_LEVELS)}, got {text!r}")
+        return text.lower()
+    if kind == "loop":
+        if text.lower() not in _LOOPS:
+            raise ConfigError(f"{source}: expected one of {', '.join(_LOOPS)}, got {text!r}")
         return text.lower()
     if kind == "file":
         path = Path(text)
