@@ -147,8 +147,10 @@ class GuardedH11Protocol(H11Protocol):
 
     # -- connection life -------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+    def connection_made(  # type: ignore[override]
+        self, transport: asyncio.Transport
+    ) -> None:
+        # (uvloop's transports do not subclass asyncio's: no isinstance check here.)
         if not self.table.admit(self):
             self.transport = transport
             self.table.refused("over_capacity")
