@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import resource
 import selectors
+import smtplib
 import socket
 import threading
 import time
@@ -240,6 +241,35 @@ def test_an_smtp_burst_past_the_cap_hears_421_at_once(
         for sock in held:
             sock.close()
         held.clear()
+        server.stop()
+
+
+def test_silent_smtp_connections_at_the_cap_make_room_for_mail(
+    tmp_path: Path, held: list[socket.socket]
+) -> None:
+    """With every SMTP slot held by silent connections, mail still gets through: a newcomer
+    gets the place of one idle for a few seconds (which hears 421), not a 421 for ever."""
+    server = start_server(tmp_path, "--smtp-max-connections", "5")
+    try:
+        for _ in range(5):
+            sock = socket.create_connection(("127.0.0.1", server.smtp_port), DEADLINE_S)
+            assert sock.recv(512).startswith(b"220")
+            held.append(sock)
+        with server.http() as client:
+            inbox = create_inbox(client)
+            end = time.monotonic() + DEADLINE_S
+            while True:
+                try:
+                    server.send(inbox["address"], subject="through a full listener")
+                    break
+                except smtplib.SMTPException:
+                    assert time.monotonic() < end, "no mail got through a listener of idle peers"
+                    time.sleep(0.2)
+            answer = client.post(f"/v1/inboxes/{inbox['inbox_id']}/wait", json={"timeout_s": 5})
+            assert answer.json()["state"] == "received"
+        heard = _first_lines(held, DEADLINE_S)
+        assert any(line.startswith(b"421 4.3.2") for line in heard.values()), heard
+    finally:
         server.stop()
 
 

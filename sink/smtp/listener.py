@@ -26,7 +26,7 @@ import contextlib
 import hmac
 import ssl
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from aiosmtpd.smtp import (
@@ -86,21 +86,41 @@ class Limits:
     buffering; the 512-octet command limit is aiosmtpd's ``command_size_limit``."""
 
 
-@dataclass(slots=True)
 class ConnectionGate:
-    """Counts the open SMTP connections, refusing entry past the limit."""
+    """Counts the open SMTP connections, refusing entry past the limit.
 
-    limit: int
-    active: int = field(default=0)
+    At the limit, a connection idle for ``idle_evictable_s`` outside a mail transaction
+    (greeted and silent, or between messages) is closed with a 421 to make room, oldest
+    first: connections held open and silent cannot keep mail out. When none is, the
+    newcomer gets its 421 at once.
+    """
 
-    def enter(self) -> bool:
-        if self.active >= self.limit:
+    def __init__(self, limit: int, idle_evictable_s: float = 5.0) -> None:
+        self.limit = limit
+        self.idle_evictable_s = idle_evictable_s
+        self.active = 0
+        self._members: dict[RunsinkSMTP, None] = {}  # admitted, oldest first
+
+    def enter(self, connection: RunsinkSMTP | None = None) -> bool:
+        if self.active < self.limit:
+            self.active += 1
+            if connection is not None:
+                self._members[connection] = None
+            return True
+        if connection is None:
             return False
-        self.active += 1
-        return True
+        for member in self._members:
+            if member.idle_for() >= self.idle_evictable_s:
+                del self._members[member]
+                member.make_room()
+                self._members[connection] = None
+                return True  # the member's place passes to the newcomer
+        return False
 
-    def leave(self) -> None:
+    def leave(self, connection: RunsinkSMTP | None = None) -> None:
         self.active -= 1
+        if connection is not None:
+            self._members.pop(connection, None)
 
 
 # -- the handler: aiosmtpd's hooks --------------------------------------------------
@@ -320,6 +340,7 @@ class RunsinkSMTP(SMTP):
         self._limits = limits
         self._gate = gate
         self._admitted = False
+        self._active_at = 0.0
         # Not "auth_*": aiosmtpd takes every auth_* member of the protocol and the handler
         # for an AUTH mechanism to advertise.
         self.offers_auth = authenticator is not None
@@ -332,15 +353,34 @@ class RunsinkSMTP(SMTP):
         # aiosmtpd calls this again on the same protocol when STARTTLS completes; it tells
         # the two apart by `_original_transport` (set by smtp_STARTTLS). Count only the first.
         if self._original_transport is None:
-            self._admitted = self._gate.enter()
+            self._admitted = self._gate.enter(self)
         super().connection_made(transport)
 
     def connection_lost(self, error: Exception | None) -> None:
         # aiosmtpd may call this twice (itself after a failed TLS handshake, then asyncio).
         if self._admitted:
             self._admitted = False
-            self._gate.leave()
+            self._gate.leave(self)
         super().connection_lost(error)
+
+    def _reset_timeout(self, duration: float | None = None) -> None:
+        # aiosmtpd restarts its timer at the greeting, at each accepted command and at DATA:
+        # the moments this connection was last active.
+        self._active_at = self.loop.time()
+        super()._reset_timeout(duration)
+
+    def idle_for(self) -> float:
+        """Seconds since the last command, or 0 inside a mail transaction."""
+        in_transaction = self.envelope is not None and self.envelope.mail_from is not None
+        if not self._admitted or in_transaction:
+            return 0.0
+        return self.loop.time() - self._active_at
+
+    def make_room(self) -> None:
+        """Give this idle connection's place to a newcomer (the gate is at its limit)."""
+        self._admitted = False
+        self.event_handler.refused("idle_evicted")
+        self._hang_up(f"421 4.3.2 {self.hostname} Closing an idle connection, try again later")
 
     def data_received(self, data: bytes) -> None:
         # The bytes reach aiosmtpd's reader (StreamReaderProtocol.data_received) only once
