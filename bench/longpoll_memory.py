@@ -1,7 +1,7 @@
-"""RSS per idle long-poll: waits held open against one runsink, and where their memory goes.
+"""Where an idle long-poll's memory goes: RSS per wait, and tracemalloc by component and line.
 
-    .venv/bin/python bench/longpoll.py            # 1,000 and 5,000 waits
-    .venv/bin/python bench/longpoll.py --quick    # 200 and 1,000
+    .venv/bin/python bench/longpoll_memory.py            # 1,000 and 5,000 waits
+    .venv/bin/python bench/longpoll_memory.py --quick    # 200 and 1,000
 
 First the server's resident set (VmRSS) is read with every inbox created and no wait in
 progress, then with the first count of waits in progress, then with the second: the
