@@ -56,6 +56,10 @@ def test_flag_beats_environment_beats_default(tmp_path: Path) -> None:
         (["--http-host", "0.0.0.0"], {}, "--api-token"),
         (["--api-token", "short"], {}, "--api-token"),
         (["--db", "/nonexistent-folder/x.db"], {}, "--db"),
+        (["--http-header-timeout", "0"], {}, "--http-header-timeout"),
+        (["--http-header-timeout", "nan"], {}, "--http-header-timeout"),
+        ([], {"RUNSINK_HTTP_KEEPALIVE_TIMEOUT": "soon"}, "RUNSINK_HTTP_KEEPALIVE_TIMEOUT"),
+        (["--http-max-connections", "0"], {}, "--http-max-connections"),
     ],
 )
 def test_bad_values_name_the_flag(
