@@ -90,7 +90,8 @@ class EdgeMiddleware:
 
         path: str = scope["path"]
         try:
-            target_bytes = len(scope.get("raw_path") or b"") + len(scope["query_string"]) + 1
+            query = scope["query_string"]
+            target_bytes = len(scope.get("raw_path") or b"") + (len(query) + 1 if query else 0)
             if target_bytes > MAX_TARGET_BYTES:
                 self.metrics.refused("http", "uri_too_long")
                 # Longer targets than h11's buffer are answered in api/connections.py.

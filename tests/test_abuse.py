@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import resource
+import select
 import selectors
 import smtplib
 import socket
@@ -228,15 +229,13 @@ def test_an_smtp_burst_past_the_cap_hears_421_at_once(
         assert not silent, f"{len(silent)} of 300 connections heard nothing"
         codes = [heard[i][:3] for i in range(len(held))]
         assert set(codes) <= {b"220", b"421"}, set(codes)
-        assert codes.count(b"220") <= cap
-        assert codes.count(b"421") >= 300 - cap
-        refused = _metric(
-            server,
-            "runsink_connection_refusals_total",
-            listener="smtp",
-            reason="too_many_connections",
-        )
+        refusals = "runsink_connection_refusals_total"
+        refused = _metric(server, refusals, listener="smtp", reason="too_many_connections")
+        # On a slow machine the first ones may sit silent for 5 s before the burst ends and
+        # give their places to later ones (hearing 421 then): each such place is counted.
+        evicted = _metric(server, refusals, listener="smtp", reason="idle_evicted")
         assert refused == codes.count(b"421")
+        assert cap <= codes.count(b"220") <= cap + evicted
     finally:
         for sock in held:
             sock.close()
@@ -244,6 +243,7 @@ def test_an_smtp_burst_past_the_cap_hears_421_at_once(
         server.stop()
 
 
+@pytest.mark.slow
 def test_silent_smtp_connections_at_the_cap_make_room_for_mail(
     tmp_path: Path, held: list[socket.socket]
 ) -> None:
@@ -267,8 +267,9 @@ def test_silent_smtp_connections_at_the_cap_make_room_for_mail(
                     time.sleep(0.2)
             answer = client.post(f"/v1/inboxes/{inbox['inbox_id']}/wait", json={"timeout_s": 5})
             assert answer.json()["state"] == "received"
-        heard = _first_lines(held, DEADLINE_S)
-        assert any(line.startswith(b"421 4.3.2") for line in heard.values()), heard
+        ready, _, _ = select.select(held, [], [], DEADLINE_S)
+        assert ready, "no held connection was told it lost its place"
+        assert ready[0].recv(512).startswith(b"421 4.3.2")
     finally:
         server.stop()
 
