@@ -78,7 +78,7 @@ class ConnectionTable:
         self._on_refusal = on_refusal
         self._on_count = on_count
 
-    def admit(self, connection: GuardedH11Protocol) -> bool:
+    def admit(self) -> bool:
         if self.open < self.limits.max_connections:
             self.open += 1
             self._on_count(self.open)
@@ -151,7 +151,7 @@ class GuardedH11Protocol(H11Protocol):
         self, transport: asyncio.Transport
     ) -> None:
         # (uvloop's transports do not subclass asyncio's: no isinstance check here.)
-        if not self.table.admit(self):
+        if not self.table.admit():
             self.transport = transport
             self.table.refused("over_capacity")
             self._answer_and_close(
