@@ -220,6 +220,7 @@ def _refusals(url: str) -> dict[str, float]:
 
 
 def _measure(args: argparse.Namespace) -> int:
+    load = os.getloadavg()[0]
     folder = Path(tempfile.mkdtemp(prefix="runsink-abuse-"))
     server = start_runsink(folder, extra_args=["--event-loop", args.event_loop])
     assert server.http_port is not None
@@ -283,7 +284,8 @@ def _measure(args: argparse.Namespace) -> int:
     lines += [
         f"{args.slow} slow HTTP clients (a header line every {TRICKLE_S:g} s) and {args.smtp} "
         f"silent SMTP connections against one runsink ({args.event_loop} loop), on "
-        f"{os.cpu_count()} CPUs; at ramp-up the attackers held {ramped.get('http_held', 0)} "
+        f"{os.cpu_count()} CPUs (load average {load:.1f} at the start, the attackers and "
+        f"this client included); at ramp-up the attackers held {ramped.get('http_held', 0)} "
         f"HTTP and {ramped.get('smtp_held', 0)} SMTP connections "
         f"(first SMTP lines: {ramped.get('smtp_first_220', 0)} x 220, "
         f"{ramped.get('smtp_first_421', 0)} x 421). Server: {fds_under_load} descriptors "

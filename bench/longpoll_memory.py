@@ -235,7 +235,8 @@ def _measure(args: argparse.Namespace) -> int:
 
     lines = [
         f"Idle long-polls held open against one runsink (default event loop), on "
-        f"{os.cpu_count()} CPUs. RSS with {max(args.counts)} inboxes and no wait: "
+        f"{os.cpu_count()} CPUs (load average {os.getloadavg()[0]:.1f}). "
+        f"RSS with {max(args.counts)} inboxes and no wait: "
         f"{rss[0]:.1f} MiB.",
         "",
         "| waits in progress | RSS (MiB) | growth (MiB) | per wait (KiB) |",

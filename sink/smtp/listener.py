@@ -86,6 +86,9 @@ class Limits:
     buffering; the 512-octet command limit is aiosmtpd's ``command_size_limit``."""
 
 
+_EVICTION_SCAN = 32
+
+
 class ConnectionGate:
     """Counts the open SMTP connections, refusing entry past the limit.
 
@@ -109,12 +112,17 @@ class ConnectionGate:
             return True
         if connection is None:
             return False
-        for member in self._members:
+        # Look at a bounded number of the longest-admitted, sending the busy ones to the back
+        # of the line: a flood past the limit costs the same per connection however many
+        # are admitted.
+        for _ in range(min(len(self._members), _EVICTION_SCAN)):
+            member = next(iter(self._members))
+            del self._members[member]
             if member.idle_for() >= self.idle_evictable_s:
-                del self._members[member]
                 member.make_room()
                 self._members[connection] = None
                 return True  # the member's place passes to the newcomer
+            self._members[member] = None
         return False
 
     def leave(self, connection: RunsinkSMTP | None = None) -> None:
