@@ -10,8 +10,9 @@ request handling and adds, per connection:
 
 - a **header deadline**: from the connection (or from the first byte of the next request
   on a kept-alive one) the request head, and its body, must be complete within
-  ``header_timeout_s``, however steadily they trickle (408, then close); a connection that
-  sends nothing at all is closed at the same deadline;
+  ``header_timeout_s``, however steadily they trickle (408, then close, at a moment up to
+  a tenth later so a flood does not time out all at once); a connection that sends
+  nothing at all is closed at the same deadline;
 - the **keep-alive idle timeout** (uvicorn's ``timeout_keep_alive``, from our flag);
 - a **cap** on open connections, checked when the connection is made. At the cap the
   oldest connection with no request in progress (idle, or still sending its head) makes
@@ -28,7 +29,9 @@ Each refusal and timeout counts in ``runsink_connection_refusals{listener="http"
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import random
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -121,6 +124,23 @@ class LongPollGate:
 
     def leave(self) -> None:
         self.active -= 1
+
+
+@functools.lru_cache(maxsize=64)
+def _answer(status: int, code: str, message: str, headers: tuple[tuple[str, str], ...]) -> bytes:
+    """A whole JSON error response, built once per distinct answer (a wave of timeouts
+    writes thousands of the same one)."""
+    body = json.dumps({"error": {"code": code, "message": message, "details": {}}}).encode()
+    lines = [
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
+        "content-type: application/json",
+        f"content-length: {len(body)}",
+        "connection: close",
+        "cache-control: no-store",
+        "x-content-type-options: nosniff",
+        *(f"{name}: {value}" for name, value in headers),
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
 class _Linger:
@@ -243,9 +263,10 @@ class GuardedH11Protocol(H11Protocol):
             # later bytes.
             if self._head_timer is None:
                 self._unset_keepalive_if_required()
-                self._head_timer = self.loop.call_later(
-                    self.table.limits.header_timeout_s, self._head_timed_out
-                )
+                # Up to a tenth later, at random: clients that connected together (a
+                # flood) do not all time out in the same instant, stalling the loop.
+                deadline = self.table.limits.header_timeout_s * (1 + random.random() / 10)
+                self._head_timer = self.loop.call_later(deadline, self._head_timed_out)
         else:
             # Between requests: uvicorn's keep-alive timer (armed on the response) applies.
             self._cancel_head_timer()
@@ -323,17 +344,7 @@ class GuardedH11Protocol(H11Protocol):
         transport = self.transport
         if transport.is_closing():
             return
-        body = json.dumps({"error": {"code": code, "message": message, "details": {}}}).encode()
-        lines = [
-            f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
-            "content-type: application/json",
-            f"content-length: {len(body)}",
-            "connection: close",
-            "cache-control: no-store",
-            "x-content-type-options: nosniff",
-            *(f"{name}: {value}" for name, value in headers or []),
-        ]
-        transport.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+        transport.write(_answer(status, code, message, tuple(headers or ())))
         # Many refusals lingering at once (a flood) would hold descriptors: then close now.
         if not linger or self.table.lingering >= 256 or not transport.can_write_eof():
             transport.close()
