@@ -111,7 +111,13 @@ _HELP: dict[str, str] = {
     "insecure-no-auth": "serve the API without a token on a non-loopback --http-host "
     "(default: off)",
     "smtp-auth": "USER:PASSWORD that SMTP clients must AUTH with (default: none, no AUTH)",
-    "smtp-max-connections": "open SMTP connections; one more gets 421 (default: 512)",
+    "smtp-max-connections": "open SMTP connections; one more gets 421 or the place of one "
+    "silent for 5 s; lowered to fit the descriptor limit (default: 512)",
+    "http-max-connections": "open HTTP connections; one more gets the place of an idle one, "
+    "else 503; lowered to fit the descriptor limit (default: 4096)",
+    "http-header-timeout": "seconds a request's head (and body) may take to arrive; then 408 "
+    "(default: 10)",
+    "http-keepalive-timeout": "seconds an idle kept-alive HTTP connection stays open (default: 30)",
     "smtp-no-starttls": "do not offer STARTTLS even with --tls-cert; without a certificate "
     "it is never offered, so this does nothing (default: off)",
     "smtp-require-tls": "refuse MAIL with 530 until STARTTLS (or on --smtps-port); needs "
