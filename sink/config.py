@@ -112,7 +112,7 @@ _HELP: dict[str, str] = {
     "(default: off)",
     "smtp-auth": "USER:PASSWORD that SMTP clients must AUTH with (default: none, no AUTH)",
     "smtp-max-connections": "open SMTP connections; one more gets 421 or the place of one "
-    "silent for 5 s; lowered to fit the descriptor limit (default: 512)",
+    "idle; lowered to fit the descriptor limit (default: 512)",
     "http-max-connections": "open HTTP connections; one more gets the place of an idle one, "
     "else 503; lowered to fit the descriptor limit (default: 4096)",
     "http-header-timeout": "seconds a request's head (and body) may take to arrive; then 408 "

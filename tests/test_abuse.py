@@ -231,7 +231,7 @@ def test_an_smtp_burst_past_the_cap_hears_421_at_once(
         assert set(codes) <= {b"220", b"421"}, set(codes)
         refusals = "runsink_connection_refusals_total"
         refused = _metric(server, refusals, listener="smtp", reason="too_many_connections")
-        # On a slow machine the first ones may sit silent for 5 s before the burst ends and
+        # On a slow machine the first ones may sit silent for 1 s before the burst ends and
         # give their places to later ones (hearing 421 then): each such place is counted.
         evicted = _metric(server, refusals, listener="smtp", reason="idle_evicted")
         assert refused == codes.count(b"421")

@@ -97,15 +97,17 @@ _EVICTION_SCAN = 32
 class ConnectionGate:
     """Counts the open SMTP connections, refusing entry past the limit.
 
-    At the limit, a connection idle for ``idle_evictable_s`` outside a mail transaction
-    (greeted and silent, or between messages) is closed with a 421 to make room, oldest
-    first: connections held open and silent cannot keep mail out. When none is, the
-    newcomer gets its 421 at once.
+    At the limit, a connection outside a mail transaction that has said nothing since its
+    greeting for ``silent_s``, or nothing since its last message for ``idle_s``, is closed
+    with a 421 to make room, oldest first: connections held open and silent cannot keep
+    mail out (a client that means to send says EHLO at once; one that pools connections
+    gets the longer grace). When none is, the newcomer gets its 421 at once.
     """
 
-    def __init__(self, limit: int, idle_evictable_s: float = 5.0) -> None:
+    def __init__(self, limit: int, silent_s: float = 1.0, idle_s: float = 5.0) -> None:
         self.limit = limit
-        self.idle_evictable_s = idle_evictable_s
+        self.silent_s = silent_s
+        self.idle_s = idle_s
         self.active = 0
         self._members: dict[RunsinkSMTP, None] = {}  # admitted, oldest first
 
@@ -123,7 +125,7 @@ class ConnectionGate:
         for _ in range(min(len(self._members), _EVICTION_SCAN)):
             member = next(iter(self._members))
             del self._members[member]
-            if member.idle_for() >= self.idle_evictable_s:
+            if member.may_give_way(self.silent_s, self.idle_s):
                 member.make_room()
                 self._members[connection] = None
                 return True  # the member's place passes to the newcomer
@@ -383,6 +385,7 @@ class RunsinkSMTP(SMTP):
         self._gate = gate
         self._admitted = False
         self._active_at = 0.0
+        self._spoke = False
         # Not "auth_*": aiosmtpd takes every auth_* member of the protocol and the handler
         # for an AUTH mechanism to advertise.
         self.offers_auth = authenticator is not None
@@ -431,15 +434,16 @@ class RunsinkSMTP(SMTP):
     def _reset_timeout(self, duration: float | None = None) -> None:
         # aiosmtpd restarts its timer at the greeting, at each accepted command and at DATA:
         # the moments this connection was last active.
+        self._spoke = self._active_at != 0.0  # the first call is the greeting's
         self._active_at = self.loop.time()
         super()._reset_timeout(duration)
 
-    def idle_for(self) -> float:
-        """Seconds since the last command, or 0 inside a mail transaction."""
+    def may_give_way(self, silent_s: float, idle_s: float) -> bool:
+        """Idle long enough, outside a mail transaction, to lose this place to a newcomer."""
         in_transaction = self.envelope is not None and self.envelope.mail_from is not None
         if not self._admitted or in_transaction:
-            return 0.0
-        return self.loop.time() - self._active_at
+            return False
+        return self.loop.time() - self._active_at >= (idle_s if self._spoke else silent_s)
 
     def make_room(self) -> None:
         """Give this idle connection's place to a newcomer (the gate is at its limit)."""
