@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 import uuid
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
@@ -87,6 +88,7 @@ _NOTIFY_IDS_PER_PAYLOAD = 200  # a NOTIFY payload is at most 8000 bytes
 _CONNECT_TIMEOUT_S = 5.0
 _LISTENER_CHECK_S = 2.0
 _START_DEADLINE_S = 30.0
+_PROBE_TRUSTED_S = 1.0
 _NAMED = {"application_name": "runsink"}
 _DB_NOW = "extract(epoch FROM clock_timestamp())::double precision"
 _ALLOWED = Admission(allowed=True, probe=False, retry_after=None, transition=None)
@@ -221,6 +223,7 @@ class PostgresStore:
         self._deliveries = _Deliveries(self)
         self._listener: _Listener | None = None
         self._routes = RouteCache()
+        self._committed_at = -_PROBE_TRUSTED_S  # when ping last saw a commit succeed
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -336,10 +339,22 @@ class PostgresStore:
     # -- inboxes -----------------------------------------------------------------
 
     async def ping(self) -> None:
-        """The store can commit: the database answers and is not a read-only standby."""
+        """The store can commit: the database answers, is no read-only standby, and a write
+        commits (a full disk fails it). A success is trusted for a second, so a caller
+        polling readiness costs at most one tiny commit per second."""
         rows = await self._fetch("ping", "SELECT pg_is_in_recovery()")
         if rows[0][0]:
             raise StorageUnavailable("ping: the database is a read-only standby")
+        now = time.monotonic()
+        if now - self._committed_at < _PROBE_TRUSTED_S:
+            return
+        await self._fetch(
+            "ping",
+            f"INSERT INTO readiness (replica_id, at) VALUES ($1, {_DB_NOW})"
+            f" ON CONFLICT (replica_id) DO UPDATE SET at = {_DB_NOW} RETURNING 1",
+            self.replica_id,
+        )
+        self._committed_at = now
 
     async def create_inbox(self, new: NewInbox, event: Event) -> CreateResult:
         inbox = new.inbox

@@ -23,3 +23,10 @@ CREATE TABLE breakers (
     PRIMARY KEY (run_id, inbox_id, operation)
 );
 CREATE INDEX breakers_touched ON breakers (touched_at);
+
+-- Readiness: each replica proves now and then that the database still commits (a full disk
+-- fails a write while reads go on working). One row per replica, overwritten.
+CREATE TABLE readiness (
+    replica_id TEXT PRIMARY KEY,
+    at         DOUBLE PRECISION NOT NULL
+);
