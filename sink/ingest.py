@@ -13,6 +13,7 @@ from enum import StrEnum
 
 from sink import clock, ids
 from sink.config import Settings
+from sink.events import Hub
 from sink.logs import log
 from sink.message import summarize
 from sink.metrics import Metrics
@@ -58,9 +59,15 @@ class DataVerdict(StrEnum):
 
 class Ingest:
     def __init__(
-        self, store: Store, waiters: Waiters, settings: Settings, metrics: Metrics
+        self,
+        store: Store,
+        waiters: Waiters,
+        settings: Settings,
+        metrics: Metrics,
+        events: Hub | None = None,
     ) -> None:
         self._store = store
+        self._events = events
         self._waiters = waiters
         self._settings = settings
         self._metrics = metrics
@@ -137,6 +144,8 @@ class Ingest:
         )
         await self._store.save_message(incoming)
         self._waiters.wake(d.inbox_id for d in deliveries)
+        if self._events is not None:
+            self._events.message(incoming)
         if deliveries:
             self._metrics.message("stored", len(deliveries))
         if unrouted:

@@ -17,6 +17,7 @@ from typing import Any
 from sink import clock
 from sink.agent import Agent
 from sink.config import Settings
+from sink.events import Hub
 from sink.faults import FaultRegistry
 from sink.guard import Guard
 from sink.ingest import Ingest
@@ -39,11 +40,12 @@ class Runtime:
         self.settings = settings
         self.metrics = Metrics()
         self.waiters = Waiters()
-        self.store = SQLiteStore(settings.db)
+        self.events = Hub()  # live events (GET /v1/events): fed by the store's commits and ingest
+        self.store = SQLiteStore(settings.db, self.events.record)
         self.faults = FaultRegistry(random.Random()) if settings.enable_faults else None
         self.agent: Agent | None = None
         self.guard = Guard(self.faults, self._on_breaker_change)
-        self.ingest = Ingest(self.store, self.waiters, settings, self.metrics)
+        self.ingest = Ingest(self.store, self.waiters, settings, self.metrics, self.events)
         self.smtp_server: asyncio.Server | None = None
         self.smtp_port = settings.smtp_port
         self.tls_context: ssl.SSLContext | None = None
@@ -82,6 +84,7 @@ class Runtime:
             return
         self.stopping.set()
         self.waiters.close()
+        self.events.close()
         if self.smtp_server is not None:
             self.smtp_server.close()
 

@@ -33,7 +33,7 @@ from sink.storage.base import (
     StoredMessage,
     UnroutedMail,
 )
-from sink.storage.sqlite_writer import CONNECTION_PRAGMAS, Writer
+from sink.storage.sqlite_writer import CONNECTION_PRAGMAS, Writer, note
 
 T = TypeVar("T")
 Row = sqlite3.Row
@@ -109,9 +109,10 @@ def _all(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[R
 
 
 class SQLiteStore:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, on_events: Callable[[list[Event]], None] | None = None) -> None:
         self._path = path
-        self._writer = Writer(path)
+        # on_events: every event recorded, once its commit is durable (live events).
+        self._writer = Writer(path, on_events)
         self._reader: aiosqlite.Connection | None = None
         # Every RCPT asks for a route; this process is the only writer, so it knows each
         # moment a route changes (an inbox expires) and forgets it right after that commit.
@@ -660,11 +661,16 @@ def _release(
 
 
 def _insert_events(db: sqlite3.Connection, events: Iterable[Event]) -> None:
+    recorded = list(events)
     db.executemany(
         "INSERT INTO events (run_id, inbox_id, message_id, at, type, detail_json) "
         "VALUES (?, ?, ?, ?, ?, ?)",
-        [(e.run_id, e.inbox_id, e.message_id, e.at, e.type, json.dumps(e.detail)) for e in events],
+        [
+            (e.run_id, e.inbox_id, e.message_id, e.at, e.type, json.dumps(e.detail))
+            for e in recorded
+        ],
     )
+    note(db, recorded)
 
 
 def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
