@@ -163,7 +163,8 @@ class Hub:
         subscriber = Subscriber(run_id, cursor)
         if resync:
             subscriber.cursor = -1  # read() answers resync first
-            subscriber.woken.set()
+        if subscriber.cursor < self._next - 1:
+            subscriber.woken.set()  # a backlog to replay (or a resync) right away
         self._by_run.setdefault(run_id, set()).add(subscriber)
         return subscriber
 

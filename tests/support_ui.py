@@ -14,10 +14,10 @@ import shutil
 from pathlib import Path
 
 from sink import clock, ids
-from sink.inbox import Match, State
 from sink.inbox import Inbox as InboxValue
-from sink.storage.base import Delivered, Event, Incoming, NewInbox
+from sink.inbox import Match, State
 from sink.message import summarize
+from sink.storage.base import Delivered, Event, Incoming, NewInbox
 from sink.storage.sqlite import SQLiteStore
 
 CHROMIUM = os.environ.get("RUNSINK_CHROMIUM", "/usr/bin/chromium")
@@ -105,3 +105,84 @@ async def _one_run(
             Incoming(raw, summarize(raw), "app@example.test", at + 1, (delivered,))
         )
     return None
+
+
+# -- mail the UI tests send ---------------------------------------------------------------------
+
+REMOTE = "http://remote.invalid"  # no request may ever leave for it
+
+HOSTILE_HTML = f"""<html><head>
+<meta http-equiv="refresh" content="0; url={REMOTE}/refreshed">
+<style>body {{ background: url({REMOTE}/css-bg.png); }} @import url({REMOTE}/x.css);</style>
+<script>window.top.document.body.setAttribute("data-pwned", "script"); window.pwned = 1;
+fetch("{REMOTE}/fetched");</script>
+<base href="{REMOTE}/">
+</head><body>
+<h1>Your invoice</h1>
+<img src="{REMOTE}/tracker.png"
+  onerror="window.top.document.body.setAttribute('data-pwned','onerror'); window.pwned = 2">
+<img src="cid:logo@runsink" alt="logo">
+<a id="js"
+  href="javascript:window.top.document.body.setAttribute('data-pwned','js-link')">click me</a>
+<form id="f" action="{REMOTE}/post" method="post">
+  <input name="card" value="1"><button id="pay">Pay</button></form>
+<svg xmlns="http://www.w3.org/2000/svg"><script>window.pwned = 3;</script>
+<image href="{REMOTE}/svg.png"/></svg>
+<iframe src="{REMOTE}/frame"></iframe>
+<object data="{REMOTE}/object"></object>
+</body></html>"""
+
+# A 1x1 transparent PNG, the cid: image.
+PNG_1X1 = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
+)
+SVG_ATTACHMENT = b'<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>'
+
+
+def hostile_message(to: str, subject: str = "Invoice \u202eexe.pdf") -> bytes:
+    """HTML that tries everything, a cid: image, and attachments with disguised names."""
+    import base64
+
+    html = HOSTILE_HTML.encode()
+    png = base64.encodebytes(PNG_1X1).decode()
+    svg = base64.encodebytes(SVG_ATTACHMENT).decode()
+    return (
+        "From: =?utf-8?q?Billing_=E2=80=AE_Team?= <billing@example.test>\r\n"
+        f"To: {to}\r\n"
+        f"Subject: =?utf-8?b?{base64.b64encode(subject.encode()).decode()}?=\r\n"
+        "MIME-Version: 1.0\r\n"
+        'Content-Type: multipart/mixed; boundary="outer"\r\n\r\n'
+        "--outer\r\n"
+        'Content-Type: multipart/related; boundary="rel"\r\n\r\n'
+        "--rel\r\n"
+        "Content-Type: text/html; charset=utf-8\r\n\r\n"
+        f"{html.decode()}\r\n"
+        "--rel\r\n"
+        "Content-Type: image/png\r\n"
+        "Content-Transfer-Encoding: base64\r\n"
+        "Content-ID: <logo@runsink>\r\n\r\n"
+        f"{png}\r\n"
+        "--rel--\r\n"
+        "--outer\r\n"
+        "Content-Type: application/pdf\r\n"
+        "Content-Disposition: attachment; filename*=UTF-8''invoice%E2%80%AEfdp.exe\r\n\r\n"
+        "MZ not really a program\r\n"
+        "--outer\r\n"
+        "Content-Type: image/svg+xml\r\n"
+        "Content-Transfer-Encoding: base64\r\n"
+        'Content-Disposition: attachment; filename="pic\u200b.svg"\r\n\r\n'
+        f"{svg}\r\n"
+        "--outer\r\n"
+        "Content-Type: text/html\r\n"
+        'Content-Disposition: attachment; filename="page.html"\r\n\r\n'
+        "<script>alert(1)</script>\r\n"
+        "--outer--\r\n"
+    ).encode()
+
+
+def send_raw(smtp_port: int, to: str, raw: bytes, sender: str = "billing@example.test") -> None:
+    import smtplib
+
+    with smtplib.SMTP("127.0.0.1", smtp_port, timeout=30) as client:
+        client.sendmail(sender, [to], raw)

@@ -53,6 +53,12 @@ def visible(value: object, keep: frozenset[str] = frozenset()) -> Markup:
     return Markup("".join(out))
 
 
+def visible_plain(value: object) -> str:
+    """``visible`` without markup, where none is allowed (a page's title, an attribute)."""
+    text = "" if value is None else str(value)
+    return "".join(f"⟨U+{ord(c):04X}⟩" if _hidden(c, frozenset()) else c for c in text)
+
+
 def visible_text(value: object) -> Markup:
     """Like ``visible``, for bodies: line breaks and tabs stay what they are."""
     return visible(value, _KEEP | frozenset("\r"))
@@ -90,7 +96,13 @@ def templates() -> Jinja2Templates:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(visible=visible, visible_text=visible_text, when=when, size=size)
+    env.filters.update(
+        visible=visible,
+        visible_plain=visible_plain,
+        visible_text=visible_text,
+        when=when,
+        size=size,
+    )
     env.globals.update(offset=offset)
     return Jinja2Templates(env=env)
 
