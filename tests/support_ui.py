@@ -114,19 +114,20 @@ REMOTE = "http://remote.invalid"  # no request may ever leave for it
 HOSTILE_HTML = f"""<html><head>
 <meta http-equiv="refresh" content="0; url={REMOTE}/refreshed">
 <style>body {{ background: url({REMOTE}/css-bg.png); }} @import url({REMOTE}/x.css);</style>
-<script>window.top.document.body.setAttribute("data-pwned", "script"); window.pwned = 1;
-fetch("{REMOTE}/fetched");</script>
+<script>document.documentElement.setAttribute("data-pwned", "script");
+window.top.document.body.setAttribute("data-pwned", "script"); fetch("{REMOTE}/fetched");</script>
 <base href="{REMOTE}/">
-</head><body>
+</head><body onload="document.documentElement.setAttribute('data-pwned', 'onload')">
 <h1>Your invoice</h1>
 <img src="{REMOTE}/tracker.png"
-  onerror="window.top.document.body.setAttribute('data-pwned','onerror'); window.pwned = 2">
+  onerror="document.documentElement.setAttribute('data-pwned', 'onerror')">
 <img src="cid:logo@runsink" alt="logo">
 <a id="js"
-  href="javascript:window.top.document.body.setAttribute('data-pwned','js-link')">click me</a>
+  href="javascript:document.documentElement.setAttribute('data-pwned', 'js-link')">click me</a>
 <form id="f" action="{REMOTE}/post" method="post">
   <input name="card" value="1"><button id="pay">Pay</button></form>
-<svg xmlns="http://www.w3.org/2000/svg"><script>window.pwned = 3;</script>
+<svg xmlns="http://www.w3.org/2000/svg" onload="document.documentElement.dataset.pwned = 'svg'">
+<script>document.documentElement.setAttribute("data-pwned", "svg-script");</script>
 <image href="{REMOTE}/svg.png"/></svg>
 <iframe src="{REMOTE}/frame"></iframe>
 <object data="{REMOTE}/object"></object>
