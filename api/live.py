@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from api.openapi import DOWNLOAD_TYPES
 from sink import ids
 from sink.errors import InvalidRequest, NotFound
 from sink.events import Hub, Subscriber
@@ -103,27 +104,7 @@ async def _body(send: Send, chunk: bytes) -> None:
 
 # Types a browser shows without running or rendering anything active; all others (HTML, SVG,
 # XML, JavaScript, and whatever is unknown) download as application/octet-stream.
-_INERT_TYPES = frozenset(
-    {
-        "application/octet-stream",
-        "application/pdf",
-        "application/zip",
-        "application/gzip",
-        "application/json",
-        "text/plain",
-        "text/csv",
-        "text/calendar",
-        "image/png",
-        "image/jpeg",
-        "image/gif",
-        "image/webp",
-        "image/bmp",
-        "audio/mpeg",
-        "audio/ogg",
-        "video/mp4",
-        "video/webm",
-    }
-)
+_INERT_TYPES = frozenset(DOWNLOAD_TYPES)
 _ASCII_SAFE = re.compile(r"[^A-Za-z0-9._ ()+-]")
 
 
