@@ -26,6 +26,10 @@ from sink.message import Part, attachment_parts
 from sink.runtime import Runtime
 
 KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing an idle stream
+# After each write, a stream rests this long before it looks again, so that a burst of mail
+# reaches each reader in a few large writes instead of one per event: a hundred open tabs
+# then cost ingest little. A first event after a quiet spell still goes out at once.
+PACE_S = 0.05
 RECONNECT_MS = 1000  # EventSource's "retry:": reconnect quickly, then resume by Last-Event-ID
 
 # -- live events --------------------------------------------------------------------------
@@ -59,28 +63,26 @@ class _EventStream(StreamingResponse):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         hub, subscriber = self.hub, self.subscriber
-        gone = False
 
         async def watch() -> None:
-            nonlocal gone
             while (await receive())["type"] != "http.disconnect":
                 pass
-            gone = True
-            subscriber.woken.set()
+            hub.leave(subscriber)
 
         watcher = asyncio.ensure_future(watch())
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             await _body(send, f"retry: {RECONNECT_MS}\n: runsink live events\n\n".encode())
-            while not gone:
+            while True:
                 batch = await hub.wait(subscriber, idle_s=KEEPALIVE_S)
-                if batch.closed or gone:
+                if batch.closed:
                     break
                 if batch.frames:
                     await _body(send, b"".join(batch.frames))
+                    await asyncio.sleep(PACE_S)
                 elif batch.idle:
                     await _body(send, b": keep-alive\n\n")
-            if not gone:
+            if not subscriber.gone:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:
             pass  # the client went away mid-write

@@ -9,6 +9,8 @@ Instead of one queue per subscriber, all subscribers read one shared, bounded lo
 subscriber costs is its cursor, and a subscriber that falls behind the log's tail (or asks
 to resume from an id this process never issued) is told to resynchronise (a ``resync``
 event) instead of holding the publisher back. The same log answers ``Last-Event-ID``.
+Subscribers with the same filter share one wake-up, so publishing costs O(1) whatever the
+number of readers.
 
 Ids are ``<boot>.<seq>``: ``boot`` names this process's life, so an id from before a
 restart is recognised as unknown instead of being taken for a recent position.
@@ -46,7 +48,26 @@ class Entry:
 class Subscriber:
     run_id: str | None
     cursor: int  # the last seq this subscriber has been given
-    woken: asyncio.Event = field(default_factory=asyncio.Event)
+    fresh: bool = True  # its first read never waits (a backlog to replay, or a resync)
+    gone: bool = False  # its client left: the next wait ends
+
+
+@dataclass(slots=True, eq=False)
+class _Group:
+    """The subscribers with one filter (a run, or None for all) and one shared wake-up.
+
+    Publishing resolves the group's future once, however many subscribers wait on it: a
+    burst of events costs each waiting subscriber one wake-up, not one per event.
+    """
+
+    members: set[Subscriber] = field(default_factory=set)
+    last_seq: int = 0  # the newest event this group's members would read
+    changed: asyncio.Future[None] | None = None
+
+    def poke(self) -> None:
+        if self.changed is not None and not self.changed.done():
+            self.changed.set_result(None)
+        self.changed = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +84,7 @@ class Hub:
         self._log: list[Entry] = []
         self._first = 1  # seq of self._log[0]
         self._next = 1
-        self._by_run: dict[str | None, set[Subscriber]] = {}
+        self._groups: dict[str | None, _Group] = {}
         self._closed = False
         self.published = 0
 
@@ -129,11 +150,11 @@ class Hub:
         self._log.append(Entry(seq, run_id, now, frame))
         self.published += 1
         self._trim(now)
-        for subscriber in self._by_run.get(None, ()):
-            subscriber.woken.set()
-        if run_id is not None:
-            for subscriber in self._by_run.get(run_id, ()):
-                subscriber.woken.set()
+        for key in (None, run_id) if run_id is not None else (None,):
+            group = self._groups.get(key)
+            if group is not None:
+                group.last_seq = seq
+                group.poke()
 
     def _trim(self, now: float) -> None:
         # Whole chunks at a time, so that the list's head is cut rarely (amortised O(1)).
@@ -153,32 +174,34 @@ class Hub:
     def subscribe(self, run_id: str | None, last_event_id: str | None = None) -> Subscriber:
         """A new reader: from now on, or from just after ``last_event_id``."""
         cursor = self._next - 1
-        resync = False
         if last_event_id:
             seq = self._parse_id(last_event_id)
-            if seq is None or seq < self._first - 1 or seq >= self._next:
-                resync = True  # not ours, from before a restart, or too old
-            else:
-                cursor = seq
+            known = seq is not None and self._first - 1 <= seq < self._next
+            # Not ours, from before a restart, or too old: -1 makes read() answer resync.
+            cursor = seq if known and seq is not None else -1
         subscriber = Subscriber(run_id, cursor)
-        if resync:
-            subscriber.cursor = -1  # read() answers resync first
-        if subscriber.cursor < self._next - 1:
-            subscriber.woken.set()  # a backlog to replay (or a resync) right away
-        self._by_run.setdefault(run_id, set()).add(subscriber)
+        self._groups.setdefault(run_id, _Group()).members.add(subscriber)
         return subscriber
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
-        group = self._by_run.get(subscriber.run_id)
+        group = self._groups.get(subscriber.run_id)
         if group is not None:
-            group.discard(subscriber)
-            if not group:
-                del self._by_run[subscriber.run_id]
+            group.members.discard(subscriber)
+            if not group.members:
+                group.poke()
+                del self._groups[subscriber.run_id]
+
+    def leave(self, subscriber: Subscriber) -> None:
+        """Its client went away: end its wait now (the others of its group just look again)."""
+        subscriber.gone = True
+        group = self._groups.get(subscriber.run_id)
+        if group is not None:
+            group.poke()
 
     def read(self, subscriber: Subscriber) -> Batch:
         """Everything published for this subscriber since its cursor (never waits)."""
-        subscriber.woken.clear()
-        if self._closed:
+        subscriber.fresh = False
+        if self._closed or subscriber.gone:
             return Batch([], closed=True)
         if subscriber.cursor < self._first - 1:
             # Fell behind the log's tail (or resumed from an unknown id): start again from now.
@@ -194,23 +217,30 @@ class Hub:
 
     async def wait(self, subscriber: Subscriber, idle_s: float) -> Batch:
         """The next batch, or an empty one after ``idle_s`` seconds (time for a keep-alive)."""
-        if not subscriber.woken.is_set():
-            try:
-                await asyncio.wait_for(subscriber.woken.wait(), idle_s)
-            except TimeoutError:
-                return Batch([], closed=self._closed, idle=True)
+        group = self._groups.get(subscriber.run_id)
+        if (
+            group is not None
+            and not subscriber.fresh
+            and not subscriber.gone
+            and not self._closed
+            and subscriber.cursor >= group.last_seq
+        ):
+            if group.changed is None:
+                group.changed = asyncio.get_running_loop().create_future()
+            done, _ = await asyncio.wait({group.changed}, timeout=idle_s)
+            if not done:
+                return Batch([], closed=self._closed or subscriber.gone, idle=True)
         return self.read(subscriber)
 
     def close(self) -> None:
         """Shutdown: every open stream ends."""
         self._closed = True
-        for group in self._by_run.values():
-            for subscriber in group:
-                subscriber.woken.set()
+        for group in self._groups.values():
+            group.poke()
 
     @property
     def subscribers(self) -> int:
-        return sum(len(group) for group in self._by_run.values())
+        return sum(len(group.members) for group in self._groups.values())
 
     def _parse_id(self, given: str) -> int | None:
         boot, _, seq = given.strip().partition(".")
