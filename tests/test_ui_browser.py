@@ -89,6 +89,23 @@ def test_new_mail_appears_on_the_open_run_page_within_a_second(server: Server, p
     expect(badge).to_have_text("received", timeout=LIVE_DEADLINE_MS)
 
 
+def test_lists_across_runs_follow_along(server: Server, page: Any) -> None:
+    """A new run shows on the open runs list; caught mail on the open caught-mail page."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{server.url}/")
+    expect(page.locator("body")).to_have_attribute("data-live", "open", timeout=5000)
+    run_id = new_run_id("listed")
+    with server.http() as client:
+        create_inbox(client, run_id)
+    expect(page.locator("#runs-body tr", has_text=run_id)).to_be_visible(timeout=3000)
+    page.goto(f"{server.url}/caught")
+    expect(page.locator("body")).to_have_attribute("data-live", "open", timeout=5000)
+    nobody = f"nobody-{new_run_id()}@sink.test"
+    server.send(nobody, subject="for nobody")
+    expect(page.locator("#caught tr", has_text=nobody)).to_be_visible(timeout=3000)
+
+
 def test_hostile_message_runs_no_script_and_fetches_nothing(server: Server, page: Any) -> None:
     """Scripts, handlers, refresh, forms, remote CSS and images, javascript: links, SVG: inert."""
     from playwright.sync_api import expect

@@ -129,7 +129,6 @@ async def runs(request: Request) -> Response:
         next_url=next_url,
         stream="/v1/events",
         nav="runs",
-        fragment=request.headers.get("x-fragment") == "runs",
     )
 
 

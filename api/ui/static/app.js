@@ -178,28 +178,22 @@
       }
     });
   }
-  if (page === "runs") {
-    // Many events can arrive at once: refresh the table at most once a second.
+  // Lists across runs (runs, caught mail): many events can arrive at once, so the table is
+  // fetched again (the same page, as rendered by the server) at most once a second.
+  const refreshed = body.getAttribute("data-refresh");
+  if (refreshed && !new URLSearchParams(location.search).has("before")) {
     let due = null;
     const refresh = async () => {
       due = null;
-      const r = await fetch(location.href, { headers: { "X-Fragment": "runs" }, credentials: "same-origin" });
+      const r = await fetch(location.href, { credentials: "same-origin" });
       if (!r.ok) return;
       const doc = new DOMParser().parseFromString(await r.text(), "text/html");
-      const fresh = doc.getElementById("runs-body");
-      const current = document.getElementById("runs-body");
+      const fresh = doc.getElementById(refreshed);
+      const current = document.getElementById(refreshed);
       if (fresh && current) { current.replaceWith(fresh); tick(); }
     };
     const soon = () => { if (!due) due = setTimeout(refresh, 1000); };
-    if (!new URLSearchParams(location.search).has("before")) { on("inbox", soon); on("message", soon); }
-  }
-  if (page === "caught") {
-    const list = document.getElementById("caught");
-    on("message", (m) => {
-      if (!m.caught || !list) return;
-      const none = list.querySelector("tr.none");
-      if (none) none.remove();
-      list.prepend(el("tr", { class: "new" }, el("td", {}, el("time", { datetime: m.received_at }, m.received_at)), el("td", {}, visible(m.subject || "(no subject)")), el("td", {}, ""), el("td", {}, "")));
-    });
+    if (page === "caught") on("message", (m) => { if (m.caught) soon(); });
+    else { on("inbox", soon); on("message", soon); }
   }
 })();
