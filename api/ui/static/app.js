@@ -145,9 +145,10 @@
       if (!list || (mine && m.inbox_id !== mine) || list.querySelector('[data-message="' + CSS.escape(m.message_id) + '"]')) return;
       const link = el("a", { href: "/messages/" + encodeURIComponent(m.message_id) }, visible(m.subject || "(no subject)"));
       const when = el("time", { datetime: m.received_at }, page === "run" ? since(m.received_at) : m.received_at);
+      const td = (label, ...content) => el("td", { "data-label": label }, ...content);
       const cells = page === "run"
-        ? [el("td", {}, when), el("td", {}, link), el("td", {}, "\u2014"), el("td", {}, el("a", { href: "/inboxes/" + m.inbox_id }, el("code", {}, m.inbox_id))), el("td", {}, "no")]
-        : [el("td", {}, when), el("td", {}, link), el("td", {}, "\u2014"), el("td", {}, "\u2014"), el("td", {}, "no"), el("td", {}, "not yet looked at")];
+        ? [td("Received", when), td("Subject", link), td("From", "\u2014"), td("Inbox", el("a", { href: "/inboxes/" + m.inbox_id }, el("code", {}, m.inbox_id))), td("Claimed", "no")]
+        : [td("Received", when), td("Subject", link), td("From", "\u2014"), td("Size", "\u2014"), td("Claimed", "no"), td("Matched", "not yet looked at")];
       const row = el("tr", { "data-message": m.message_id, class: "new" }, ...cells);
       if (list.getAttribute("data-order") === "oldest-first") list.append(row); else list.prepend(row);
       const count = document.getElementById("message-count");
