@@ -130,7 +130,8 @@ class Hub:
                 "message",
                 None,
                 {
-                    "message_id": None,  # caught mail gets ids with the catch-all store
+                    # Caught mail has an id once the catch-all store gives it one.
+                    "message_id": getattr(incoming, "caught_id", None),
                     "inbox_id": None,
                     "run_id": None,
                     "caught": True,

@@ -12,9 +12,10 @@ import asyncio
 import functools
 import secrets
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -29,7 +30,7 @@ from sink.agent import Agent
 from sink.errors import EvidenceReleased, NotFound, RunsinkError
 from sink.message import attachment_parts
 from sink.runtime import Runtime
-from sink.storage.base import RunIndex
+from sink.storage.base import FoundMessage, RunIndex
 
 PAGE_SIZE = 50
 RAW_SHOWN_MAX = 512 * 1024  # bytes of raw source shown in the page (the rest: download)
@@ -240,16 +241,39 @@ async def message_html(request: Request) -> Response:
 # -- caught mail and search -------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class CaughtRow:
+    """One line of the caught-mail page, whatever store keeps caught mail."""
+
+    caught_id: str | None  # None while caught mail has no ids (today's store)
+    rcpts: tuple[str, ...]
+    mail_from: str
+    subject: str | None  # None while caught mail keeps no body
+    received_at: float
+    size: int
+
+
+async def _caught_rows(request: Request, limit: int) -> list[CaughtRow]:
+    # The one place that knows where caught mail comes from (the catch-all store's listing
+    # replaces today's envelope-only rows here).
+    items = await _agent(request).unrouted(limit)
+    return [CaughtRow(None, (u.rcpt,), u.mail_from, None, u.received_at, u.size) for u in items]
+
+
+async def _search_rows(request: Request, text: str, limit: int) -> list[FoundMessage]:
+    # A filter by address and subject until the search language (GET /v1/messages?query=)
+    # lands; then this calls it, and the page stays as it is.
+    return await _index(request).find_messages(text, limit)
+
+
 async def caught(request: Request) -> Response:
-    # Today's store keeps caught mail's envelope only; the catch-all store adds bodies.
-    items = await _agent(request).unrouted(200)
-    return _page(request, "caught.html", items=items, stream="/v1/events", nav="caught")
+    rows = await _caught_rows(request, 200)
+    return _page(request, "caught.html", items=rows, stream="/v1/events", nav="caught")
 
 
 async def search(request: Request) -> Response:
-    # A filter by address and subject until the search syntax (GET /v1/messages?query=) lands.
     text = (request.query_params.get("q") or "").strip()[:200]
-    found = await _index(request).find_messages(text, 200) if text else []
+    found = await _search_rows(request, text, 200) if text else []
     return _page(request, "search.html", q=text, found=found, nav="search")
 
 
@@ -282,8 +306,9 @@ def _signin(request: Request, problem: str | None, status: int = 200) -> Respons
 async def signin(request: Request) -> Response:
     if not access.same_origin(request.headers):
         return _signin(request, "Sign in from this server's own page.", 403)
-    form = await request.form()
-    token = str(form.get("token") or "")
+    # A urlencoded form, read by hand (no multipart parser needed); the body is capped upstream.
+    form = parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=10)
+    token = (form.get("token") or [""])[0]
     sessions: access.Sessions = request.app.state.ui_sessions
     expected: str | None = request.app.state.ui_token
     if expected is None:

@@ -36,6 +36,8 @@ def _hidden(char: str, keep: frozenset[str]) -> bool:
 def visible(value: object, keep: frozenset[str] = frozenset()) -> Markup:
     """Escape ``value``; show each invisible or direction-changing character as ⟨U+XXXX⟩."""
     text = "" if value is None else str(value)
+    if text.isprintable():  # the usual case, checked at C speed: nothing hidden in it
+        return escape(text)
     out: list[str] = []
     plain: list[str] = []
     for char in text:
@@ -61,7 +63,9 @@ def visible_plain(value: object) -> str:
 
 def visible_text(value: object) -> Markup:
     """Like ``visible``, for bodies: line breaks and tabs stay what they are."""
-    return visible(value, _KEEP | frozenset("\r"))
+    text = "" if value is None else str(value)
+    keep = _KEEP | frozenset("\r")
+    return Markup("\n").join(visible(line, keep) for line in text.split("\n"))
 
 
 def when(ts: float | None) -> str:
