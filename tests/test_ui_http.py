@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import smtplib
 import socket
 import threading
 import time
@@ -387,3 +388,29 @@ def test_open_streams_end_at_shutdown(tmp_path: Path) -> None:
     assert time.monotonic() - started < 5
     reader.close()
     assert not reader._thread.is_alive()
+
+
+def test_a_reader_that_never_reads_does_not_hold_up_mail(server: Server) -> None:
+    """A stream whose client reads nothing: every 250 still comes, and the reader catches up."""
+    with server.http() as client:
+        inbox = create_inbox(client, new_run_id("stuck"))
+    stuck = socket.create_connection(("127.0.0.1", server.http_port), timeout=10)
+    stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        stuck.sendall(f"GET /v1/events?run_id={inbox['run_id']} HTTP/1.0\r\n\r\n".encode())
+        subject = "x" * 900  # ~1 KB per event, more than the reader's receive buffer holds
+        started = time.monotonic()
+        with smtplib.SMTP("127.0.0.1", server.smtp_port, timeout=30) as smtp:
+            for n in range(150):
+                message = f"Subject: {subject} {n}\r\n\r\nbody\r\n".encode()
+                smtp.sendmail("app@example.test", [inbox["address"]], message)
+        assert time.monotonic() - started < 30  # never blocked by the reader
+        stuck.settimeout(10)
+        seen = b""
+        while seen.count(b"event: message") < 150:
+            chunk = stuck.recv(1 << 20)
+            assert chunk, "the stream ended before catching up"
+            seen += chunk
+        assert f"{subject} 149".encode() in seen
+    finally:
+        stuck.close()

@@ -14,13 +14,13 @@ ROUTES = pages.ROUTES
 
 def serve(app: Starlette, edge: ASGIApp, runtime: Runtime) -> ASGIApp:
     """Put the UI's state on ``app`` and its sign-in gate in front of ``edge`` (the API)."""
-    token = runtime.settings.api_token
+    tokens = access.Tokens(runtime.settings)
     sessions = access.Sessions()
     public = Starlette(routes=pages.PUBLIC_ROUTES)
     for state in (app.state, public.state):
         state.ui_sessions = sessions
-        state.ui_token = token
+        state.ui_tokens = tokens
         state.ui_csrf = pages.new_csrf()
         state.runtime = runtime
     public_edge = EdgeMiddleware(public, runtime.metrics, None)
-    return access.Gate(edge, public_edge, token, sessions)
+    return access.Gate(edge, public_edge, tokens, sessions)

@@ -23,6 +23,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.errors import error_response
+from sink.config import Settings
 
 COOKIE = "runsink_session"
 CSRF_HEADER = "x-runsink-csrf"
@@ -31,11 +32,25 @@ MAX_SESSIONS = 1000
 _SAFE_METHODS = ("GET", "HEAD")
 
 
-def verify_token(expected: str | None, given: str) -> bool:
-    """The one place the UI checks a pasted token (swap for scoped tokens here)."""
-    if expected is None:
-        return True
-    return hmac.compare_digest(given.strip().encode(), expected.encode())
+class Tokens:
+    """The one place the UI asks about tokens: is one needed, and is this one good?
+
+    Today: the single ``--api-token``. Scoped tokens (``--tokens-file``) replace the body of
+    these two methods; the session then carries whichever token signed in, and the API
+    applies that token's scope to everything the browser does.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self._expected = settings.api_token
+
+    @property
+    def required(self) -> bool:
+        return self._expected is not None
+
+    def verify(self, given: str) -> bool:
+        if self._expected is None:
+            return True
+        return hmac.compare_digest(given.strip().encode(), self._expected.encode())
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,16 +118,16 @@ class Gate:
         self,
         app: ASGIApp,
         public: ASGIApp,
-        token: str | None,
+        tokens: Tokens,
         sessions: Sessions,
     ) -> None:
         self.app = app
         self.public = public  # the sign-in page and static files: served to anyone
-        self.token = token
+        self.tokens = tokens
         self.sessions = sessions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self.token is None:
+        if scope["type"] != "http" or not self.tokens.required:
             await self.app(scope, receive, send)
             return
         path: str = scope["path"]

@@ -310,10 +310,10 @@ async def signin(request: Request) -> Response:
     form = parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=10)
     token = (form.get("token") or [""])[0]
     sessions: access.Sessions = request.app.state.ui_sessions
-    expected: str | None = request.app.state.ui_token
-    if expected is None:
+    tokens: access.Tokens = request.app.state.ui_tokens
+    if not tokens.required:
         return RedirectResponse(_local(request.query_params.get("next")), status_code=303)
-    if not token or not access.verify_token(expected, token):
+    if not token or not tokens.verify(token):
         return _signin(request, "That token is not this server's.", 401)
     session = sessions.open(token)
     response = RedirectResponse(_local(request.query_params.get("next")), status_code=303)
