@@ -414,3 +414,28 @@ def test_a_reader_that_never_reads_does_not_hold_up_mail(server: Server) -> None
         assert f"{subject} 149".encode() in seen
     finally:
         stuck.close()
+
+
+def test_runs_list_pages_and_filters(tmp_path: Path) -> None:
+    """50 runs a page, newest first, an 'older' link to the rest; filters by run id and purpose."""
+    running = start_server(tmp_path / "paged")
+    try:
+        with running.http() as client:
+            for n in range(55):
+                create_inbox(client, f"paged-{n:02d}", purpose="odd" if n % 2 else "even")
+            first = client.get("/").text
+            shown = re.findall(r'data-run="(paged-\d+)"', first)
+            assert shown == [f"paged-{n:02d}" for n in range(54, 4, -1)]
+            older = re.search(r'href="([^"]+)" rel="next"', first)
+            assert older is not None
+            rest = client.get(older.group(1).replace("&amp;", "&")).text
+            assert re.findall(r'data-run="(paged-\d+)"', rest) == [
+                f"paged-{n:02d}" for n in range(4, -1, -1)
+            ]
+            assert 'rel="next"' not in rest
+            odd = re.findall(r'data-run="(paged-\d+)"', client.get("/?purpose=odd").text)
+            assert len(odd) == 27 and all(int(r[-2:]) % 2 for r in odd)
+            some = re.findall(r'data-run="(paged-\d+)"', client.get("/?run=GED-1").text)
+            assert some == [f"paged-{n}" for n in range(19, 9, -1)]
+    finally:
+        running.stop()
