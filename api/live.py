@@ -29,7 +29,7 @@ KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing an id
 # After each write, a stream rests this long before it looks again, so that a burst of mail
 # reaches each reader in a few large writes instead of one per event: a hundred open tabs
 # then cost ingest little. A first event after a quiet spell still goes out at once.
-PACE_S = 0.05
+PACE_S = 0.1
 RECONNECT_MS = 1000  # EventSource's "retry:": reconnect quickly, then resume by Last-Event-ID
 
 # -- live events --------------------------------------------------------------------------
