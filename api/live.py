@@ -26,10 +26,19 @@ from sink.message import Part, attachment_parts
 from sink.runtime import Runtime
 
 KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing an idle stream
-# After each write, a stream rests this long before it looks again, so that a burst of mail
-# reaches each reader in a few large writes instead of one per event: a hundred open tabs
-# then cost ingest little. A first event after a quiet spell still goes out at once.
+# After each write a stream rests before it looks again, so that a burst of mail reaches each
+# reader in a few large writes instead of one per event. The rest grows with the number of
+# open streams, so that all of them together wake about WAKES_PER_S times a second at most
+# (a hundred open tabs cost ingest little); a first event after a quiet spell goes at once.
 PACE_S = 0.1
+WAKES_PER_S = 250
+MAX_REST_S = 0.5
+
+
+def rest_s(streams: int) -> float:
+    return min(MAX_REST_S, max(PACE_S, streams / WAKES_PER_S))
+
+
 RECONNECT_MS = 1000  # EventSource's "retry:": reconnect quickly, then resume by Last-Event-ID
 
 # -- live events --------------------------------------------------------------------------
@@ -79,7 +88,7 @@ class _EventStream(StreamingResponse):
                     break
                 if batch.frames:
                     await _body(send, b"".join(batch.frames))
-                    await asyncio.sleep(PACE_S)
+                    await asyncio.sleep(rest_s(hub.subscribers))
                 elif batch.idle:
                     await _body(send, b": keep-alive\n\n")
             if not subscriber.gone:

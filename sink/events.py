@@ -87,6 +87,7 @@ class Hub:
         self._groups: dict[str | None, _Group] = {}
         self._closed = False
         self.published = 0
+        self.subscribers = 0  # open subscriptions
 
     # -- publishing (never awaits) ---------------------------------------------------
 
@@ -182,12 +183,14 @@ class Hub:
             cursor = seq if known and seq is not None else -1
         subscriber = Subscriber(run_id, cursor)
         self._groups.setdefault(run_id, _Group()).members.add(subscriber)
+        self.subscribers += 1
         return subscriber
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
         group = self._groups.get(subscriber.run_id)
-        if group is not None:
+        if group is not None and subscriber in group.members:
             group.members.discard(subscriber)
+            self.subscribers -= 1
             if not group.members:
                 group.poke()
                 del self._groups[subscriber.run_id]
@@ -238,10 +241,6 @@ class Hub:
         self._closed = True
         for group in self._groups.values():
             group.poke()
-
-    @property
-    def subscribers(self) -> int:
-        return sum(len(group.members) for group in self._groups.values())
 
     def _parse_id(self, given: str) -> int | None:
         boot, _, seq = given.strip().partition(".")
