@@ -339,6 +339,14 @@ def test_signing_in_sets_a_strict_session_cookie(guarded: Server) -> None:
         csrf = page.text.split('name="runsink-csrf" content="', 1)[1].split('"', 1)[0]
         done = client.delete(f"/v1/runs/{run_id}", headers={"X-Runsink-CSRF": csrf})
         assert done.status_code == 204
+        # Signing out: the session ends on the server, not only in this browser.
+        session = client.cookies.get("runsink_session")
+        assert client.post("/signout").status_code == 403  # no CSRF header
+        out = client.post("/signout", headers={"X-Runsink-CSRF": csrf})
+        assert out.status_code == 303 and "Max-Age=0" in out.headers["set-cookie"]
+        with guarded.http(follow_redirects=False) as replay:
+            replay.cookies.set("runsink_session", session or "")
+            assert replay.get("/").status_code == 303
     with guarded.http() as anonymous:
         assert anonymous.get(f"/v1/runs/{run_id}").status_code == 401
 
