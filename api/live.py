@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from api.context import context_of
 from api.openapi import DOWNLOAD_TYPES
 from sink import ids
 from sink.errors import InvalidRequest, NotFound
@@ -51,7 +52,7 @@ async def events(request: Request) -> Response:
             "run_id: a run_id is 1-128 chars of A-Za-z0-9._:-", {"field": "run_id"}
         )
     if run_id is not None:
-        request.scope["runsink.run_id"] = run_id
+        context_of(request.scope).note(run_id=run_id)
     runtime: Runtime = request.app.state.runtime
     # EventSource sends Last-Event-ID on its own when it reconnects.
     last = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
