@@ -196,12 +196,10 @@ async def message(request: Request) -> Response:
     shown_raw = None
     if raw is not None:
         shown_raw = raw[:RAW_SHOWN_MAX].decode("utf-8", "replace")
-    headers = result.parsed.headers if result.parsed else {}
-    from_header = next((v[0] for k, v in headers.items() if k.lower() == "from" and v), None)
     return _page(
         request,
         "message.html",
-        from_header=from_header or result.stored.delivery.from_addr,
+        from_name=result.parsed.from_name if result.parsed else None,
         result=result,
         stored=result.stored,
         parsed=result.parsed,
