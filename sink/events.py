@@ -88,11 +88,27 @@ class Hub:
         self._closed = False
         self.published = 0
         self.subscribers = 0  # open subscriptions
+        self._last_left = -float("inf")  # when the last reader left (monotonic)
 
     # -- publishing (never awaits) ---------------------------------------------------
 
+    def _unheard(self) -> bool:
+        """No reader now, and none for KEEP_S: nobody holds an id these events could follow.
+
+        Then publishing is skipped (ingest pays nothing for live events while no page is
+        open), and the log restarts past the skipped ids, so an old id still gets a resync.
+        """
+        if self.subscribers or time.monotonic() - self._last_left <= KEEP_S:
+            return False
+        self._next += 1
+        self._log.clear()
+        self._first = self._next
+        return True
+
     def record(self, events: Iterable[Event]) -> None:
         """Run events just committed: each as ``run_event``, plus ``inbox`` on state changes."""
+        if self._unheard():
+            return
         for event in events:
             self._publish("run_event", event.run_id, _run_event(event))
             state = _state_after(event)
@@ -111,6 +127,8 @@ class Hub:
 
     def message(self, incoming: Incoming) -> None:
         """A message was stored (its 250 follows): one event per inbox, one if caught."""
+        if self._unheard():
+            return
         received_at = rfc3339(incoming.received_at)
         subject = incoming.summary.subject
         for d in incoming.deliveries:
@@ -191,6 +209,7 @@ class Hub:
         if group is not None and subscriber in group.members:
             group.members.discard(subscriber)
             self.subscribers -= 1
+            self._last_left = time.monotonic()
             if not group.members:
                 group.poke()
                 del self._groups[subscriber.run_id]

@@ -62,6 +62,7 @@ def test_a_run_filter_sees_only_its_run() -> None:
 def test_last_event_id_resumes_after_it_and_unknown_ids_resync() -> None:
     """A known id replays what followed it; another boot's, a future or a garbage id resync."""
     hub = Hub(boot="b")
+    hub.subscribe(None)  # someone listening: events are kept
     hub.record([_event("r")])  # ids b.1, b.2
     hub.record([_event("r")])  # ids b.3, b.4
     resumed = hub.subscribe("r", "b.2")
@@ -127,3 +128,23 @@ def test_a_reader_that_leaves_stops_waiting() -> None:
         assert hub.subscribers == 0
 
     asyncio.run(scenario())
+
+
+def test_nothing_is_kept_while_nobody_listens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no reader for KEEP_S, events cost nothing; an id from before still resyncs."""
+    hub = Hub(boot="b")
+    hub.record([_event("r")])  # nobody has ever listened: skipped
+    assert hub._log == [] and hub.published == 0
+    reader = hub.subscribe(None)
+    hub.record([_event("r")])
+    last = _frames(hub.read(reader))[-1][0]
+    hub.unsubscribe(reader)
+    hub.record([_event("r")])  # the reader left just now: still kept, for its resume
+    assert len(hub.read(hub.subscribe(None, last)).frames) == 2
+    for subscriber in list(hub._groups.get(None, events._Group()).members):
+        hub.unsubscribe(subscriber)
+    monkeypatch.setattr(events, "KEEP_S", 0.0)
+    hub._last_left -= 1
+    hub.record([_event("r")])  # nobody for longer than KEEP_S: skipped
+    assert hub._log == []
+    assert hub.read(hub.subscribe(None, last)).resync
