@@ -12,7 +12,6 @@ import base64
 import re
 import unicodedata
 from importlib import resources
-from typing import Any
 from urllib.parse import unquote
 
 import jinja2
@@ -144,7 +143,3 @@ def inline_cids(html: str, parts: tuple[Part, ...]) -> str:
 def frame_csp(remote_images: bool) -> str:
     images = "data: cid: http: https:" if remote_images else "data: cid:"
     return f"sandbox; default-src 'none'; style-src 'unsafe-inline'; img-src {images}"
-
-
-def context(**values: Any) -> dict[str, Any]:
-    return values
