@@ -23,6 +23,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from api.errors import TABLE
+from api.live import download_type
 from api.ui import access
 from api.ui.render import frame_csp, inline_cids, offset, templates
 from sink import clock, ids
@@ -204,6 +205,7 @@ async def message(request: Request) -> Response:
         stored=result.stored,
         parsed=result.parsed,
         parts=parts,
+        served_as=[download_type(p.attachment.content_type) for p in parts],
         raw=shown_raw,
         raw_truncated=raw is not None and len(raw) > RAW_SHOWN_MAX,
         nav="runs",
