@@ -14,6 +14,7 @@ import unicodedata
 from collections.abc import AsyncIterator
 from urllib.parse import quote
 
+from prometheus_client import CollectorRegistry, Gauge
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
@@ -101,6 +102,12 @@ class _EventStream(StreamingResponse):
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
+
+
+def instrument(registry: CollectorRegistry, hub: Hub) -> None:
+    """``runsink_live_streams`` on /metrics: the open SSE streams (browser tabs, scripts)."""
+    streams = Gauge("runsink_live_streams", "Open GET /v1/events streams", registry=registry)
+    streams.set_function(lambda: hub.subscribers)
 
 
 async def _nothing() -> AsyncIterator[bytes]:

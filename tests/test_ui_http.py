@@ -208,6 +208,8 @@ def test_events_stream_messages_states_and_run_events(server: Server, reader_fac
         inbox = create_inbox(client, new_run_id("live"))
         reader = reader_factory(f"?run_id={inbox['run_id']}")
         assert reader.status == 200
+        gauge = re.search(r"^runsink_live_streams (\S+)$", client.get("/metrics").text, re.M)
+        assert gauge is not None and float(gauge.group(1)) >= 1
         assert reader.headers["content-type"].startswith("text/event-stream")
         server.send(inbox["address"], subject="Live mail")
         found = reader.until(lambda evs: any(e[1] == "message" for e in evs))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from starlette.applications import Starlette
 from starlette.types import ASGIApp
 
+from api import live
 from api.middleware import EdgeMiddleware
 from api.ui import access, pages
 from sink.runtime import Runtime
@@ -14,6 +15,7 @@ ROUTES = pages.ROUTES
 
 def serve(app: Starlette, edge: ASGIApp, runtime: Runtime) -> ASGIApp:
     """Put the UI's state on ``app`` and its sign-in gate in front of ``edge`` (the API)."""
+    live.instrument(runtime.metrics.registry, runtime.events)
     tokens = access.Tokens(runtime.settings)
     sessions = access.Sessions()
     public = Starlette(routes=pages.PUBLIC_ROUTES)
