@@ -10,6 +10,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from api import ui
 from api.connections import LongPollGate
 from api.errors import error_response, internal_error, runsink_error, validation_error
 from api.middleware import EdgeMiddleware
@@ -55,7 +56,7 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 def create_app(runtime: Runtime, extra_routes: list[Any] | None = None) -> Any:
     app = Starlette(
-        routes=[*ROUTES, *(extra_routes or [])],
+        routes=[*ROUTES, *(extra_routes or []), *ui.ROUTES],
         exception_handlers={
             HTTPException: _http_error,
             RunsinkError: _runsink_error,
@@ -67,4 +68,5 @@ def create_app(runtime: Runtime, extra_routes: list[Any] | None = None) -> Any:
     app.state.runtime = runtime
     caps = runtime.capacity
     app.state.long_polls = LongPollGate(caps.long_polls if caps else 1 << 30)
-    return EdgeMiddleware(app, runtime.metrics, runtime.settings.api_token)
+    edge = EdgeMiddleware(app, runtime.metrics, runtime.settings.api_token)
+    return ui.serve(app, edge, runtime)

@@ -39,6 +39,7 @@ import time
 import uuid
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextvars import ContextVar
 from functools import partial
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
@@ -63,11 +64,13 @@ from sink.storage.base import (
     CreateOutcome,
     CreateResult,
     Event,
+    FoundMessage,
     InboxReport,
     Incoming,
     Late,
     NewInbox,
     Route,
+    RunSummary,
     StoredMessage,
     UnroutedMail,
 )
@@ -210,9 +213,17 @@ class _Forbidden(Exception):
 
 class PostgresStore:
     def __init__(
-        self, dsn: str, *, pool_size: int = 10, start_deadline_s: float = _START_DEADLINE_S
+        self,
+        dsn: str,
+        on_events: Callable[[list[Event]], None] | None = None,
+        *,
+        pool_size: int = 10,
+        start_deadline_s: float = _START_DEADLINE_S,
     ) -> None:
         self._dsn = dsn
+        # on_events: every event this process records, once its commit is durable (live
+        # events). Events other replicas record are theirs to publish.
+        self._on_events = on_events
         self._pool_size = pool_size
         self._start_deadline_s = start_deadline_s
         self._pool: asyncpg.Pool | None = None
@@ -308,13 +319,27 @@ class PostgresStore:
             return list(await self.pool.fetch(sql, *args, timeout=30))
 
     async def _transaction(self, what: str, work: Callable[[Connection], Awaitable[T]]) -> T:
-        """``work`` in one transaction; it returns after COMMIT."""
-        async with (
-            _translated(what),
-            self.pool.acquire() as connection,
-            connection.transaction(),
-        ):
-            return await work(connection)
+        """``work`` in one transaction; it returns after COMMIT (then its events are told)."""
+        written: list[Event] = []
+        token = _WRITTEN.set(written)
+        try:
+            async with (
+                _translated(what),
+                self.pool.acquire() as connection,
+                connection.transaction(),
+            ):
+                result = await work(connection)
+        finally:
+            _WRITTEN.reset(token)
+        self._committed(written)
+        return result
+
+    def _committed(self, events: list[Event]) -> None:
+        if events and self._on_events is not None:
+            try:
+                self._on_events(events)
+            except Exception as exc:  # a listener's trouble must not undo a durable write
+                warn("event_listener_failed", error=type(exc).__name__)
 
     @contextlib.asynccontextmanager
     async def sweeper_turn(self) -> AsyncIterator[bool]:
@@ -500,6 +525,8 @@ class PostgresStore:
             payloads,
         )
         saved = bool(rows[0][0])
+        if saved:
+            self._committed(events)
         if saved and after.state is State.EXPIRED:
             self._routes.forget([after.inbox_id])
         return saved
@@ -783,6 +810,108 @@ class PostgresStore:
         )
         return [UnroutedMail(r[0], r[1], r[2], r[3]) for r in rows]
 
+    # -- the run index (RunIndex: read-only views for the web UI) -------------------
+
+    async def recent_runs(
+        self,
+        now: float,
+        limit: int,
+        before: tuple[float, str] | None = None,
+        run_contains: str | None = None,
+        purpose: str | None = None,
+    ) -> list[RunSummary]:
+        params: list[Any] = [now, limit]
+        where: list[str] = []
+        if run_contains:
+            params.append(run_contains)
+            where.append(f"strpos(lower(run_id), lower(${len(params)})) > 0")
+        if purpose:
+            params.append(purpose)
+            where.append(f"run_id IN (SELECT run_id FROM inboxes WHERE purpose = ${len(params)})")
+        having = ""
+        if before is not None:
+            params.extend(before)
+            b, r = len(params) - 1, len(params)
+            having = f"HAVING MIN(created_at) < ${b} OR (MIN(created_at) = ${b} AND run_id < ${r})"
+        rows = await self._fetch(
+            "recent_runs",
+            f"""WITH page AS (
+                    SELECT run_id, MIN(created_at) AS started FROM inboxes
+                    {"WHERE " + " AND ".join(where) if where else ""}
+                    GROUP BY run_id {having}
+                    ORDER BY started DESC, run_id DESC LIMIT $2)
+                SELECT p.run_id, p.started,
+                    (SELECT string_agg(DISTINCT purpose, ' ') FROM inboxes
+                        WHERE run_id = p.run_id) AS purposes,
+                    (SELECT json_object_agg(st, n) FROM (
+                        SELECT CASE WHEN state <> 'expired' AND expires_at <= $1 THEN 'expired'
+                               ELSE state END AS st, COUNT(*) AS n
+                        FROM inboxes WHERE run_id = p.run_id GROUP BY 1) s) AS states,
+                    (SELECT COUNT(*) FROM deliveries d JOIN inboxes i ON i.inbox_id = d.inbox_id
+                        WHERE i.run_id = p.run_id) AS messages,
+                    (SELECT COUNT(d.claim_id) FROM deliveries d
+                        JOIN inboxes i ON i.inbox_id = d.inbox_id
+                        WHERE i.run_id = p.run_id) AS claims,
+                    e.type AS last_event, e.at AS last_event_at
+                FROM page p
+                LEFT JOIN LATERAL (SELECT type, at FROM events WHERE run_id = p.run_id
+                                   ORDER BY at DESC, id DESC LIMIT 1) e ON true
+                ORDER BY p.started DESC, p.run_id DESC""",
+            *params,
+        )
+        return [
+            RunSummary(
+                run_id=r["run_id"],
+                started_at=r["started"],
+                purposes=tuple((r["purposes"] or "").split()),
+                states={str(k): int(v) for k, v in json.loads(r["states"] or "{}").items()},
+                messages=int(r["messages"]),
+                claims=int(r["claims"]),
+                last_event=r["last_event"],
+                last_event_at=r["last_event_at"],
+            )
+            for r in rows
+        ]
+
+    async def run_deliveries(self, run_id: str, limit: int) -> list[Delivery]:
+        rows = await self._fetch(
+            "run_deliveries",
+            _DELIVERY_SELECT + " WHERE d.inbox_id IN (SELECT inbox_id FROM inboxes WHERE "
+            "run_id = $1) ORDER BY m.received_at DESC, d.seq DESC LIMIT $2",
+            run_id,
+            limit,
+        )
+        return [_delivery(row) for row in rows]
+
+    async def find_messages(self, text: str, limit: int) -> list[FoundMessage]:
+        rows = await self._fetch(
+            "find_messages",
+            """SELECT d.message_id, d.inbox_id, i.run_id, m.subject, m.from_addr, d.rcpt_json,
+                      m.received_at, m.size, d.claim_id
+               FROM deliveries d JOIN messages m ON m.message_key = d.message_key
+               JOIN inboxes i ON i.inbox_id = d.inbox_id
+               WHERE strpos(lower(m.subject), lower($1)) > 0
+                  OR strpos(lower(m.from_addr), lower($1)) > 0
+                  OR strpos(lower(d.rcpt_json), lower($1)) > 0
+               ORDER BY m.received_at DESC, d.seq DESC LIMIT $2""",
+            text,
+            limit,
+        )
+        return [
+            FoundMessage(
+                message_id=r["message_id"],
+                inbox_id=r["inbox_id"],
+                run_id=r["run_id"],
+                subject=r["subject"],
+                from_addr=r["from_addr"],
+                rcpts=tuple(json.loads(r["rcpt_json"])),
+                received_at=r["received_at"],
+                size=r["size"],
+                claimed=r["claim_id"] is not None,
+            )
+            for r in rows
+        ]
+
     # -- the fleet-wide circuit breaker ------------------------------------------------
     # The rules of sink/breaker.py, kept by the database: each move is one conditional
     # UPDATE on the breaker's row, so replicas never disagree and exactly one of them takes
@@ -1012,6 +1141,7 @@ class PostgresStore:
             f"{self.replica_id} w " + ",".join(ids[i : i + _NOTIFY_IDS_PER_PAYLOAD])
             for i in range(0, len(ids), _NOTIFY_IDS_PER_PAYLOAD)
         ]
+        _noted(events)
         await db.execute(
             _BATCH_INSERT,
             *_columns(messages, 10),
@@ -1057,6 +1187,17 @@ SELECT (SELECT COUNT(*) FROM u),
        (SELECT COUNT(*) FROM (SELECT pg_notify($20, p) FROM unnest($21::text[]) AS p
                               WHERE EXISTS (SELECT 1 FROM u)) AS n)
 """
+
+# The events a transaction wrote, told to ``on_events`` once it commits (dropped with a
+# rollback). Set by ``_transaction`` for the task running the transaction.
+_WRITTEN: ContextVar[list[Event] | None] = ContextVar("runsink_pg_written", default=None)
+
+
+def _noted(events: list[Event]) -> None:
+    written = _WRITTEN.get()
+    if written is not None:
+        written.extend(events)
+
 
 _BATCH_INSERT = """
 WITH m AS (
@@ -1427,6 +1568,8 @@ async def _release(db: Connection, inbox_ids: list[str], now: float, runs: dict[
 
 
 async def _insert_events(db: Connection, events: Iterable[Event]) -> None:
+    events = list(events)
+    _noted(events)
     rows = [
         (e.run_id, e.inbox_id, e.message_id, e.at, e.type, json.dumps(e.detail)) for e in events
     ]
