@@ -356,6 +356,20 @@ class RunsinkSMTP(SMTP):
     each method. Everything else (EHLO, DATA framing, STARTTLS, AUTH) is aiosmtpd's.
     """
 
+    _COMMAND_NAMES: tuple[str, ...] = ()
+
+    def __dir__(self) -> list[str]:
+        # aiosmtpd's __init__ finds its commands and AUTH mechanisms on every connection
+        # with ``dir(self)`` and ``inspect.getmembers(self)``, which read every attribute of
+        # the protocol: most of a new connection's CPU. Those are the only callers of
+        # dir() here, and they look only for ``smtp_*`` and ``auth_*``: name just those.
+        cls = type(self)
+        if not cls._COMMAND_NAMES:
+            cls._COMMAND_NAMES = tuple(
+                name for name in object.__dir__(self) if name.startswith(("smtp_", "auth_"))
+            )
+        return list(cls._COMMAND_NAMES)
+
     def __init__(
         self,
         handler: Handler,
