@@ -22,6 +22,7 @@ TABLE: list[tuple[type[errors.RunsinkError], int, str]] = [
     (errors.FaultsDisabled, 404, "not_found"),
     (errors.IdempotencyKeyConflict, 409, "idempotency_key_conflict"),
     (errors.PolicyForbids, 409, "policy_forbids"),
+    (errors.LiveEvidence, 409, "live_evidence"),
     (errors.EvidenceReleased, 410, "evidence_released"),
     (errors.Unauthorized, 401, "unauthorized"),
     (errors.CircuitOpen, 503, "circuit_open"),

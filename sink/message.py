@@ -526,3 +526,47 @@ def safe_filename(name: str) -> str:
         else:
             name = name[:FILENAME_MAX_CHARS].rstrip()
     return name
+
+
+# --- the search index's view of a message --------------------------------------------------
+
+SEARCH_BODY_MAX_CHARS = 200_000  # of text indexed per message (the text, then the HTML as text)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFields:
+    """What the search index holds of a message: literal text, lower-cased by the index."""
+
+    subject: str
+    body: str  # the text part and the HTML rendered as text
+    sender: str  # the From header as written (display name and address), decoded
+    recipients: str  # the To and Cc headers as written, decoded
+    has_attachment: bool
+
+
+def search_fields(raw: bytes) -> SearchFields:
+    """One MIME walk: subject, text, sender, recipients, and whether it has attachments."""
+    try:
+        head_end, body_start = _head_span(raw, 0, len(raw))
+        fields = _fields(raw[: min(head_end, MAX_HEAD_BYTES)])
+        summary = _summary(fields)
+        bodies = _Bodies(scan_budget=_scan_budget(raw))
+        _walk(raw, body_start, len(raw), fields, 0, bodies)
+        text, html = bodies.text(), bodies.html()
+        body = "\n".join(
+            part for part in (text, html_to_text(html[:256_000]) if html else None) if part
+        )
+        named = {"from": [], "to": [], "cc": []}  # type: dict[str, list[str]]
+        for name, value in fields:
+            if name.lower() in named:
+                named[name.lower()].append(_clean(_decode_words(value)))
+        return SearchFields(
+            subject=summary.subject,
+            body=body[:SEARCH_BODY_MAX_CHARS],
+            sender=" ".join(named["from"])[:4096],
+            recipients=" ".join(named["to"] + named["cc"])[:65536],
+            has_attachment=bool(bodies.attachments),
+        )
+    except Exception:  # indexing must not lose mail: index what the summary has
+        summary = summarize(raw)
+        return SearchFields(summary.subject, "", summary.from_addr, " ".join(summary.to), False)

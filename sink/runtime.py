@@ -21,6 +21,7 @@ from sink.faults import FaultRegistry
 from sink.guard import Guard
 from sink.ingest import Ingest
 from sink.logs import announce, warn
+from sink.mailbox import Mailbox
 from sink.metrics import Metrics
 from sink.smtp.listener import Handler, Limits, smtp_factory
 from sink.smtp.tls import server_context
@@ -29,7 +30,6 @@ from sink.waiters import Waiters
 
 _SWEEP_EVERY_S = 1.0
 _SWEEP_BATCH = 500
-_UNROUTED_KEPT = 10_000
 
 
 class Runtime:
@@ -44,6 +44,7 @@ class Runtime:
         self.agent: Agent | None = None
         self.guard = Guard(self.faults, self._on_breaker_change)
         self.ingest = Ingest(self.store, self.waiters, settings, self.metrics)
+        self.mailbox = Mailbox(self.store)
         self.smtp_server: asyncio.Server | None = None
         self.smtp_port = settings.smtp_port
         self.tls_context: ssl.SSLContext | None = None
@@ -67,6 +68,7 @@ class Runtime:
             self.faults,
             self.settings.smtp_auth is not None,
             Limits(max_connections=self.settings.smtp_max_connections),
+            accepted_domains=self.settings.accepted_domains,
         )
         self.smtp_server = await loop.create_server(
             lambda: smtp_factory(self.settings, handler, self.tls_context, loop),
@@ -111,14 +113,15 @@ class Runtime:
                     self.metrics.expired("lease")
                     self.waiters.end([inbox.inbox_id])
                 await self.store.release_due(now, _SWEEP_BATCH)
+                await self.store.expire_caught(now, _SWEEP_BATCH)
                 await self._enforce_size_cap(now)
-                await self.store.trim_unrouted(_UNROUTED_KEPT)
                 self.metrics.sweeps.inc()
             except Exception as exc:  # the sweeper must outlive a bad moment of the store
                 warn("sweep_failed", error=type(exc).__name__)
 
     async def _enforce_size_cap(self, now: float) -> None:
-        """Over --max-store-mb: release the oldest released-eligible evidence first.
+        """Over --max-store-mb: delete the oldest caught mail, then release the oldest
+        released-eligible evidence.
 
         Live evidence is never released for space; the store may stay over the cap
         until leases end (a warning says so).
@@ -127,6 +130,9 @@ class Runtime:
             return
         cap = self.settings.max_store_mb * 1024 * 1024
         while await self.store.used_bytes() > cap:
+            # Caught mail goes first (oldest first): it is never evidence.
+            if await self.store.drop_oldest_caught(now, 50):
+                continue
             if await self.store.release_oldest_expired(now, 50) == 0:
                 if not self._over_cap:
                     used_mb = round(await self.store.used_bytes() / 2**20, 1)

@@ -22,12 +22,17 @@ import aiosqlite
 
 from sink.errors import StorageError
 from sink.inbox import Claim, Delivery, Evidence, Inbox, Match, State
+from sink.message import search_fields
+from sink.search import Query, fts_any, fts_expression
 from sink.storage.base import (
+    CaughtMessage,
     CreateOutcome,
     CreateResult,
+    Deleted,
     Event,
     InboxReport,
     Incoming,
+    Listed,
     NewInbox,
     Route,
     StoredMessage,
@@ -74,6 +79,34 @@ def _prepare(db: sqlite3.Connection) -> None:
             db.executescript(
                 f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;"
             )
+            if number == 2:
+                _index_backlog(db)
+
+
+def _index_backlog(db: sqlite3.Connection) -> None:
+    """Mail stored before v2 enters the search index (once, at the upgrade)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        rows = db.execute("SELECT message_pk, raw, subject, from_addr, mail_from FROM messages")
+        for row in rows.fetchall():
+            if row["raw"] is not None:
+                found = search_fields(bytes(row["raw"]))
+                text = (found.subject, found.body, f"{found.sender} {row['mail_from']}", "")
+                db.execute(
+                    "UPDATE messages SET has_attachment = ? WHERE message_pk = ?",
+                    (int(found.has_attachment), row["message_pk"]),
+                )
+            else:
+                text = (row["subject"], "", f"{row['from_addr']} {row['mail_from']}", "")
+            db.execute(
+                "INSERT INTO message_text (rowid, subject, body, sender, rcpts) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (row["message_pk"], *text),
+            )
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
 
 
 class RouteCache:
@@ -469,17 +502,8 @@ class SQLiteStore:
         return int(rows[0][0]) * int(rows[0][1])
 
     async def trim_unrouted(self, keep: int) -> int:
-        """Unrouted mail is diagnosis, not evidence: keep the newest ``keep`` rows."""
-
-        def work(db: sqlite3.Connection) -> int:
-            cur = db.execute(
-                "DELETE FROM unrouted WHERE id <= (SELECT id FROM unrouted ORDER BY id DESC "
-                "LIMIT 1 OFFSET ?)",
-                (keep,),
-            )
-            return int(cur.rowcount)
-
-        return await self._transaction(work)
+        """Caught mail is bounded by its retention and the size cap (v2), not by a count."""
+        return 0
 
     # -- reports -----------------------------------------------------------------
 
@@ -517,11 +541,130 @@ class SQLiteStore:
         return reports, events
 
     async def unrouted(self, limit: int) -> list[UnroutedMail]:
+        """v1's shape of caught mail: one entry per recipient, newest first."""
+        found = []
+        for item in await self.caught_page(None, limit):
+            found += [
+                UnroutedMail(r, item.mail_from, item.received_at, item.size) for r in item.rcpts
+            ]
+        return found[:limit]
+
+    # -- caught mail (v2) ----------------------------------------------------------
+
+    async def caught_page(self, before: tuple[int, int] | None, limit: int) -> list[Listed]:
+        sql = _LISTED_SELECT + " WHERE v.inbox_id IS NULL"
+        params: list[Any] = []
+        if before is not None:
+            sql += " AND v.seq < ?"
+            params.append(before[1])
+        rows = await self._read(sql + " ORDER BY v.seq DESC LIMIT ?", (*params, limit))
+        return [_listed(row) for row in rows]
+
+    async def caught_message(self, caught_id: str) -> CaughtMessage | None:
         rows = await self._read(
-            "SELECT rcpt, mail_from, received_at, size FROM unrouted ORDER BY id DESC LIMIT ?",
-            (limit,),
+            _LISTED_SELECT.replace(
+                "SELECT ", "SELECT m.raw AS raw_body, m.date, c.expires_at AS caught_until, ", 1
+            )
+            + " WHERE v.id = ? AND v.inbox_id IS NULL",
+            (caught_id,),
         )
-        return [UnroutedMail(r[0], r[1], r[2], r[3]) for r in rows]
+        if not rows:
+            return None
+        row = rows[0]
+        raw = row["raw_body"]
+        return CaughtMessage(
+            listed=_listed(row),
+            raw=None if raw is None else bytes(raw),
+            date=row["date"],
+            expires_at=row["caught_until"],
+        )
+
+    async def expire_caught(self, now: float, limit: int) -> int:
+        return await self._delete_caught(
+            "WHERE expires_at <= ? ORDER BY expires_at", (now,), limit, now
+        )
+
+    async def drop_oldest_caught(self, now: float, limit: int) -> int:
+        return await self._delete_caught("ORDER BY message_pk", (), limit, now)
+
+    async def _delete_caught(
+        self, where: str, params: tuple[Any, ...], limit: int, now: float
+    ) -> int:
+        def work(db: sqlite3.Connection) -> int:
+            rows = _all(db, f"SELECT caught_id FROM caught {where} LIMIT ?", (*params, limit))
+            return _delete_entries(db, [row[0] for row in rows], now)
+
+        deleted = await self._transaction(work)
+        if deleted:
+            await self._maintenance("PRAGMA incremental_vacuum")
+        return deleted
+
+    # -- search and the listing (v2) --------------------------------------------------
+
+    async def search(
+        self,
+        query: Query,
+        run_scope: str | None,
+        before: tuple[int, int] | None,
+        limit: int,
+        offset: int = 0,
+    ) -> list[Listed]:
+        sql, params = _search_sql(query, run_scope, before)
+        rows = await self._read(sql + " LIMIT ? OFFSET ?", (*params, limit, offset))
+        return [_listed(row) for row in rows]
+
+    async def count(self, query: Query, run_scope: str | None, cap: int) -> int:
+        sql, params = _search_sql(query, run_scope, None)
+        rows = await self._read(f"SELECT COUNT(*) FROM ({sql} LIMIT ?)", (*params, cap))
+        return int(rows[0][0])
+
+    async def listed(self, entry_id: str) -> Listed | None:
+        rows = await self._read(_LISTED_SELECT + " WHERE v.id = ?", (entry_id,))
+        return _listed(rows[0]) if rows else None
+
+    async def listed_raw(self, entry_id: str) -> bytes | None:
+        rows = await self._read(
+            """SELECT m.raw FROM listing v JOIN messages m ON m.message_pk = v.message_pk
+               LEFT JOIN inboxes i ON i.inbox_id = v.inbox_id
+               WHERE v.id = ? AND i.released_at IS NULL""",
+            (entry_id,),
+        )
+        if not rows or rows[0][0] is None:
+            return None
+        return bytes(rows[0][0])
+
+    async def delete_listed(self, ids: list[str] | None, now: float) -> Deleted:
+        def work(db: sqlite3.Connection) -> Deleted:
+            if ids is None:
+                rows = _all(
+                    db,
+                    """SELECT v.id FROM listing v LEFT JOIN inboxes i ON i.inbox_id = v.inbox_id
+                       WHERE v.inbox_id IS NULL OR i.state = 'expired' OR i.expires_at <= ?
+                          OR i.released_at IS NOT NULL""",
+                    (now,),
+                )
+                return Deleted(_delete_entries(db, [row[0] for row in rows], now))
+            live: list[str] = []
+            for chunk in _chunks(ids, 500):
+                marks = ",".join("?" * len(chunk))
+                live += [
+                    row[0]
+                    for row in _all(
+                        db,
+                        f"""SELECT v.id FROM listing v JOIN inboxes i ON i.inbox_id = v.inbox_id
+                            WHERE v.id IN ({marks}) AND i.state != 'expired'
+                              AND i.expires_at > ? AND i.released_at IS NULL""",
+                        (*chunk, now),
+                    )
+                ]
+            if live:
+                return Deleted(0, tuple(live))
+            return Deleted(_delete_entries(db, list(ids), now))
+
+        outcome = await self._transaction(work)
+        if outcome.deleted:
+            await self._maintenance("PRAGMA incremental_vacuum")
+        return outcome
 
 
 # -- row mapping and statements (run inside a transaction) -----------------------
@@ -645,15 +788,17 @@ def _release(
         "WHERE inbox_id = ? AND released_at IS NULL",
         [(now, now, inbox_id) for inbox_id in inbox_ids],
     )
-    # A message stored once for several inboxes keeps its body until every one is released.
-    db.executemany(
-        """UPDATE messages SET raw = NULL, released_at = ?
-           WHERE raw IS NOT NULL
-             AND message_pk IN (SELECT message_pk FROM deliveries WHERE inbox_id = ?)
-             AND NOT EXISTS (SELECT 1 FROM deliveries d JOIN inboxes i ON i.inbox_id = d.inbox_id
-                             WHERE d.message_pk = messages.message_pk AND i.released_at IS NULL)""",
-        [(now, inbox_id) for inbox_id in inbox_ids],
-    )
+    # A message stored once for several inboxes (and caught mail) keeps its body until every
+    # one is released.
+    pks: set[int] = set()
+    for inbox_id in inbox_ids:
+        pks.update(
+            row[0]
+            for row in db.execute(
+                "SELECT message_pk FROM deliveries WHERE inbox_id = ?", (inbox_id,)
+            ).fetchall()
+        )
+    _drop_unneeded_bodies(db, sorted(pks), now)
     _insert_events(
         db, [Event(run_id=runs[i], type="released", at=now, inbox_id=i) for i in inbox_ids]
     )
@@ -672,13 +817,27 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
     pk = int(rows[0][0])
     messages: list[tuple[Any, ...]] = []
     deliveries: list[tuple[Any, ...]] = []
-    unrouted: list[tuple[Any, ...]] = []
+    caught: list[tuple[Any, ...]] = []
+    listing: list[tuple[Any, ...]] = []
+    texts: list[tuple[Any, ...]] = []
     events: list[Event] = []
     for item in items:
         size = len(item.raw)
-        if item.deliveries:
+        if item.deliveries or item.caught_id:
             pk += 1
             s = item.summary
+            # The index's text is made here, on the writer's thread, never on the event loop.
+            found = search_fields(item.raw)
+            rcpts = [r for d in item.deliveries for r in d.rcpts] + list(item.unrouted)
+            texts.append(
+                (
+                    pk,
+                    found.subject,
+                    found.body,
+                    f"{found.sender} {item.mail_from}",
+                    f"{found.recipients} {' '.join(rcpts)}",
+                )
+            )
             messages.append(
                 (
                     pk,
@@ -691,10 +850,12 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
                     s.date,
                     item.mail_from,
                     item.received_at,
+                    int(found.has_attachment),
                 )
             )
             for d in item.deliveries:
                 deliveries.append((d.message_id, d.inbox_id, pk, json.dumps(list(d.rcpts))))
+                listing.append((d.message_id, pk, d.inbox_id, d.run_id))
                 events.append(
                     Event(
                         run_id=d.run_id,
@@ -705,7 +866,11 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
                         detail={"size": size},
                     )
                 )
-        unrouted.extend((rcpt, item.mail_from, item.received_at, size) for rcpt in item.unrouted)
+            if item.caught_id:
+                caught.append(
+                    (item.caught_id, pk, json.dumps(list(item.unrouted)), item.caught_until)
+                )
+                listing.append((item.caught_id, pk, None, None))
         events.extend(
             Event(
                 run_id=late.run_id,
@@ -719,7 +884,8 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
     if messages:
         db.executemany(
             "INSERT INTO messages (message_pk, raw, size, subject, from_addr, to_json, cc_json, "
-            "date, mail_from, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "date, mail_from, received_at, has_attachment) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             messages,
         )
         db.executemany(
@@ -727,10 +893,201 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
             "VALUES (?, ?, ?, ?)",
             deliveries,
         )
-    if unrouted:
         db.executemany(
-            "INSERT INTO unrouted (rcpt, mail_from, received_at, size) VALUES (?, ?, ?, ?)",
-            unrouted,
+            "INSERT INTO caught (caught_id, message_pk, rcpt_json, expires_at) VALUES (?, ?, ?, ?)",
+            caught,
+        )
+        db.executemany(
+            "INSERT INTO listing (id, message_pk, inbox_id, run_id) VALUES (?, ?, ?, ?)", listing
+        )
+        db.executemany(
+            "INSERT INTO message_text (rowid, subject, body, sender, rcpts) VALUES (?, ?, ?, ?, ?)",
+            texts,
         )
     if events:
         _insert_events(db, events)
+
+
+# -- the listing, search and deletes (v2) --------------------------------------------------
+
+_LISTED_COLUMNS = """
+SELECT v.seq, v.id, v.message_pk, v.inbox_id, v.run_id, m.subject, m.from_addr, m.to_json,
+       m.cc_json, m.mail_from, m.received_at, m.size, m.has_attachment,
+       COALESCE(d.rcpt_json, c.rcpt_json) AS rcpt_json, d.claim_id,
+       (m.raw IS NULL OR i.released_at IS NOT NULL) AS released
+"""
+_LISTED_JOINS = """
+LEFT JOIN deliveries d ON d.message_id = v.id
+LEFT JOIN caught c ON c.caught_id = v.id
+LEFT JOIN inboxes i ON i.inbox_id = v.inbox_id
+"""
+_LISTED_SELECT = (
+    _LISTED_COLUMNS
+    + "FROM listing v JOIN messages m ON m.message_pk = v.message_pk"
+    + _LISTED_JOINS
+)
+# The full-text index drives: its rowids are message_pks, walked newest first.
+_TEXT_FIRST_SELECT = (
+    _LISTED_COLUMNS
+    + "FROM message_text s CROSS JOIN listing v ON v.message_pk = s.rowid"
+    + " JOIN messages m ON m.message_pk = s.rowid"
+    + _LISTED_JOINS
+)
+
+
+def _listed(row: Row) -> Listed:
+    return Listed(
+        id=row["id"],
+        position=(row["message_pk"], row["seq"]),
+        caught=row["inbox_id"] is None,
+        inbox_id=row["inbox_id"],
+        run_id=row["run_id"],
+        subject=row["subject"],
+        from_addr=row["from_addr"],
+        to=tuple(json.loads(row["to_json"])),
+        cc=tuple(json.loads(row["cc_json"])),
+        mail_from=row["mail_from"],
+        rcpts=tuple(json.loads(row["rcpt_json"] or "[]")),
+        received_at=row["received_at"],
+        size=row["size"],
+        has_attachment=bool(row["has_attachment"]),
+        claimed=row["claim_id"] is not None,
+        released=bool(row["released"]),
+    )
+
+
+def _filter_sql(kind: str, value: Any) -> tuple[str, list[Any]]:
+    """One filter as SQL over the listing (v), its message (m) and delivery (d)."""
+    if kind == "run":
+        return "v.run_id IS ?", [value]
+    if kind == "inbox":
+        return "v.inbox_id IS ?", [value]
+    if kind == "is":
+        return {
+            "caught": ("v.inbox_id IS NULL", []),
+            "claimed": ("d.claim_id IS NOT NULL", []),
+            "unclaimed": ("(v.inbox_id IS NOT NULL AND d.claim_id IS NULL)", []),
+        }[value]
+    if kind == "has":
+        return "m.has_attachment = 1", []
+    if kind == "before":
+        return "m.received_at < ?", [value]
+    if kind == "after":
+        return "m.received_at > ?", [value]
+    if kind == "larger":
+        return "m.size > ?", [value]
+    if kind == "smaller":
+        return "m.size < ?", [value]
+    raise AssertionError(kind)  # pragma: no cover - sink.search names only these
+
+
+def _search_sql(
+    query: Query, run_scope: str | None, before: tuple[int, int] | None
+) -> tuple[str, list[Any]]:
+    """The listing entries matching ``query``, newest first (LIMIT and OFFSET left to add).
+
+    Two plans, both by index: with text terms and no run or inbox to narrow it, the
+    full-text index drives, newest match first (FTS5 walks its rowids, the message_pks,
+    in descending order and stops at the LIMIT); otherwise the listing drives by its seq
+    (or its run/inbox index) and the text terms are checked against the index.
+    """
+    where: list[str] = []
+    params: list[Any] = []
+    narrowed = run_scope is not None
+    if run_scope is not None:
+        where.append("v.run_id = ?")
+        params.append(run_scope)
+    for item in query.filters:
+        clause, values = _filter_sql(item.kind, item.value)
+        if item.negated:
+            clause = f"NOT ({clause})"
+        elif item.kind in ("run", "inbox"):
+            narrowed = True
+        where.append(clause)
+        params += values
+    positive, negative = query.positive_texts, query.negative_texts
+    if positive and not narrowed:
+        expression = f"({fts_expression(positive)})"
+        if negative:
+            expression += f" NOT ({fts_any(negative)})"
+        where.insert(0, "message_text MATCH ?")
+        params.insert(0, expression)
+        if before is not None:
+            where.append("s.rowid <= ? AND (s.rowid < ? OR v.seq < ?)")
+            params += [before[0], before[0], before[1]]
+        source = _LISTED_SELECT.replace(
+            "FROM listing v", "FROM message_text s CROSS JOIN listing v", 1
+        ).replace(
+            "JOIN messages m ON m.message_pk = v.message_pk",
+            "JOIN messages m ON m.message_pk = s.rowid",
+            1,
+        )
+        source = source.replace(
+            "CROSS JOIN listing v\n", "CROSS JOIN listing v ON v.message_pk = s.rowid\n", 1
+        )
+        order = " ORDER BY s.rowid DESC, v.seq DESC"
+    else:
+        if positive:
+            where.append(
+                "v.message_pk IN (SELECT rowid FROM message_text WHERE message_text MATCH ?)"
+            )
+            params.append(fts_expression(positive))
+        if negative:
+            where.append(
+                "v.message_pk NOT IN (SELECT rowid FROM message_text WHERE message_text MATCH ?)"
+            )
+            params.append(fts_any(negative))
+        if before is not None:
+            where.append("v.seq < ?")
+            params.append(before[1])
+        source = _LISTED_SELECT
+        order = " ORDER BY v.seq DESC"
+    sql = source + (" WHERE " + " AND ".join(where) if where else "") + order
+    return sql, params
+
+
+def _chunks(items: list[str], size: int) -> list[list[str]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _delete_entries(db: sqlite3.Connection, ids: list[str], now: float) -> int:
+    """Take entries off the listing (and caught mail off the store); bodies no use needs go."""
+    deleted = 0
+    pks: set[int] = set()
+    for chunk in _chunks(ids, 500):
+        marks = ",".join("?" * len(chunk))
+        pks.update(
+            row[0]
+            for row in _all(db, f"SELECT message_pk FROM listing WHERE id IN ({marks})", chunk)
+        )
+        deleted += db.execute(f"DELETE FROM listing WHERE id IN ({marks})", chunk).rowcount
+        db.execute(f"DELETE FROM caught WHERE caught_id IN ({marks})", chunk)
+    _drop_unneeded_bodies(db, sorted(pks), now)
+    return deleted
+
+
+def _drop_unneeded_bodies(db: sqlite3.Connection, pks: list[int], now: float) -> None:
+    """For each message: gone entirely when nothing refers to it any more; its body (and the
+    index's copy of its text) released when no caught mail and no unreleased, listed
+    delivery needs it. Delivery metadata stays for the run reports."""
+    for pk in pks:
+        if db.execute("SELECT 1 FROM caught WHERE message_pk = ?", (pk,)).fetchone():
+            continue
+        if not db.execute("SELECT 1 FROM deliveries WHERE message_pk = ?", (pk,)).fetchone():
+            db.execute("DELETE FROM messages WHERE message_pk = ?", (pk,))
+            db.execute("DELETE FROM message_text WHERE rowid = ?", (pk,))
+            continue
+        needed = db.execute(
+            """SELECT 1 FROM listing v JOIN inboxes i ON i.inbox_id = v.inbox_id
+               WHERE v.message_pk = ? AND i.released_at IS NULL LIMIT 1""",
+            (pk,),
+        ).fetchone()
+        if needed:
+            continue
+        cur = db.execute(
+            "UPDATE messages SET raw = NULL, released_at = ? WHERE message_pk = ? "
+            "AND raw IS NOT NULL",
+            (now, pk),
+        )
+        if cur.rowcount:
+            db.execute("UPDATE message_text SET body = '' WHERE rowid = ?", (pk,))
