@@ -609,14 +609,50 @@ class SQLiteStore:
         limit: int,
         offset: int = 0,
     ) -> list[Listed]:
-        sql, params = _search_sql(query, run_scope, before)
-        rows = await self._read(sql + " LIMIT ? OFFSET ?", (*params, limit, offset))
-        return [_listed(row) for row in rows]
+        if not query.positive_texts:
+            sql, params = _search_sql(query, run_scope, before)
+            rows = await self._read(sql + " LIMIT ? OFFSET ?", (*params, limit, offset))
+            return [_listed(row) for row in rows]
+        found = await self._text_first(query, run_scope, before, offset + limit)
+        return found[offset:]
 
     async def count(self, query: Query, run_scope: str | None, cap: int) -> int:
-        sql, params = _search_sql(query, run_scope, None)
-        rows = await self._read(f"SELECT COUNT(*) FROM ({sql} LIMIT ?)", (*params, cap))
-        return int(rows[0][0])
+        if not query.positive_texts:
+            sql, params = _search_sql(query, run_scope, None)
+            rows = await self._read(f"SELECT COUNT(*) FROM ({sql} LIMIT ?)", (*params, cap))
+            return int(rows[0][0])
+        return len(await self._text_first(query, run_scope, None, cap))
+
+    async def _text_first(
+        self, query: Query, run_scope: str | None, before: tuple[int, int] | None, want: int
+    ) -> list[Listed]:
+        """The full-text index drives: its rowids (message_pks) newest first, in growing
+        batches, each batch then filtered through the listing. Never a scan of bodies."""
+        expression = _text_expression(query)
+        upper = before[0] + 1 if before is not None else 1 << 62
+        batch = 64
+        found: list[Listed] = []
+        while len(found) < want:
+            pks = [
+                row[0]
+                for row in await self._read(
+                    "SELECT rowid FROM message_text WHERE message_text MATCH ? AND rowid < ? "
+                    "ORDER BY rowid DESC LIMIT ?",
+                    (expression, upper, batch),
+                )
+            ]
+            if not pks:
+                break
+            sql, params = _search_sql(query, run_scope, None, among=pks)
+            for row in await self._read(sql, params):
+                listed = _listed(row)
+                if before is None or listed.position < before:
+                    found.append(listed)
+            if len(pks) < batch:
+                break
+            upper = pks[-1]
+            batch = min(batch * 4, 4096)
+        return found[:want]
 
     async def listed(self, entry_id: str) -> Listed | None:
         rows = await self._read(_LISTED_SELECT + " WHERE v.id = ?", (entry_id,))
@@ -982,68 +1018,46 @@ def _filter_sql(kind: str, value: Any) -> tuple[str, list[Any]]:
 
 
 def _search_sql(
-    query: Query, run_scope: str | None, before: tuple[int, int] | None
+    query: Query,
+    run_scope: str | None,
+    before: tuple[int, int] | None,
+    among: Sequence[int] | None = None,
 ) -> tuple[str, list[Any]]:
-    """The listing entries matching ``query``, newest first (LIMIT and OFFSET left to add).
+    """The listing entries matching ``query``'s filters, newest first (LIMIT left to add).
 
-    Two plans, both by index: with text terms and no run or inbox to narrow it, the
-    full-text index drives, newest match first (FTS5 walks its rowids, the message_pks,
-    in descending order and stops at the LIMIT); otherwise the listing drives by its seq
-    (or its run/inbox index) and the text terms are checked against the index.
+    The listing drives, by its seq (or its run, inbox or caught index). Text terms are the
+    caller's to apply first, through the full-text index: ``among`` is then the message_pks
+    it found, and only those are looked at. Negated texts alone are checked here.
     """
     where: list[str] = []
     params: list[Any] = []
-    narrowed = run_scope is not None
     if run_scope is not None:
         where.append("v.run_id = ?")
         params.append(run_scope)
     for item in query.filters:
         clause, values = _filter_sql(item.kind, item.value)
-        if item.negated:
-            clause = f"NOT ({clause})"
-        elif item.kind in ("run", "inbox"):
-            narrowed = True
-        where.append(clause)
+        where.append(f"NOT ({clause})" if item.negated else clause)
         params += values
-    positive, negative = query.positive_texts, query.negative_texts
-    if positive and not narrowed:
-        expression = f"({fts_expression(positive)})"
-        if negative:
-            expression += f" NOT ({fts_any(negative)})"
-        where.insert(0, "message_text MATCH ?")
-        params.insert(0, expression)
-        if before is not None:
-            where.append("s.rowid <= ? AND (s.rowid < ? OR v.seq < ?)")
-            params += [before[0], before[0], before[1]]
-        source = _LISTED_SELECT.replace(
-            "FROM listing v", "FROM message_text s CROSS JOIN listing v", 1
-        ).replace(
-            "JOIN messages m ON m.message_pk = v.message_pk",
-            "JOIN messages m ON m.message_pk = s.rowid",
-            1,
+    if among is not None:
+        where.append(f"v.message_pk IN ({','.join('?' * len(among))})")
+        params += among
+    elif query.negative_texts:
+        where.append(
+            "v.message_pk NOT IN (SELECT rowid FROM message_text WHERE message_text MATCH ?)"
         )
-        source = source.replace(
-            "CROSS JOIN listing v\n", "CROSS JOIN listing v ON v.message_pk = s.rowid\n", 1
-        )
-        order = " ORDER BY s.rowid DESC, v.seq DESC"
-    else:
-        if positive:
-            where.append(
-                "v.message_pk IN (SELECT rowid FROM message_text WHERE message_text MATCH ?)"
-            )
-            params.append(fts_expression(positive))
-        if negative:
-            where.append(
-                "v.message_pk NOT IN (SELECT rowid FROM message_text WHERE message_text MATCH ?)"
-            )
-            params.append(fts_any(negative))
-        if before is not None:
-            where.append("v.seq < ?")
-            params.append(before[1])
-        source = _LISTED_SELECT
-        order = " ORDER BY v.seq DESC"
-    sql = source + (" WHERE " + " AND ".join(where) if where else "") + order
-    return sql, params
+        params.append(fts_any(query.negative_texts))
+    if before is not None:
+        where.append("v.seq < ?")
+        params.append(before[1])
+    sql = _LISTED_SELECT + (" WHERE " + " AND ".join(where) if where else "")
+    return sql + " ORDER BY v.seq DESC", params
+
+
+def _text_expression(query: Query) -> str:
+    expression = f"({fts_expression(query.positive_texts)})"
+    if query.negative_texts:
+        expression += f" NOT ({fts_any(query.negative_texts)})"
+    return expression
 
 
 def _chunks(items: list[str], size: int) -> list[list[str]]:

@@ -1,0 +1,215 @@
+"""Search latency at 10k and 100k stored messages: p50 and p95 per query, through the real store.
+
+The mail is made the way ingest makes it (``SQLiteStore.save_message`` with an ``Incoming``:
+parsed summary, group commit, the index's text made on the writer thread), into a fresh
+SQLite file: 30 % evidence for 200 inboxes of 40 runs, 70 % caught mail, a varied
+vocabulary, one in ten with an attachment. Then each query runs ``--repeats`` times as
+``GET /v1/messages?query=`` runs it (``Mailbox.search``, limit 50), and the figures are printed.
+
+    .venv/bin/python bench/search.py              # 10k and 100k, about 3 minutes
+    .venv/bin/python bench/search.py --sizes 2000 --repeats 20   # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import tempfile
+import time
+from email.message import EmailMessage
+from pathlib import Path
+
+from sink import ids
+from sink.inbox import Inbox, Match, State
+from sink.mailbox import Mailbox
+from sink.message import summarize
+from sink.storage.base import Delivered, Event, Incoming, NewInbox
+from sink.storage.sqlite import SQLiteStore
+
+WORDS = [
+    "account",
+    "alpha",
+    "billing",
+    "confirm",
+    "delivery",
+    "email",
+    "invoice",
+    "launch",
+    "magic",
+    "order",
+    "password",
+    "payment",
+    "receipt",
+    "reset",
+    "security",
+    "shipping",
+    "signup",
+    "staging",
+    "support",
+    "ticket",
+    "update",
+    "verify",
+    "welcome",
+    "weekly",
+    "report",
+    "newsletter",
+    "invitation",
+    "reminder",
+    "schedule",
+    "meeting",
+    "project",
+    "release",
+]
+DOMAINS = ["gmail.com", "yahoo.example", "acme.example", "corp.example", "sink.test"]
+QUERIES = [
+    "password",  # a common word: newest matches first, stops at the limit
+    '"reset your password"',  # a phrase
+    "subject:invoice",
+    "from:acme",
+    "to:gmail.com",
+    "zzqx-never-there",  # no match at all
+    "is:caught",
+    "is:unclaimed",
+    "has:attachment",
+    "larger:2k",
+    "welcome -newsletter",
+    "run:run-7 confirm",
+    "after:2020-01-01 before:2100-01-01 billing",
+    "",  # the plain listing, newest first
+]
+
+
+def _message(rng: random.Random, n: int, to: str) -> bytes:
+    words = rng.sample(WORDS, 4)
+    message = EmailMessage()
+    name = rng.choice(["Acme", "Billing Team", "Support", "Newsletter"])
+    message["From"] = f"{name} <noreply@{rng.choice(DOMAINS)}>"
+    message["To"] = to
+    message["Subject"] = f"{words[0].title()} {words[1]} #{n}"
+    body = " ".join(rng.choice(WORDS) for _ in range(rng.randint(40, 400)))
+    if n % 7 == 0:
+        body += "\nPlease reset your password with the code 482913."
+    message.set_content(body)
+    if n % 10 == 0:
+        message.add_attachment(b"%PDF-1.4 " * 100, maintype="application", subtype="pdf")
+    return message.as_bytes()
+
+
+async def _inboxes(store: SQLiteStore, now: float) -> list[Inbox]:
+    made = []
+    for n in range(200):
+        inbox = Inbox(
+            inbox_id=ids.new_inbox_id(),
+            run_id=f"run-{n % 40}",
+            purpose=f"p{n}",
+            address=f"{ids.new_local_part()}@sink.test",
+            policy_name="ci",
+            created_at=now,
+            expires_at=now + 86400,
+            poll_budget=12,
+            polls_used=0,
+            next_poll_at=None,
+            cursor_seq=0,
+            state=State.CREATED,
+            reason=None,
+            evidence=None,
+            match=Match(),
+            trace_id=ids.new_trace_id(),
+        )
+        new = NewInbox(inbox, inbox.address.split("@")[0], f"k{n}", "{}", 1000, 86400)
+        await store.create_inbox(new, Event(inbox.run_id, "created", now, inbox.inbox_id))
+        made.append(inbox)
+    return made
+
+
+async def _fill(store: SQLiteStore, inboxes: list[Inbox], start: int, count: int) -> None:
+    rng = random.Random(start)
+    pending = []
+    for n in range(start, start + count):
+        now = time.time()
+        if rng.random() < 0.3:
+            inbox = rng.choice(inboxes)
+            to = inbox.address
+            raw = _message(rng, n, to)
+            delivered = (Delivered(inbox.inbox_id, inbox.run_id, ids.new_message_id(), (to,)),)
+            incoming = Incoming(raw, summarize(raw), "app@example.test", now, delivered)
+        else:
+            to = f"user{rng.randint(1, 5000)}@{rng.choice(DOMAINS)}"
+            raw = _message(rng, n, to)
+            incoming = Incoming(
+                raw,
+                summarize(raw),
+                "app@example.test",
+                now,
+                (),
+                unrouted=(to,),
+                caught_id=ids.new_caught_id(),
+                caught_until=now + 86400,
+            )
+        pending.append(store.save_message(incoming))
+        if len(pending) == 256:  # one group commit's worth, as concurrent SMTP clients make
+            await asyncio.gather(*pending)
+            pending = []
+    await asyncio.gather(*pending)
+
+
+async def _measure(mailbox: Mailbox, repeats: int) -> dict[str, dict[str, float]]:
+    figures = {}
+    for query in QUERIES:
+        times = []
+        found = 0
+        for _ in range(repeats):
+            began = time.perf_counter()
+            page = await mailbox.search(query, None, None, 50)
+            times.append((time.perf_counter() - began) * 1000)
+            found = len(page.items)
+        times.sort()
+        figures[query or "(listing)"] = {
+            "p50_ms": round(statistics.median(times), 2),
+            "p95_ms": round(times[int(0.95 * (len(times) - 1))], 2),
+            "results": found,
+        }
+    return figures
+
+
+async def main(sizes: list[int], repeats: int) -> dict[int, dict[str, dict[str, float]]]:
+    report: dict[int, dict[str, dict[str, float]]] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        store = SQLiteStore(Path(folder) / "bench.db")
+        await store.open()
+        try:
+            inboxes = await _inboxes(store, time.time())
+            stored = 0
+            for size in sizes:
+                began = time.perf_counter()
+                await _fill(store, inboxes, stored, size - stored)
+                took = time.perf_counter() - began
+                print(f"stored {size - stored} messages in {took:.1f} s", flush=True)
+                stored = size
+                report[size] = await _measure(Mailbox(store), repeats)
+        finally:
+            await store.close()
+    print(f"\n{'query':<44}" + "".join(f"{f'{s:,} p50/p95 ms':>24}" for s in sizes))
+    for query in report[sizes[0]]:
+        cells = "".join(
+            f"{report[s][query]['p50_ms']:>12.2f} /{report[s][query]['p95_ms']:>9.2f}"
+            for s in sizes
+        )
+        print(f"{query:<44}{cells}")
+    worst = {s: max(f["p95_ms"] for f in report[s].values()) for s in sizes}
+    print("worst p95: " + ", ".join(f"{s:,}: {ms:.1f} ms" for s, ms in worst.items()))
+    return report
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    figures = asyncio.run(main([int(s) for s in args.sizes.split(",")], args.repeats))
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=2))
