@@ -12,6 +12,7 @@ from starlette.responses import Response
 
 from api.errors import error_response, internal_error, runsink_error, validation_error
 from api.mailbox import MAILBOX_ROUTES
+from api.mailpit import MAILPIT_ROUTES
 from api.middleware import EdgeMiddleware
 from api.routes import ROUTES
 from sink.errors import RunsinkError
@@ -49,7 +50,7 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 def create_app(runtime: Runtime, extra_routes: list[Any] | None = None) -> Any:
     app = Starlette(
-        routes=[*ROUTES, *MAILBOX_ROUTES, *(extra_routes or [])],
+        routes=[*ROUTES, *MAILBOX_ROUTES, *MAILPIT_ROUTES, *(extra_routes or [])],
         exception_handlers={
             HTTPException: _http_error,
             RunsinkError: _runsink_error,

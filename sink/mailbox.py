@@ -49,6 +49,7 @@ def query_of(text: str | None) -> Query:
 class Mailbox:
     def __init__(self, store: MailStore) -> None:
         self._store = store
+        self.deleted = 0  # entries deleted since start (Mailpit's MessagesDeleted)
 
     # -- caught mail ------------------------------------------------------------------
 
@@ -97,6 +98,9 @@ class Mailbox:
         total = matches if text is None else await self._store.count(Query(), None, COUNT_CAP)
         return rows, matches, total
 
+    async def count(self, query: Query, run_scope: str | None = None) -> int:
+        return await self._store.count(query, run_scope, COUNT_CAP)
+
     # -- one entry, either kind ----------------------------------------------------------
 
     async def entry(self, entry_id: str) -> Listed:
@@ -125,6 +129,7 @@ class Mailbox:
                 "expires or its run is released (DELETE /v1/runs/{run_id})",
                 {"live": list(outcome.refused)},
             )
+        self.deleted += outcome.deleted
         log("mail_deleted", count=outcome.deleted, named=entry_ids is not None)
         return outcome
 

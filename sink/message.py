@@ -376,6 +376,7 @@ class _Bodies:
     attachments: list[Attachment] = field(default_factory=list)
     parts: int = 0
     scan_budget: int = 0  # bytes multipart splitting may still search through
+    payloads: list[bytes] | None = None  # the attachments' decoded bytes, when asked for
 
     def text(self) -> str | None:
         return "\n".join(self.texts) if self.texts else None
@@ -438,6 +439,8 @@ def _walk(
             sha256=hashlib.sha256(payload).hexdigest(),
         )
     )
+    if bodies.payloads is not None:
+        bodies.payloads.append(payload)
 
 
 def _split_multipart(
@@ -570,3 +573,15 @@ def search_fields(raw: bytes) -> SearchFields:
     except Exception:  # indexing must not lose mail: index what the summary has
         summary = summarize(raw)
         return SearchFields(summary.subject, "", summary.from_addr, " ".join(summary.to), False)
+
+
+def attachment_payloads(raw: bytes) -> list[tuple[Attachment, bytes]]:
+    """Each attachment (in ``parse``'s order) with its decoded bytes."""
+    try:
+        head_end, body_start = _head_span(raw, 0, len(raw))
+        fields = _fields(raw[: min(head_end, MAX_HEAD_BYTES)])
+        bodies = _Bodies(scan_budget=_scan_budget(raw), payloads=[])
+        _walk(raw, body_start, len(raw), fields, 0, bodies)
+        return list(zip(bodies.attachments, bodies.payloads or [], strict=True))
+    except Exception:  # as parse: a message that cannot be walked has no attachments
+        return []

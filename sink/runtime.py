@@ -45,6 +45,7 @@ class Runtime:
         self.guard = Guard(self.faults, self._on_breaker_change)
         self.ingest = Ingest(self.store, self.waiters, settings, self.metrics)
         self.mailbox = Mailbox(self.store)
+        self.started_at = clock.now()
         self.smtp_server: asyncio.Server | None = None
         self.smtp_port = settings.smtp_port
         self.tls_context: ssl.SSLContext | None = None
