@@ -22,6 +22,7 @@ _DOMAIN = re.compile(
     r"(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
 )
 _LEVELS = ("debug", "info", "warning", "error")
+_LOOPS = ("auto", "uvloop", "asyncio")  # auto: uvloop where it is installed
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,7 @@ class Settings:
     smtp_no_starttls: bool = False
     max_store_mb: int | None = None
     log_level: str = "info"
+    event_loop: str = "auto"
     policies: dict[str, Policy] = field(default_factory=lambda: load_policies(None))
 
     def policy(self, name: str) -> Policy:
@@ -100,6 +102,7 @@ _OPTIONS: list[tuple[str, str, str]] = [
     ("max-store-mb", "RUNSINK_MAX_STORE_MB", "positive"),
     ("reject-unknown-recipients", "RUNSINK_REJECT_UNKNOWN_RECIPIENTS", "bool"),
     ("log-level", "RUNSINK_LOG_LEVEL", "level"),
+    ("event-loop", "RUNSINK_EVENT_LOOP", "loop"),
 ]
 
 
@@ -187,6 +190,10 @@ def _parse(source: str, kind: str, value: object) -> object:
     if kind == "level":
         if text.lower() not in _LEVELS:
             raise ConfigError(f"{source}: expected one of {', '.join(_LEVELS)}, got {text!r}")
+        return text.lower()
+    if kind == "loop":
+        if text.lower() not in _LOOPS:
+            raise ConfigError(f"{source}: expected one of {', '.join(_LOOPS)}, got {text!r}")
         return text.lower()
     if kind == "file":
         path = Path(text)

@@ -11,7 +11,8 @@ import unicodedata
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sink import clock, ids
+from sink import ids
+from sink.clock import Clock, SystemClock
 from sink.config import Settings
 from sink.logs import log
 from sink.message import summarize
@@ -58,12 +59,20 @@ class DataVerdict(StrEnum):
 
 class Ingest:
     def __init__(
-        self, store: Store, waiters: Waiters, settings: Settings, metrics: Metrics
+        self,
+        store: Store,
+        waiters: Waiters,
+        settings: Settings,
+        metrics: Metrics,
+        clock: Clock | None = None,
+        new_ids: ids.Ids = ids.RANDOM,
     ) -> None:
         self._store = store
         self._waiters = waiters
         self._settings = settings
         self._metrics = metrics
+        self._clock = clock or SystemClock()
+        self._ids = new_ids
 
     def check_sender(self, address: str) -> bool:
         """A reverse-path is empty (bounces) or a strict address."""
@@ -82,7 +91,7 @@ class Ingest:
                 return Recipient(address, Verdict.UNKNOWN)
             return Recipient(address, Verdict.CAUGHT)
         policy = self._settings.policy(route.policy_name)
-        if route.expired or clock.now() >= route.expires_at:
+        if route.expired or self._clock.now() >= route.expires_at:
             late = Verdict.LATE_REJECT if policy.late_arrival == "reject" else Verdict.LATE_DROP
             return Recipient(address, late, route)
         if declared_size is not None and declared_size > policy.max_message_bytes:
@@ -94,7 +103,7 @@ class Ingest:
 
         Returns only once the message is durably stored (the caller answers 250 then).
         """
-        now = clock.now()
+        now = self._clock.now()
         by_inbox: dict[str, tuple[Route, list[str]]] = {}
         late: dict[str, Late] = {}
         unrouted: list[str] = []
@@ -125,7 +134,7 @@ class Ingest:
             self._metrics.message("rejected", rejected)
             return DataVerdict.ALL_LATE_REJECTED
         deliveries = tuple(
-            Delivered(route.inbox_id, route.run_id, ids.new_message_id(), tuple(addresses))
+            Delivered(route.inbox_id, route.run_id, self._ids.message_id(), tuple(addresses))
             for route, addresses in by_inbox.values()
         )
         incoming = Incoming(
@@ -136,7 +145,7 @@ class Ingest:
             deliveries=deliveries,
             unrouted=tuple(unrouted),
             late=tuple(late.values()),
-            caught_id=ids.new_caught_id() if unrouted else None,
+            caught_id=self._ids.caught_id() if unrouted else None,
             caught_until=now + self._settings.catch_all_retention_s,
         )
         await self._store.save_message(incoming)
@@ -173,4 +182,6 @@ def _valid_address(address: str) -> bool:
         return False
     # Non-ASCII controls, format characters (zero-width joiners), separators (no-break
     # spaces) and undecodable bytes (surrogate escapes) are not part of any mailbox.
-    return all(c.isascii() or unicodedata.category(c)[0] not in "CZ" for c in address)
+    return address.isascii() or all(
+        c.isascii() or unicodedata.category(c)[0] not in "CZ" for c in address
+    )

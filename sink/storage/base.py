@@ -1,14 +1,17 @@
 """The storage port: the handful of operations the domain needs, shaped like it.
 
-Adapters (``sqlite.py``; a PostgreSQL one later) implement ``Store`` and translate
-their driver's errors into ``sink.errors.StorageError``. Atomic rules (one claim
-per message, one inbox per idempotency key, the per-purpose inbox limit) are the
-adapter's to enforce inside the database, not check-then-write above it.
+``Store`` is what the agent and ingest call; ``Maintenance`` is what only the sweeper
+calls (expiry, retention, the size cap). Adapters (``sqlite.py``, ``memory.py``; a
+PostgreSQL one later) implement both and translate their driver's errors into
+``sink.errors.StorageError``. Atomic rules (one claim per message, one inbox per
+idempotency key, the per-purpose inbox limit) are the adapter's to enforce inside the
+database, not check-then-write above it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 
 from sink.inbox import Claim, Delivery, Inbox
@@ -26,7 +29,7 @@ class NewInbox:
     retention_s: int
 
 
-class CreateOutcome:
+class CreateOutcome(StrEnum):
     CREATED = "created"
     REPLAYED = "replayed"
     CONFLICT = "conflict"
@@ -123,6 +126,8 @@ class UnroutedMail:
 
 
 class Store(Protocol):
+    """What the domain needs: inboxes, deliveries, polls, claims, releases, reports."""
+
     async def ping(self) -> None: ...
 
     async def create_inbox(self, new: NewInbox, event: Event) -> CreateResult: ...
@@ -156,11 +161,26 @@ class Store(Protocol):
     async def expire(self, inbox: Inbox, retention_s: int) -> None:
         """Persist an expiry (idempotent) with its event."""
 
-    async def expire_due(self, now: float, limit: int) -> list[Inbox]:
-        """Live inboxes whose lease ended: for the sweeper to persist."""
-
     async def release_run(self, run_id: str, now: float) -> list[str]:
         """Expire the run's live inboxes (lease) and release their bodies now."""
+
+    async def add_events(self, events: list[Event]) -> None: ...
+
+    async def run_report(self, run_id: str) -> tuple[list[InboxReport], list[Event]]: ...
+
+    async def unrouted(self, limit: int) -> list[UnroutedMail]: ...
+
+    async def close(self) -> None: ...
+
+
+class Maintenance(Protocol):
+    """What only the sweeper needs: leases that ended, retention, the size cap."""
+
+    async def expire(self, inbox: Inbox, retention_s: int) -> None:
+        """Persist an expiry (idempotent) with its event."""
+
+    async def expire_due(self, now: float, limit: int) -> list[Inbox]:
+        """Live inboxes whose lease ended: for the sweeper to persist."""
 
     async def release_due(self, now: float, limit: int) -> int:
         """Release bodies whose retention ended; returns how many inboxes were released."""
@@ -172,13 +192,9 @@ class Store(Protocol):
 
     async def trim_unrouted(self, keep: int) -> int: ...
 
-    async def add_events(self, events: list[Event]) -> None: ...
 
-    async def run_report(self, run_id: str) -> tuple[list[InboxReport], list[Event]]: ...
-
-    async def unrouted(self, limit: int) -> list[UnroutedMail]: ...
-
-    async def close(self) -> None: ...
+class Storage(Store, Maintenance, Protocol):
+    """An adapter: the domain's port and the sweeper's, over one database."""
 
 
 # -- caught mail and search (v2): separate ports, beside Store ---------------------------
