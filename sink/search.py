@@ -104,6 +104,17 @@ def parse_query(query: str) -> Query:
     return Query(tuple(texts), tuple(filters))
 
 
+def texts_match(texts: tuple[Text, ...], document: dict[str, str]) -> bool:
+    """The texts' verdict on one document (column -> text), as the index would give it:
+    literal, case-insensitive substrings; a negated text must be in none of its columns."""
+    for text in texts:
+        needle = text.value.casefold()
+        found = any(needle in document.get(column, "").casefold() for column in text.columns)
+        if found == text.negated:
+            return False
+    return True
+
+
 def fts_expression(texts: tuple[Text, ...]) -> str:
     """The texts ANDed as an FTS5 MATCH expression: each value one quoted string."""
     return " AND ".join(_fts_term(t) for t in texts)

@@ -101,6 +101,8 @@ def test_filters(http: httpx.Client, world: Any) -> None:
     """run:, inbox:, is:caught, has:attachment, larger:/smaller:, before:/after:."""
     tag = world["tag"]
     assert _subjects(_search(http, f"{tag} run:{world['run_a']}")) == ["Invoice", "Reset"]
+    assert _subjects(_search(http, f"{tag} run:{world['run_a']} -invoice")) == ["Reset"]
+    assert _subjects(_search(http, f"{tag} run:{world['run_a']} -is:claimed code")) == ["Reset"]
     assert _subjects(_search(http, f"{tag} inbox:{world['inbox_b']['inbox_id']}")) == ["Welcome"]
     assert _subjects(_search(http, f"{tag} is:caught")) == ["Newsletter"]
     assert _subjects(_search(http, f"{tag} -is:caught")) == ["Welcome", "Invoice", "Reset"]

@@ -23,7 +23,7 @@ import aiosqlite
 from sink.errors import StorageError
 from sink.inbox import Claim, Delivery, Evidence, Inbox, Match, State
 from sink.message import search_fields
-from sink.search import Query, fts_any, fts_expression
+from sink.search import Query, fts_any, fts_expression, texts_match
 from sink.storage.base import (
     CaughtMessage,
     CreateOutcome,
@@ -613,7 +613,10 @@ class SQLiteStore:
             sql, params = _search_sql(query, run_scope, before)
             rows = await self._read(sql + " LIMIT ? OFFSET ?", (*params, limit, offset))
             return [_listed(row) for row in rows]
-        found = await self._text_first(query, run_scope, before, offset + limit)
+        if await self._narrow(query, run_scope):
+            found = await self._listing_first(query, run_scope, before, offset + limit)
+        else:
+            found = await self._text_first(query, run_scope, before, offset + limit)
         return found[offset:]
 
     async def count(self, query: Query, run_scope: str | None, cap: int) -> int:
@@ -621,14 +624,63 @@ class SQLiteStore:
             sql, params = _search_sql(query, run_scope, None)
             rows = await self._read(f"SELECT COUNT(*) FROM ({sql} LIMIT ?)", (*params, cap))
             return int(rows[0][0])
+        if await self._narrow(query, run_scope):
+            return len(await self._listing_first(query, run_scope, None, cap))
         return len(await self._text_first(query, run_scope, None, cap))
+
+    async def _narrow(self, query: Query, run_scope: str | None) -> bool:
+        """True when a run or inbox narrows the search to few entries (by their index)."""
+        narrowing = [("run_id", run_scope)] if run_scope is not None else []
+        narrowing += [
+            ("run_id" if f.kind == "run" else "inbox_id", str(f.value))
+            for f in query.filters
+            if f.kind in ("run", "inbox") and not f.negated
+        ]
+        for column, value in narrowing:
+            rows = await self._read(
+                f"SELECT COUNT(*) FROM (SELECT 1 FROM listing WHERE {column} = ? LIMIT ?)",
+                (value, _NARROW_MAX + 1),
+            )
+            if int(rows[0][0]) <= _NARROW_MAX:
+                return True
+        return False
+
+    async def _listing_first(
+        self, query: Query, run_scope: str | None, before: tuple[int, int] | None, want: int
+    ) -> list[Listed]:
+        """The run's (or inbox's) few entries drive, newest first, by their index; their
+        texts are read by rowid from the index's own copy and matched literally."""
+        filters_only = Query((), query.filters)
+        found: list[Listed] = []
+        while len(found) < want:
+            sql, params = _search_sql(filters_only, run_scope, before)
+            entries = [_listed(row) for row in await self._read(sql + " LIMIT 200", params)]
+            if not entries:
+                break
+            pks = sorted({e.position[0] for e in entries})
+            documents = {
+                row[0]: {"subject": row[1], "body": row[2], "sender": row[3], "rcpts": row[4]}
+                for row in await self._read(
+                    "SELECT rowid, subject, body, sender, rcpts FROM message_text "
+                    f"WHERE rowid IN ({','.join('?' * len(pks))})",
+                    pks,
+                )
+            }
+            found += [
+                e for e in entries if texts_match(query.texts, documents.get(e.position[0], {}))
+            ]
+            if len(entries) < 200:
+                break
+            before = entries[-1].position
+        return found[:want]
 
     async def _text_first(
         self, query: Query, run_scope: str | None, before: tuple[int, int] | None, want: int
     ) -> list[Listed]:
         """The full-text index drives: its rowids (message_pks) newest first, in growing
         batches, each batch then filtered through the listing. Never a scan of bodies."""
-        expression = _text_expression(query)
+        expression = fts_expression(query.positive_texts)
+        unwanted = fts_any(query.negative_texts) if query.negative_texts else None
         upper = before[0] + 1 if before is not None else 1 << 62
         batch = 64
         found: list[Listed] = []
@@ -643,11 +695,27 @@ class SQLiteStore:
             ]
             if not pks:
                 break
-            sql, params = _search_sql(query, run_scope, None, among=pks)
-            for row in await self._read(sql, params):
-                listed = _listed(row)
-                if before is None or listed.position < before:
-                    found.append(listed)
+            kept = pks
+            if unwanted is not None:
+                # Negated texts: one look at the index over this batch's rowid range (FTS5's
+                # own NOT cannot stop early when walking newest first).
+                # (A rowid range makes FTS5 slower than a newest-first walk with a LIMIT: at
+                # most one row per rowid of the range.)
+                excluded = {
+                    row[0]
+                    for row in await self._read(
+                        "SELECT rowid FROM message_text WHERE message_text MATCH ? "
+                        "AND rowid <= ? ORDER BY rowid DESC LIMIT ?",
+                        (unwanted, pks[0], pks[0] - pks[-1] + 1),
+                    )
+                }
+                kept = [pk for pk in pks if pk not in excluded]
+            if kept:
+                sql, params = _search_sql(query, run_scope, None, among=kept)
+                for row in await self._read(sql, params):
+                    listed = _listed(row)
+                    if before is None or listed.position < before:
+                        found.append(listed)
             if len(pks) < batch:
                 break
             upper = pks[-1]
@@ -946,6 +1014,8 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
 
 # -- the listing, search and deletes (v2) --------------------------------------------------
 
+_NARROW_MAX = 5000  # a run or inbox with at most this many entries drives its own search
+
 _LISTED_COLUMNS = """
 SELECT v.seq, v.id, v.message_pk, v.inbox_id, v.run_id, m.subject, m.from_addr, m.to_json,
        m.cc_json, m.mail_from, m.received_at, m.size, m.has_attachment,
@@ -1038,7 +1108,7 @@ def _search_sql(
         clause, values = _filter_sql(item.kind, item.value)
         where.append(f"NOT ({clause})" if item.negated else clause)
         params += values
-    if among is not None:
+    if among is not None:  # the full-text index already applied every text term
         where.append(f"v.message_pk IN ({','.join('?' * len(among))})")
         params += among
     elif query.negative_texts:
@@ -1051,13 +1121,6 @@ def _search_sql(
         params.append(before[1])
     sql = _LISTED_SELECT + (" WHERE " + " AND ".join(where) if where else "")
     return sql + " ORDER BY v.seq DESC", params
-
-
-def _text_expression(query: Query) -> str:
-    expression = f"({fts_expression(query.positive_texts)})"
-    if query.negative_texts:
-        expression += f" NOT ({fts_any(query.negative_texts)})"
-    return expression
 
 
 def _chunks(items: list[str], size: int) -> list[list[str]]:
