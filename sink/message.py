@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from email.message import Message
 from email.utils import getaddresses
+from html import unescape
 
 from sink.extract import extract_evidence, html_to_text
 
@@ -556,9 +557,7 @@ def search_fields(raw: bytes) -> SearchFields:
         bodies = _Bodies(scan_budget=_scan_budget(raw))
         _walk(raw, body_start, len(raw), fields, 0, bodies)
         text, html = bodies.text(), bodies.html()
-        body = "\n".join(
-            part for part in (text, html_to_text(html[:256_000]) if html else None) if part
-        )
+        body = "\n".join(part for part in (text, _html_words(html) if html else None) if part)
         named = {"from": [], "to": [], "cc": []}  # type: dict[str, list[str]]
         for name, value in fields:
             if name.lower() in named:
@@ -585,3 +584,15 @@ def attachment_payloads(raw: bytes) -> list[tuple[Attachment, bytes]]:
         return list(zip(bodies.attachments, bodies.payloads or [], strict=True))
     except Exception:  # as parse: a message that cannot be walked has no attachments
         return []
+
+
+_INVISIBLE = re.compile(r"<(script|style|head)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(r"<[^>]*>")
+_SPACES = re.compile(r"\s+")
+
+
+def _html_words(html: str) -> str:
+    """The HTML's visible words for the index: tags out, entities decoded. A cheap cousin of
+    ``html_to_text`` (which ranks links and keeps layout): ingest pays for this one."""
+    text = _TAG.sub(" ", _INVISIBLE.sub(" ", html[: SEARCH_BODY_MAX_CHARS * 4]))
+    return _SPACES.sub(" ", unescape(text)).strip()
