@@ -534,7 +534,7 @@ def safe_filename(name: str) -> str:
 
 # --- the search index's view of a message --------------------------------------------------
 
-SEARCH_BODY_MAX_CHARS = 200_000  # of text indexed per message (the text, then the HTML as text)
+SEARCH_BODY_MAX_CHARS = 32_000  # of text indexed per message (the text, then the HTML as text)
 
 
 @dataclass(frozen=True, slots=True)

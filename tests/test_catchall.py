@@ -200,3 +200,23 @@ def test_an_app_sending_to_any_domain_sees_no_refusal(server: Server) -> None:
     assert refused == {}
     with pytest.raises(smtplib.SMTPRecipientsRefused), server.smtp() as client:
         client.sendmail(SENDER, ["bad address@x"], b"Subject: x\r\n\r\nx")
+
+
+def test_over_the_size_cap_the_oldest_caught_mail_goes_first(tmp_path: Path) -> None:
+    """--max-store-mb counts caught mail: the oldest goes first; live evidence stays."""
+    running = start_server(tmp_path, "--max-store-mb", "1")
+    try:
+        with running.http() as client:
+            inbox = create_inbox(client)
+            _send(running, ["big@gmail.com"], "big", "x" * 700_000)
+            _send(running, [inbox["address"]], "live", "y" * 400_000)
+            (big,) = _caught(client, "big@gmail.com")
+            deadline = time.monotonic() + 15
+            while client.get(f"/v1/unrouted/{big['id']}").status_code == 200:
+                assert time.monotonic() < deadline, "caught mail outlived the size cap"
+                time.sleep(0.2)  # polling with a deadline: the sweeper runs every second
+            found = wait(client, inbox["inbox_id"], timeout_s=5).json()
+            message_id = found["message"]["message_id"]
+            assert client.get(f"/v1/messages/{message_id}/raw").status_code == 200
+    finally:
+        running.stop()
