@@ -127,9 +127,10 @@ class Runtime:
         cap = self.settings.max_store_mb * 1024 * 1024
         while await self.store.used_bytes() > cap:
             # Caught mail goes first (oldest first): it is never evidence.
-            if await self.store.drop_oldest_caught(now, 50):
+            # Small steps, the size checked after each: only as much goes as the cap needs.
+            if await self.store.drop_oldest_caught(now, 10):
                 continue
-            if await self.store.release_oldest_expired(now, 50) == 0:
+            if await self.store.release_oldest_expired(now, 1) == 0:
                 if not self._over_cap:
                     used_mb = round(await self.store.used_bytes() / 2**20, 1)
                     warn("store_over_cap", used_mb=used_mb, cap_mb=self.settings.max_store_mb)
