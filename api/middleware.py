@@ -15,6 +15,8 @@ from typing import Any
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.context import KEY as CONTEXT
+from api.context import RequestContext
 from api.errors import error_response
 from sink import ids
 from sink.logs import log
@@ -71,16 +73,15 @@ class EdgeMiddleware:
         started = time.perf_counter()
         headers = Headers(scope=scope)
         explicit = explicit_trace(headers)
-        scope["runsink.explicit_trace"] = explicit
-        scope["runsink.fallback_trace"] = explicit or ids.new_trace_id()
+        context = RequestContext(explicit, explicit or ids.new_trace_id())
+        scope[CONTEXT] = context
         status_seen = {"status": 500}
 
         async def send_wrapped(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status_seen["status"] = message["status"]
                 out = MutableHeaders(scope=message)
-                trace = scope.get("runsink.trace_id") or scope["runsink.fallback_trace"]
-                out["x-trace-id"] = trace
+                out["x-trace-id"] = context.trace
                 for name, value in _SAFE_HEADERS:
                     if name.decode() not in out:
                         out.raw.append((name, value))
@@ -119,9 +120,9 @@ class EdgeMiddleware:
                 route=route,
                 status=status_seen["status"],
                 latency_ms=round(elapsed * 1000, 3),
-                trace_id=scope.get("runsink.trace_id") or scope["runsink.fallback_trace"],
-                run_id=scope.get("runsink.run_id"),
-                inbox_id=scope.get("runsink.inbox_id"),
+                trace_id=context.trace,
+                run_id=context.run_id,
+                inbox_id=context.inbox_id,
             )
 
     def _authorised(self, headers: Headers) -> bool:
