@@ -84,13 +84,14 @@ async def _summaries(request: Request, text: str | None) -> Response:
     mailbox = _mailbox(request)
     entries, matches, total = await mailbox.window(text, start, limit)
     unread = await mailbox.count(_UNCLAIMED)
+    unread_matches = unread if text is None else await mailbox.count_unclaimed(text)
     return JSONResponse(
         {
             "total": total,
             "unread": unread,
             "count": len(entries),
             "messages_count": matches,
-            "messages_unread": unread if text is None else matches,
+            "messages_unread": unread_matches,
             "start": start,
             "tags": [],
             "messages": [_summary(e) for e in entries],

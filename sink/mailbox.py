@@ -15,7 +15,7 @@ from sink import clock, ids
 from sink.errors import EvidenceReleased, InvalidRequest, LiveEvidence, NotFound
 from sink.logs import log
 from sink.message import ParsedMessage, parse
-from sink.search import Query, SearchSyntaxError, parse_query
+from sink.search import Filter, Query, SearchSyntaxError, parse_query
 from sink.storage.base import CaughtMail, CaughtMessage, Deleted, Listed, SearchIndex
 
 COUNT_CAP = 10_000  # Mailpit-style totals count matches up to this many
@@ -100,6 +100,12 @@ class Mailbox:
 
     async def count(self, query: Query, run_scope: str | None = None) -> int:
         return await self._store.count(query, run_scope, COUNT_CAP)
+
+    async def count_unclaimed(self, text: str) -> int:
+        """How many entries match ``text`` and are not claimed evidence (Mailpit's unread)."""
+        query = query_of(text)
+        unclaimed = Query(query.texts, (*query.filters, Filter("is", "claimed", negated=True)))
+        return await self._store.count(unclaimed, None, COUNT_CAP)
 
     # -- one entry, either kind ----------------------------------------------------------
 
