@@ -1015,7 +1015,7 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
 
 # -- the listing, search and deletes (v2) --------------------------------------------------
 
-_NARROW_MAX = 5000  # a run or inbox with at most this many entries drives its own search
+_NARROW_MAX = 2000  # a run or inbox with at most this many entries drives its own search
 
 _LISTED_COLUMNS = """
 SELECT v.seq, v.id, v.message_pk, v.inbox_id, v.run_id, m.subject, m.from_addr, m.to_json,
