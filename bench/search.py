@@ -77,6 +77,8 @@ QUERIES = [
     "is:unclaimed",
     "has:attachment",
     "larger:2k",
+    "larger:50M",  # no match: the listing is walked to its end (metadata, not bodies)
+    "password is:claimed",  # a common word, a rare filter: the index walks its matches
     "welcome -newsletter",
     "run:run-7 confirm",
     "after:2020-01-01 before:2100-01-01 billing",
