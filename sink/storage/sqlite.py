@@ -610,69 +610,79 @@ class SQLiteStore:
         limit: int,
         offset: int = 0,
     ) -> list[Listed]:
+        narrowing = await self._narrowing(query, run_scope)
+        if narrowing is not None:
+            found = await self._few_first(query, run_scope, before, offset + limit, narrowing)
+            return found[offset:]
         if not query.positive_texts:
             sql, params = _search_sql(query, run_scope, before)
             rows = await self._read(sql + " LIMIT ? OFFSET ?", (*params, limit, offset))
             return [_listed(row) for row in rows]
-        if await self._narrow(query, run_scope):
-            found = await self._listing_first(query, run_scope, before, offset + limit)
-        else:
-            found = await self._text_first(query, run_scope, before, offset + limit)
+        found = await self._text_first(query, run_scope, before, offset + limit)
         return found[offset:]
 
     async def count(self, query: Query, run_scope: str | None, cap: int) -> int:
+        narrowing = await self._narrowing(query, run_scope)
+        if narrowing is not None:
+            return len(await self._few_first(query, run_scope, None, cap, narrowing))
         if not query.positive_texts:
             sql, params = _search_sql(query, run_scope, None)
             rows = await self._read(f"SELECT COUNT(*) FROM ({sql} LIMIT ?)", (*params, cap))
             return int(rows[0][0])
-        if await self._narrow(query, run_scope):
-            return len(await self._listing_first(query, run_scope, None, cap))
         return len(await self._text_first(query, run_scope, None, cap))
 
-    async def _narrow(self, query: Query, run_scope: str | None) -> bool:
-        """True when a run or inbox narrows the search to few entries (by their index)."""
-        narrowing = [("run_id", run_scope)] if run_scope is not None else []
-        narrowing += [
-            ("run_id" if f.kind == "run" else "inbox_id", str(f.value))
-            for f in query.filters
-            if f.kind in ("run", "inbox") and not f.negated
-        ]
-        for column, value in narrowing:
+    async def _narrowing(self, query: Query, run_scope: str | None) -> Narrowing | None:
+        """A condition that at most ``_NARROW_MAX`` entries pass, found by its own index (the
+        caller's run, run:, inbox:, is:claimed, has:attachment, sizes, dates): it then drives."""
+        options = [] if run_scope is None else [_narrowing_for("run", run_scope)]
+        options += [_narrowing_for(f.kind, f.value) for f in query.filters if not f.negated]
+        for option in options:
+            if option is None:
+                continue
+            sql, params = option
             rows = await self._read(
-                f"SELECT COUNT(*) FROM (SELECT 1 FROM listing WHERE {column} = ? LIMIT ?)",
-                (value, _NARROW_MAX + 1),
+                f"SELECT COUNT(*) FROM ({sql} LIMIT ?)", (*params, _NARROW_MAX + 1)
             )
             if int(rows[0][0]) <= _NARROW_MAX:
-                return True
-        return False
+                return option
+        return None
 
-    async def _listing_first(
-        self, query: Query, run_scope: str | None, before: tuple[int, int] | None, want: int
+    async def _few_first(
+        self,
+        query: Query,
+        run_scope: str | None,
+        before: tuple[int, int] | None,
+        want: int,
+        narrowing: Narrowing,
     ) -> list[Listed]:
-        """The run's (or inbox's) few entries drive, newest first, by their index; their
-        texts are read by rowid from the index's own copy and matched literally."""
+        """The few entries the narrowing condition selects drive, newest first, 200 at a time:
+        the other filters apply in SQL, text terms on the index's own copy of each text (read
+        by rowid, matched literally)."""
+        sql, params = narrowing
+        seqs = sorted((row[0] for row in await self._read(sql, params)), reverse=True)
+        if before is not None:
+            seqs = [seq for seq in seqs if seq < before[1]]
         filters_only = Query((), query.filters)
         found: list[Listed] = []
-        while len(found) < want:
-            sql, params = _search_sql(filters_only, run_scope, before)
-            entries = [_listed(row) for row in await self._read(sql + " LIMIT 200", params)]
-            if not entries:
+        for start in range(0, len(seqs), 200):
+            sql, params = _search_sql(filters_only, run_scope, None, seqs=seqs[start : start + 200])
+            entries = [_listed(row) for row in await self._read(sql, params)]
+            if query.texts and entries:
+                pks = sorted({e.position[0] for e in entries})
+                documents = {
+                    row[0]: {"subject": row[1], "body": row[2], "sender": row[3], "rcpts": row[4]}
+                    for row in await self._read(
+                        "SELECT rowid, subject, body, sender, rcpts FROM message_text "
+                        f"WHERE rowid IN ({','.join('?' * len(pks))})",
+                        pks,
+                    )
+                }
+                entries = [
+                    e for e in entries if texts_match(query.texts, documents.get(e.position[0], {}))
+                ]
+            found += entries
+            if len(found) >= want:
                 break
-            pks = sorted({e.position[0] for e in entries})
-            documents = {
-                row[0]: {"subject": row[1], "body": row[2], "sender": row[3], "rcpts": row[4]}
-                for row in await self._read(
-                    "SELECT rowid, subject, body, sender, rcpts FROM message_text "
-                    f"WHERE rowid IN ({','.join('?' * len(pks))})",
-                    pks,
-                )
-            }
-            found += [
-                e for e in entries if texts_match(query.texts, documents.get(e.position[0], {}))
-            ]
-            if len(entries) < 200:
-                break
-            before = entries[-1].position
         return found[:want]
 
     async def _text_first(
@@ -1015,7 +1025,38 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
 
 # -- the listing, search and deletes (v2) --------------------------------------------------
 
-_NARROW_MAX = 2000  # a run or inbox with at most this many entries drives its own search
+_NARROW_MAX = 2000  # a condition with at most this many entries drives the search
+Narrowing = tuple[str, list[Any]]  # SQL selecting listing seqs, and its parameters
+
+_BY_MESSAGE = "SELECT v.seq FROM messages m JOIN listing v ON v.message_pk = m.message_pk WHERE "
+
+
+def _narrowing_for(kind: str, value: Any) -> Narrowing | None:
+    """The listing entries one (positive) filter selects, by that filter's own index."""
+    if kind == "run":
+        return "SELECT seq FROM listing WHERE run_id = ?", [value]
+    if kind == "inbox":
+        return "SELECT seq FROM listing WHERE inbox_id = ?", [value]
+    if kind == "is" and value == "caught":
+        return "SELECT seq FROM listing WHERE inbox_id IS NULL", []
+    if kind == "is" and value == "claimed":
+        return (
+            "SELECT v.seq FROM deliveries d JOIN listing v ON v.id = d.message_id "
+            "WHERE d.claim_id IS NOT NULL",
+            [],
+        )
+    if kind == "has":
+        return _BY_MESSAGE + "m.has_attachment = 1", []
+    column, operator = {
+        "larger": ("size", ">"),
+        "smaller": ("size", "<"),
+        "before": ("received_at", "<"),
+        "after": ("received_at", ">"),
+    }.get(kind, ("", ""))
+    if column:
+        return f"{_BY_MESSAGE}m.{column} {operator} ?", [value]
+    return None  # is:unclaimed: most evidence is
+
 
 _LISTED_COLUMNS = """
 SELECT v.seq, v.id, v.message_pk, v.inbox_id, v.run_id, m.subject, m.from_addr, m.to_json,
@@ -1093,6 +1134,7 @@ def _search_sql(
     run_scope: str | None,
     before: tuple[int, int] | None,
     among: Sequence[int] | None = None,
+    seqs: Sequence[int] | None = None,
 ) -> tuple[str, list[Any]]:
     """The listing entries matching ``query``'s filters, newest first (LIMIT left to add).
 
@@ -1120,6 +1162,9 @@ def _search_sql(
     if before is not None:
         where.append("v.seq < ?")
         params.append(before[1])
+    if seqs is not None:  # a narrowing's candidates: looked up by key, never a walk
+        where.append(f"v.seq IN ({','.join('?' * len(seqs))})")
+        params += seqs
     sql = _LISTED_SELECT + (" WHERE " + " AND ".join(where) if where else "")
     return sql + " ORDER BY v.seq DESC", params
 

@@ -25,7 +25,11 @@ CREATE INDEX listing_message ON listing (message_pk, seq);
 CREATE INDEX listing_run ON listing (run_id, seq) WHERE run_id IS NOT NULL;
 CREATE INDEX listing_inbox ON listing (inbox_id, seq) WHERE inbox_id IS NOT NULL;
 CREATE INDEX listing_caught ON listing (seq) WHERE inbox_id IS NULL;
+-- A filter that few entries pass drives the search by its own index (see sqlite.py _narrowing).
 CREATE INDEX deliveries_claimed ON deliveries (message_pk) WHERE claim_id IS NOT NULL;
+CREATE INDEX messages_size ON messages (size);
+CREATE INDEX messages_received ON messages (received_at);
+CREATE INDEX messages_attachment ON messages (message_pk) WHERE has_attachment = 1;
 
 -- rowid = messages.message_pk. Trigrams make every text term a literal substring match.
 CREATE VIRTUAL TABLE message_text USING fts5 (
