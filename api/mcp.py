@@ -88,7 +88,7 @@ class AgentBackend:
             given = CreateInboxIn.model_validate(body)
             self._note(run_id=given.run_id)
             created = await self._agent.create(create_request(given), body, None, self._trace)
-            return self._envelope(created.envelope)
+            return {**self._envelope(created.envelope), "capped": list(created.capped)}
 
         return await self._answer(create())
 

@@ -18,6 +18,7 @@ _MODELS: list[type[BaseModel]] = [
     s.ClaimIn,
     s.FaultIn,
     s.EnvelopeOut,
+    s.CreatedOut,
     s.ErrorOut,
     s.RefusalOut,
     s.MessageListOut,
@@ -188,9 +189,11 @@ def _paths() -> dict[str, Any]:
                     },
                 ),
                 "responses": {
-                    "201": _json("EnvelopeOut", "created"),
+                    "201": _json(
+                        "CreatedOut", "created; `capped` names the values the policy lowered"
+                    ),
                     "200": _json(
-                        "EnvelopeOut", "replay of a live inbox (Idempotent-Replayed: true)"
+                        "CreatedOut", "replay of a live inbox (Idempotent-Replayed: true)"
                     ),
                     **_errors("400", "401", "409", "413", "422"),
                 },
