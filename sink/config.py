@@ -117,7 +117,11 @@ _HELP: dict[str, str] = {
     "http-host": "address the HTTP API binds; not loopback needs --api-token (default: 127.0.0.1)",
     "http-port": "HTTP API port; 0 picks any free port (default: 8025)",
     "db": "SQLite database file, created if missing (default: ./runsink.db)",
-    "domain": "mail domain of the inbox addresses (default: sink.test)",
+    "domain": "a mail domain whose addresses route to inboxes; repeatable, *.example.test "
+    "wildcards too; inbox addresses use the first plain one; the environment variable takes "
+    "a comma-separated list (default: sink.test)",
+    "reject-unknown-recipients": "550 at RCPT for an address without a live inbox, naming the "
+    "accepted domains, instead of keeping it as caught mail (default: off)",
     "policy-file": "TOML file of policies, added to or replacing the built-ins (default: none)",
     "default-policy": "policy of an inbox created without one (default: ci)",
     "enable-faults": "allow fault injection at /v1/faults, never under production (default: off)",
@@ -135,7 +139,8 @@ _HELP: dict[str, str] = {
     "--tls-cert (default: off)",
     "smtps-port": "also listen for implicit TLS (SMTPS) on this port; needs --tls-cert; 0 picks "
     "any free port (default: off)",
-    "max-store-mb": "release the oldest expired evidence beyond this size (default: no cap)",
+    "max-store-mb": "beyond this size, delete the oldest caught mail, then release the oldest "
+    "expired evidence (default: no cap)",
     "log-level": "debug, info, warning or error (default: info)",
     "event-loop": "auto (uvloop where installed), uvloop or asyncio (default: auto)",
 }
@@ -158,7 +163,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                 action="append",
                 default=None,
                 metavar="DOMAIN",
-                help=f"env {env} (comma-separated); repeatable; *.example.test wildcards",
+                help=text,
             )
         else:
             parser.add_argument(
