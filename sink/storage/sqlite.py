@@ -9,6 +9,8 @@ commit (group commit) before their 250s, and agent writes share commits too. WAL
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import sqlite3
 from collections import OrderedDict
@@ -22,6 +24,7 @@ import aiosqlite
 
 from sink.errors import StorageError
 from sink.inbox import Claim, Delivery, Evidence, Inbox, Match
+from sink.logs import warn
 from sink.message import search_fields
 from sink.search import Query, fts_any, fts_expression, texts_match
 from sink.storage.base import (
@@ -80,34 +83,67 @@ def _prepare(db: sqlite3.Connection) -> None:
             db.executescript(
                 f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;"
             )
-            if number == 2:
-                _index_backlog(db)
+    # Mail not yet in the search index (stored before v2, or just before a stop) goes in now.
+    while True:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            indexed = _index_pending(db, 1000)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        if indexed < 1000:
+            break
 
 
-def _index_backlog(db: sqlite3.Connection) -> None:
-    """Mail stored before v2 enters the search index (once, at the upgrade)."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        rows = db.execute("SELECT message_pk, raw, subject, from_addr, mail_from FROM messages")
-        for row in rows.fetchall():
-            if row["raw"] is not None:
-                found = search_fields(bytes(row["raw"]))
-                text = (found.subject, found.body, f"{found.sender} {row['mail_from']}", "")
-                db.execute(
-                    "UPDATE messages SET has_attachment = ? WHERE message_pk = ?",
-                    (int(found.has_attachment), row["message_pk"]),
-                )
-            else:
-                text = (row["subject"], "", f"{row['from_addr']} {row['mail_from']}", "")
-            db.execute(
-                "INSERT INTO message_text (rowid, subject, body, sender, rcpts) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (row["message_pk"], *text),
+_INDEX_BATCH = 256
+_INDEX_DELAY_S = 0.1  # after a delivery's commit, before the index catches up in the background
+
+
+def _index_pending(db: sqlite3.Connection, limit: int = _INDEX_BATCH) -> int:
+    """Put up to ``limit`` stored messages into the full-text index (inside a transaction).
+
+    Indexing is kept out of the delivery's own commit: FTS5 pays per commit for its new
+    segment, so many messages indexed in one transaction cost far less than one by one.
+    """
+    rows = _all(
+        db,
+        "SELECT message_pk, raw, subject, from_addr, mail_from FROM messages "
+        "WHERE indexed = 0 ORDER BY message_pk LIMIT ?",
+        (limit,),
+    )
+    for row in rows:
+        pk = row["message_pk"]
+        rcpts = [
+            rcpt
+            for (listed,) in db.execute(
+                "SELECT rcpt_json FROM deliveries WHERE message_pk = ? "
+                "UNION ALL SELECT rcpt_json FROM caught WHERE message_pk = ?",
+                (pk, pk),
+            ).fetchall()
+            for rcpt in json.loads(listed)
+        ]
+        attachment = 0
+        if row["raw"] is not None:
+            found = search_fields(bytes(row["raw"]))
+            text = (
+                found.subject,
+                found.body,
+                f"{found.sender} {row['mail_from']}",
+                f"{found.recipients} {' '.join(rcpts)}",
             )
-        db.execute("COMMIT")
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
+            attachment = int(found.has_attachment)
+        else:  # released before it was indexed: its metadata only
+            text = (row["subject"], "", f"{row['from_addr']} {row['mail_from']}", " ".join(rcpts))
+        db.execute(
+            "INSERT INTO message_text (rowid, subject, body, sender, rcpts) VALUES (?, ?, ?, ?, ?)",
+            (pk, *text),
+        )
+        db.execute(
+            "UPDATE messages SET indexed = 1, has_attachment = ? WHERE message_pk = ?",
+            (attachment, pk),
+        )
+    return len(rows)
 
 
 class RouteCache:
@@ -150,6 +186,10 @@ class SQLiteStore:
         # Every RCPT asks for a route; this process is the only writer, so it knows each
         # moment a route changes (an inbox expires) and forgets it right after that commit.
         self._routes = RouteCache()
+        # The search index follows the commits in batches (see _index_pending).
+        self._unindexed = True  # there may be mail not yet indexed
+        self._indexer: asyncio.Task[None] | None = None
+        self._index_lock = asyncio.Lock()
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -164,6 +204,12 @@ class SQLiteStore:
             raise StorageError(f"cannot open the store at {self._path}: {exc}") from exc
 
     async def close(self) -> None:
+        if self._indexer is not None:
+            # What it leaves is indexed at the next open.
+            self._indexer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StorageError):
+                await self._indexer
+            self._indexer = None
         if self._reader is not None:
             await self._reader.close()
             self._reader = None
@@ -336,6 +382,36 @@ class SQLiteStore:
     async def save_message(self, incoming: Incoming) -> None:
         # Concurrent deliveries (and agent writes) share a commit: see sqlite_writer.py.
         await self._transaction(partial(_insert_batch, items=[incoming]))
+        self._unindexed = True
+        if self._indexer is None or self._indexer.done():
+            self._indexer = asyncio.create_task(self._index_behind(), name="search-indexer")
+
+    async def _index_behind(self) -> None:
+        """Index what the commits stored, a moment later, many messages per transaction."""
+        try:
+            while self._unindexed:
+                # Not a synchronisation: a pause that lets deliveries gather, so that one
+                # index transaction (one FTS5 segment, one fsync) covers many of them.
+                await asyncio.sleep(_INDEX_DELAY_S)
+                await self._index_caught_up()
+        except StorageError as exc:  # the next search (or the next open) indexes it
+            warn("search_index_deferred", error=type(exc).__name__)
+
+    async def _index_all(self) -> None:
+        while await self._transaction(_index_pending) == _INDEX_BATCH:
+            pass
+
+    async def _index_caught_up(self) -> None:
+        """Read-your-writes: mail answered 250 before a search is in the index it reads."""
+        async with self._index_lock:
+            if not self._unindexed:
+                return
+            self._unindexed = False
+            try:
+                await self._index_all()
+            except BaseException:
+                self._unindexed = True
+                raise
 
     async def deliveries_after(self, inbox_id: str, after_seq: int, limit: int) -> list[Delivery]:
         rows = await self._read(
@@ -610,6 +686,7 @@ class SQLiteStore:
         limit: int,
         offset: int = 0,
     ) -> list[Listed]:
+        await self._index_caught_up()
         narrowing = await self._narrowing(query, run_scope)
         if narrowing is not None:
             found = await self._few_first(query, run_scope, before, offset + limit, narrowing)
@@ -622,6 +699,7 @@ class SQLiteStore:
         return found[offset:]
 
     async def count(self, query: Query, run_scope: str | None, cap: int) -> int:
+        await self._index_caught_up()
         narrowing = await self._narrowing(query, run_scope)
         if narrowing is not None:
             return len(await self._few_first(query, run_scope, None, cap, narrowing))
@@ -934,25 +1012,12 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
     deliveries: list[tuple[Any, ...]] = []
     caught: list[tuple[Any, ...]] = []
     listing: list[tuple[Any, ...]] = []
-    texts: list[tuple[Any, ...]] = []
     events: list[Event] = []
     for item in items:
         size = len(item.raw)
         if item.deliveries or item.caught_id:
             pk += 1
             s = item.summary
-            # The index's text is made here, on the writer's thread, never on the event loop.
-            found = search_fields(item.raw)
-            rcpts = [r for d in item.deliveries for r in d.rcpts] + list(item.unrouted)
-            texts.append(
-                (
-                    pk,
-                    found.subject,
-                    found.body,
-                    f"{found.sender} {item.mail_from}",
-                    f"{found.recipients} {' '.join(rcpts)}",
-                )
-            )
             messages.append(
                 (
                     pk,
@@ -965,7 +1030,6 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
                     s.date,
                     item.mail_from,
                     item.received_at,
-                    int(found.has_attachment),
                 )
             )
             for d in item.deliveries:
@@ -999,8 +1063,7 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
     if messages:
         db.executemany(
             "INSERT INTO messages (message_pk, raw, size, subject, from_addr, to_json, cc_json, "
-            "date, mail_from, received_at, has_attachment) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "date, mail_from, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             messages,
         )
         db.executemany(
@@ -1014,10 +1077,6 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
         )
         db.executemany(
             "INSERT INTO listing (id, message_pk, inbox_id, run_id) VALUES (?, ?, ?, ?)", listing
-        )
-        db.executemany(
-            "INSERT INTO message_text (rowid, subject, body, sender, rcpts) VALUES (?, ?, ?, ?, ?)",
-            texts,
         )
     if events:
         _insert_events(db, events)

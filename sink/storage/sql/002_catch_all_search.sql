@@ -1,6 +1,9 @@
 -- runsink schema v2: caught mail (kept with its body), one listing of all captured mail
 -- (evidence and caught, newest first), and a full-text index of 3-character substrings.
 ALTER TABLE messages ADD COLUMN has_attachment INTEGER NOT NULL DEFAULT 0;
+-- 0 until the message is in the full-text index (sqlite.py indexes in batches after commits).
+ALTER TABLE messages ADD COLUMN indexed INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX messages_unindexed ON messages (message_pk) WHERE indexed = 0;
 
 -- Mail for recipients without a live inbox: one row per message (its caught recipients).
 CREATE TABLE caught (
