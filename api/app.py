@@ -7,9 +7,11 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from api import ui
+from api.connections import LongPollGate
 from api.errors import error_response, internal_error, runsink_error, validation_error
 from api.mailbox import MAILBOX_ROUTES
 from api.mailpit import MAILPIT_ROUTES
@@ -44,19 +46,29 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
     return validation_error(request, exc)
 
 
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    # The client left (or api/connections.py closed it at its deadline) while its body was
+    # being read: nobody will read an answer, and it is not the server's failure.
+    return Response(status_code=499)
+
+
 async def _unexpected(request: Request, exc: Exception) -> Response:
     return internal_error(request, exc)
 
 
 def create_app(runtime: Runtime, extra_routes: list[Any] | None = None) -> Any:
     app = Starlette(
-        routes=[*ROUTES, *MAILBOX_ROUTES, *MAILPIT_ROUTES, *(extra_routes or [])],
+        routes=[*ROUTES, *MAILBOX_ROUTES, *MAILPIT_ROUTES, *(extra_routes or []), *ui.ROUTES],
         exception_handlers={
             HTTPException: _http_error,
             RunsinkError: _runsink_error,
             ValidationError: _validation_error,
+            ClientDisconnect: _client_gone,
             Exception: _unexpected,
         },
     )
     app.state.runtime = runtime
-    return EdgeMiddleware(app, runtime.metrics, runtime.settings.api_token)
+    caps = runtime.capacity
+    app.state.long_polls = LongPollGate(caps.long_polls if caps else 1 << 30)
+    edge = EdgeMiddleware(app, runtime.metrics, runtime.settings.api_token)
+    return ui.serve(app, edge, runtime)

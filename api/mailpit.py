@@ -26,7 +26,7 @@ from api.routes import _json_body, _runtime
 from sink import __version__, clock
 from sink.errors import EvidenceReleased, InvalidRequest, NotFound
 from sink.mailbox import Mailbox
-from sink.message import ParsedMessage, attachment_payloads, parse
+from sink.message import ParsedMessage, attachment_parts, parse
 from sink.search import Filter, Query
 from sink.storage.base import Listed
 
@@ -150,13 +150,14 @@ def _date(parsed: ParsedMessage, entry: Listed) -> str:
 
 def _attachments(raw: bytes) -> list[dict[str, Any]]:
     found = []
-    for number, (attachment, payload) in enumerate(attachment_payloads(raw), start=1):
+    for number, part in enumerate(attachment_parts(raw), start=1):
+        attachment, payload = part.attachment, part.payload
         found.append(
             {
                 "PartID": str(number),
                 "FileName": attachment.filename,
                 "ContentType": attachment.content_type,
-                "ContentID": "",
+                "ContentID": part.content_id or "",
                 "Size": attachment.size,
                 "Checksums": {
                     "MD5": hashlib.md5(payload, usedforsecurity=False).hexdigest(),
@@ -231,10 +232,10 @@ async def get_headers(request: Request) -> Response:
 async def get_part(request: Request) -> Response:
     _, raw = await _entry_and_raw(request)
     part = request.path_params["part_id"]
-    found = await asyncio.to_thread(attachment_payloads, raw)
+    found = await asyncio.to_thread(attachment_parts, raw)
     if not part.isdigit() or not 1 <= int(part) <= len(found):
         raise NotFound(f"no part {part[:16]!r} in this message")
-    attachment, payload = found[int(part) - 1]
+    attachment, payload = found[int(part) - 1].attachment, found[int(part) - 1].payload
     media = attachment.content_type
     if any(active in media for active in _ACTIVE_TYPES):
         media = "application/octet-stream"

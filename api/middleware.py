@@ -15,6 +15,7 @@ from typing import Any
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.connections import MAX_TARGET_BYTES
 from api.context import KEY as CONTEXT
 from api.context import RequestContext
 from api.errors import error_response
@@ -26,6 +27,7 @@ MAX_BODY_BYTES = 1024 * 1024
 
 _TRACEPARENT = re.compile(r"[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")
 _TRACE_ID = re.compile(r"[A-Za-z0-9-]{1,64}")
+_BEARER = re.compile(r"[Bb][Ee][Aa][Rr][Ee][Rr] (\S+)")
 _OPEN_PATHS = ("/healthz", "/readyz")
 _SAFE_HEADERS = [
     (b"x-content-type-options", b"nosniff"),
@@ -89,6 +91,16 @@ class EdgeMiddleware:
 
         path: str = scope["path"]
         try:
+            query = scope["query_string"]
+            target_bytes = len(scope.get("raw_path") or b"") + (len(query) + 1 if query else 0)
+            if target_bytes > MAX_TARGET_BYTES:
+                self.metrics.refused("http", "uri_too_long")
+                # Longer targets than h11's buffer are answered in api/connections.py.
+                response = error_response(
+                    414, "uri_too_long", f"the request target is over {MAX_TARGET_BYTES} bytes"
+                )
+                await response(scope, receive, send_wrapped)
+                return
             if (
                 self.token is not None
                 and not path.startswith(_OPEN_PATHS)
@@ -127,11 +139,13 @@ class EdgeMiddleware:
 
     def _authorised(self, headers: Headers) -> bool:
         assert self.token is not None
-        given = headers.get("authorization", "")
-        scheme, _, token = given.partition(" ")
-        if scheme.lower() != "bearer":
+        # Exactly "Bearer <token>": the scheme is case-insensitive (RFC 9110 11.1), one
+        # space, and a token with no whitespace of its own (RFC 6750 2.1). Whitespace
+        # around the whole field value is not part of it (RFC 9110 5.5).
+        found = _BEARER.fullmatch(headers.get("authorization", ""))
+        if found is None:
             return False
-        return hmac.compare_digest(token.strip().encode(), self.token)
+        return hmac.compare_digest(found.group(1).encode(), self.token)
 
 
 def _capped(receive: Receive) -> Receive:

@@ -13,6 +13,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from api import live
+from api.connections import LongPollGate
 from api.context import context_of
 from api.errors import error_response
 from api.middleware import BodyTooLarge
@@ -29,7 +31,7 @@ from api.views import (
     wait_request,
 )
 from sink import clock, ids
-from sink.agent import Agent
+from sink.agent import Agent, WaitRequest
 from sink.envelope import Envelope
 from sink.errors import FaultsDisabled, InvalidRequest, NotFound, StorageError
 from sink.faults import FaultSpec
@@ -68,8 +70,16 @@ async def _json_body(request: Request, required: bool = True) -> Any:
         return {}
     try:
         return json.loads(raw)
+    except RecursionError as exc:
+        # 1,000 nested brackets (2 KB) reach the interpreter's recursion limit.
+        raise InvalidRequest("the JSON nests too deeply", {"problem": "json_too_deep"}) from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InvalidRequest(f"the body is not valid JSON ({exc.__class__.__name__})") from exc
+    except ValueError as exc:
+        # int() refuses more than sys.get_int_max_str_digits() digits (4,300 by default).
+        raise InvalidRequest(
+            "a number in the JSON has too many digits", {"problem": "json_number_too_long"}
+        ) from exc
 
 
 def _model(model: type[M], body: Any) -> M:
@@ -184,6 +194,23 @@ async def wait_for_message(request: Request) -> Response:
     given = _model(WaitIn, await _json_body(request, required=False))
     run_id = _caller_run(request, given.run_id)
     wait = wait_request(given, run_id)
+    gate: LongPollGate = request.app.state.long_polls
+    if wait.timeout_s > 0 and not gate.enter():
+        _runtime(request).metrics.refused("http", "too_many_long_polls")
+        return error_response(
+            503,
+            "over_capacity",
+            f"{gate.limit} waits are already in progress; retry shortly",
+            headers={"Retry-After": "1"},
+        )
+    try:
+        return await _wait(request, inbox_id, wait)
+    finally:
+        if wait.timeout_s > 0:
+            gate.leave()
+
+
+async def _wait(request: Request, inbox_id: str, wait: WaitRequest) -> Response:
     work = asyncio.ensure_future(_agent(request).wait(inbox_id, wait, _explicit_trace(request)))
     gone = asyncio.ensure_future(_client_gone(request))
     try:
@@ -232,6 +259,24 @@ async def raw_message(request: Request) -> Response:
         raw,
         media_type="message/rfc822",
         headers={"Content-Disposition": f'attachment; filename="{message_id}.eml"'},
+    )
+
+
+async def attachment(request: Request) -> Response:
+    message_id = _message_id(request)
+    index = request.path_params["index"]
+    if not index.isdigit() or len(index) > 6:
+        raise NotFound(f"no attachment {index[:16]!r}")
+    raw = await _agent(request).raw(message_id, _caller_run(request))
+    part = await asyncio.to_thread(live.part_at, raw, int(index))
+    return Response(
+        part.payload,
+        media_type=live.download_type(part.attachment.content_type),
+        headers={
+            "Content-Disposition": live.content_disposition(part.attachment.filename),
+            "X-Content-Type-Options": "nosniff",
+            "Content-Security-Policy": "sandbox; default-src 'none'",
+        },
     )
 
 
@@ -349,9 +394,11 @@ ROUTES = [
     Route("/v1/inboxes/{inbox_id}/messages", list_messages, methods=["GET"]),
     Route("/v1/messages/{message_id}", read_message, methods=["GET"]),
     Route("/v1/messages/{message_id}/raw", raw_message, methods=["GET"]),
+    Route("/v1/messages/{message_id}/attachments/{index}", attachment, methods=["GET"]),
     Route("/v1/messages/{message_id}/claim", claim_message, methods=["POST"]),
     Route("/v1/runs/{run_id}", run_report, methods=["GET"]),
     Route("/v1/runs/{run_id}", release_run, methods=["DELETE"]),
+    Route("/v1/events", live.events, methods=["GET"]),
     Route("/v1/faults", add_fault, methods=["POST"]),
     Route("/v1/faults", list_faults, methods=["GET"]),
     Route("/v1/faults", clear_faults, methods=["DELETE"]),

@@ -15,10 +15,12 @@ import random
 import ssl
 from collections.abc import Callable
 
+from sink import capacity
 from sink.agent import Agent
 from sink.clock import SystemClock
 from sink.config import Settings
 from sink.errors import ConfigError
+from sink.events import Hub
 from sink.faults import FaultRegistry
 from sink.guard import Guard
 from sink.ingest import Ingest
@@ -32,6 +34,7 @@ from sink.waiters import Waiters
 
 _SWEEP_EVERY_S = 1.0
 _SWEEP_BATCH = 500
+_LISTEN_BACKLOG = 2048
 
 
 class Runtime:
@@ -41,12 +44,15 @@ class Runtime:
         self.settings = settings
         self.metrics = Metrics()
         self.waiters = Waiters()
-        self.store = SQLiteStore(settings.db)
+        self.events = Hub()  # live events (GET /v1/events): fed by the store's commits and ingest
+        self.store = SQLiteStore(settings.db, self.events.record)
         self.faults = FaultRegistry(random.Random()) if settings.enable_faults else None
         self.agent: Agent | None = None
         self.clock = SystemClock()
         self.guard = Guard(self.faults, self.store, self.metrics, self.clock)
-        self.ingest = Ingest(self.store, self.waiters, settings, self.metrics, self.clock)
+        self.ingest = Ingest(
+            self.store, self.waiters, settings, self.metrics, self.clock, events=self.events
+        )
         self.mailbox = Mailbox(self.store)
         self.started_at = self.clock.now()
         self.smtp_server: asyncio.Server | None = None
@@ -54,6 +60,7 @@ class Runtime:
         self.smtps_server: asyncio.Server | None = None
         self.smtps_port: int | None = None
         self.tls_context: ssl.SSLContext | None = None
+        self.capacity: capacity.Capacity | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._over_cap = False
         self.stopping = asyncio.Event()
@@ -61,6 +68,7 @@ class Runtime:
     async def start(self) -> None:
         # What can still fail on a bad setting (the certificate) comes before anything opens.
         self.tls_context = server_context(self.settings)
+        sized = self._size_connections()
         await self.store.open()
         self.agent = Agent(
             self.store, self.waiters, self.settings, self.guard, self.metrics, self.clock
@@ -71,7 +79,7 @@ class Runtime:
             self.metrics,
             self.faults,
             self.settings.smtp_auth is not None,
-            Limits(max_connections=self.settings.smtp_max_connections),
+            Limits(max_connections=sized.smtp_connections),
             require_tls=self.settings.smtp_require_tls,
             accepted_domains=self.settings.accepted_domains,
         )
@@ -94,12 +102,34 @@ class Runtime:
             self.smtps_port = self.smtps_server.sockets[0].getsockname()[1]
         self._sweeper = asyncio.create_task(self._sweep(), name="sweeper")
 
+    def _size_connections(self) -> capacity.Capacity:
+        """Raise the descriptor limit as far as the caps need, then fit the caps under it."""
+        smtp, http = self.settings.smtp_max_connections, self.settings.http_max_connections
+        fd_limit = capacity.raise_fd_limit(capacity.needed(smtp, http))
+        try:
+            sized = capacity.plan(fd_limit, smtp, http)
+        except ValueError as exc:
+            raise ConfigError(f"--smtp-max-connections/--http-max-connections: {exc}") from exc
+        report = warn if sized.lowered else announce
+        report(
+            "connection_caps",
+            fd_limit=sized.fd_limit,
+            reserved_fds=sized.reserved,
+            smtp_max_connections=sized.smtp_connections,
+            http_max_connections=sized.http_connections,
+            max_long_polls=sized.long_polls,
+            lowered=sized.lowered,
+        )
+        self.capacity = sized
+        return sized
+
     def begin_shutdown(self) -> None:
         """Stop accepting mail and answer every wait in progress (called from a signal)."""
         if self.stopping.is_set():
             return
         self.stopping.set()
         self.waiters.close()
+        self.events.close()
         for server in (self.smtp_server, self.smtps_server):
             if server is not None:
                 server.close()
@@ -167,7 +197,9 @@ async def _listen(
 ) -> asyncio.Server:
     """A listening socket; a port in use is a ConfigError naming the flag to change."""
     try:
-        return await loop.create_server(factory, host=host, port=port)
+        # A burst past the cap must reach accept() to hear its 421: asyncio's default
+        # backlog (100) drops the handshakes of a larger burst for a second or more.
+        return await loop.create_server(factory, host=host, port=port, backlog=_LISTEN_BACKLOG)
     except OSError as exc:
         raise ConfigError(listen_error(flag, host, port, exc)) from exc
 

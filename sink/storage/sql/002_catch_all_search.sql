@@ -44,5 +44,6 @@ SELECT d.message_id, d.message_pk, d.inbox_id, i.run_id
 FROM deliveries d JOIN inboxes i ON i.inbox_id = d.inbox_id
 ORDER BY d.message_pk, d.seq;
 
--- v1 kept metadata only for unrouted mail; it is not carried over (no body to show).
-DROP TABLE unrouted;
+-- v1 kept metadata only for unrouted mail: not carried over (no body to show). The table stays
+-- (the readiness probe writes a row in it and takes it out again).
+DELETE FROM unrouted;
