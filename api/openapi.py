@@ -164,7 +164,12 @@ _LIMIT = {
     "required": False,
     "schema": {"type": "integer", "minimum": 1, "maximum": 500},
 }
-_CURSOR = {"name": "cursor", "in": "query", "required": False, "schema": {"type": "string"}}
+_CURSOR = {
+    "name": "cursor",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "string", "maxLength": 128},
+}
 
 
 def _envelope(description: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -435,7 +440,7 @@ def _paths() -> dict[str, Any]:
                         "name": "query",
                         "in": "query",
                         "required": False,
-                        "schema": {"type": "string", "maxLength": 1024},
+                        "schema": {"type": "string", "maxLength": 512},
                     },
                     _LIMIT,
                     _CURSOR,

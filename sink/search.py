@@ -26,7 +26,7 @@ from datetime import UTC, date, datetime
 
 from sink.ids import INBOX_ID, RUN_ID
 
-MAX_QUERY_CHARS = 1024
+MAX_QUERY_CHARS = 512  # percent-encoded, it still fits the 8 KiB request target
 MAX_TERMS = 32
 MIN_TEXT_CHARS = 3  # the trigram index cannot answer shorter substrings
 
