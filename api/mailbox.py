@@ -16,7 +16,7 @@ from sink.mailbox import Mailbox
 
 
 def _mailbox(request: Request) -> Mailbox:
-    return _runtime(request).mailbox
+    return _runtime(request).mailbox_or_refuse()
 
 
 async def list_caught(request: Request) -> Response:

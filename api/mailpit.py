@@ -37,7 +37,7 @@ _ACTIVE_TYPES = ("html", "svg", "xml", "javascript", "ecmascript", "xhtml")
 
 
 def _mailbox(request: Request) -> Mailbox:
-    return _runtime(request).mailbox
+    return _runtime(request).mailbox_or_refuse()
 
 
 def _whole(request: Request, name: str, default: int, high: int) -> int:
@@ -271,7 +271,7 @@ async def delete_messages(request: Request) -> Response:
 
 async def info(request: Request) -> Response:
     runtime = _runtime(request)
-    mailbox = runtime.mailbox
+    mailbox = runtime.mailbox_or_refuse()
     metrics = runtime.metrics.registry
 
     def sample(outcome: str) -> int:

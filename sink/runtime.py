@@ -19,7 +19,7 @@ from sink import capacity
 from sink.agent import Agent
 from sink.clock import SystemClock
 from sink.config import Settings
-from sink.errors import ConfigError
+from sink.errors import ConfigError, NotFound
 from sink.events import Hub
 from sink.faults import FaultRegistry
 from sink.guard import Guard
@@ -29,11 +29,14 @@ from sink.mailbox import Mailbox
 from sink.metrics import Metrics
 from sink.smtp.listener import Handler, Limits, smtp_factory
 from sink.smtp.tls import server_context
+from sink.storage.postgres import PostgresStore
 from sink.storage.sqlite import SQLiteStore
 from sink.waiters import Waiters
 
 _SWEEP_EVERY_S = 1.0
 _SWEEP_BATCH = 500
+_UNROUTED_KEPT = 10_000  # PostgreSQL's unrouted rows (SQLite keeps caught mail)
+_BREAKERS_FORGOTTEN_AFTER_S = 3600.0
 _LISTEN_BACKLOG = 2048
 
 
@@ -45,15 +48,22 @@ class Runtime:
         self.metrics = Metrics()
         self.waiters = Waiters()
         self.events = Hub()  # live events (GET /v1/events): fed by the store's commits and ingest
-        self.store = SQLiteStore(settings.db, self.events.record)
+        self.store: SQLiteStore | PostgresStore
+        if settings.db_url is not None:
+            self.store = PostgresStore(settings.db_url, self.events.record)
+        else:
+            self.store = SQLiteStore(settings.db, self.events.record)
         self.faults = FaultRegistry(random.Random()) if settings.enable_faults else None
         self.agent: Agent | None = None
         self.clock = SystemClock()
-        self.guard = Guard(self.faults, self.store, self.metrics, self.clock)
+        fleet = self.store if isinstance(self.store, PostgresStore) else None
+        self.guard = Guard(self.faults, self.store, self.metrics, self.clock, fleet)
         self.ingest = Ingest(
             self.store, self.waiters, settings, self.metrics, self.clock, events=self.events
         )
-        self.mailbox = Mailbox(self.store)
+        # Caught mail kept with bodies, search and the Mailpit subset: the SQLite store's for now
+        # (PostgreSQL keeps v1's unrouted metadata; those endpoints answer 404 there).
+        self.mailbox = Mailbox(self.store) if isinstance(self.store, SQLiteStore) else None
         self.started_at = self.clock.now()
         self.smtp_server: asyncio.Server | None = None
         self.smtp_port = settings.smtp_port
@@ -70,6 +80,9 @@ class Runtime:
         self.tls_context = server_context(self.settings)
         sized = self._size_connections()
         await self.store.open()
+        if isinstance(self.store, PostgresStore):
+            # Mail accepted by another replica wakes the waits held here.
+            self.store.follow(self.waiters)
         self.agent = Agent(
             self.store, self.waiters, self.settings, self.guard, self.metrics, self.clock
         )
@@ -150,19 +163,43 @@ class Runtime:
         """Persist lease expiries, release evidence past retention; never blocks ingest."""
         while not await self.clock.wait(self.stopping, self.clock.now() + _SWEEP_EVERY_S):
             try:
-                now = self.clock.now()
-                for inbox in await self.store.expire_due(now, _SWEEP_BATCH):
-                    expired = inbox.effective(now)
-                    policy = self.settings.policy(inbox.policy_name)
-                    await self.store.expire(expired, policy.retention_s)
-                    self.metrics.expired("lease")
-                    self.waiters.end([inbox.inbox_id])
-                await self.store.release_due(now, _SWEEP_BATCH)
-                await self.store.expire_caught(now, _SWEEP_BATCH)
-                await self._enforce_size_cap(now)
-                self.metrics.sweeps.inc()
+                async with self._sweeper_turn() as mine:
+                    if mine:
+                        await self._sweep_once()
             except Exception as exc:  # the sweeper must outlive a bad moment of the store
                 warn("sweep_failed", error=type(exc).__name__)
+
+    def mailbox_or_refuse(self) -> Mailbox:
+        """The mailbox of all captured mail, or NotFound where the store offers none yet."""
+        if self.mailbox is None:
+            raise NotFound(
+                "caught mail, search and /api/v1 are not available with a PostgreSQL store yet"
+            )
+        return self.mailbox
+
+    def _sweeper_turn(self) -> contextlib.AbstractAsyncContextManager[bool]:
+        """Sharing a database, one replica sweeps at a time (the others skip that second)."""
+        if isinstance(self.store, PostgresStore):
+            return self.store.sweeper_turn()
+        return contextlib.nullcontext(True)
+
+    async def _sweep_once(self) -> None:
+        now = self.clock.now()
+        for inbox in await self.store.expire_due(now, _SWEEP_BATCH):
+            expired = inbox.effective(now)
+            policy = self.settings.policy(inbox.policy_name)
+            await self.store.expire(expired, policy.retention_s)
+            self.metrics.expired("lease")
+            self.waiters.end([inbox.inbox_id])
+        await self.store.release_due(now, _SWEEP_BATCH)
+        if isinstance(self.store, SQLiteStore):
+            await self.store.expire_caught(now, _SWEEP_BATCH)
+        await self._enforce_size_cap(now)
+        await self.store.trim_unrouted(_UNROUTED_KEPT)
+        if isinstance(self.store, PostgresStore):
+            # Breakers nobody touched for an hour belong to leases long over (as in memory).
+            await self.store.forget_breakers(_BREAKERS_FORGOTTEN_AFTER_S)
+        self.metrics.sweeps.inc()
 
     async def _enforce_size_cap(self, now: float) -> None:
         """Over --max-store-mb: delete the oldest caught mail, then release the oldest
@@ -177,7 +214,7 @@ class Runtime:
         while await self.store.used_bytes() > cap:
             # Caught mail goes first (oldest first): it is never evidence.
             # Small steps, the size checked after each: only as much goes as the cap needs.
-            if await self.store.drop_oldest_caught(now, 10):
+            if isinstance(self.store, SQLiteStore) and await self.store.drop_oldest_caught(now, 10):
                 continue
             if await self.store.release_oldest_expired(now, 1) == 0:
                 if not self._over_cap:
