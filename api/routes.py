@@ -28,7 +28,6 @@ from api.views import (
     message_list_out,
     message_out,
     run_report_out,
-    unrouted_out,
     wait_request,
 )
 from sink import clock, ids
@@ -313,11 +312,6 @@ async def release_run(request: Request) -> Response:
     return Response(status_code=204)
 
 
-async def unrouted(request: Request) -> Response:
-    limit = _int_query(request, "limit", 50, 1, 500)
-    return _model_response(unrouted_out(await _agent(request).unrouted(limit)))
-
-
 # -- faults ----------------------------------------------------------------------------
 
 
@@ -404,7 +398,6 @@ ROUTES = [
     Route("/v1/messages/{message_id}/claim", claim_message, methods=["POST"]),
     Route("/v1/runs/{run_id}", run_report, methods=["GET"]),
     Route("/v1/runs/{run_id}", release_run, methods=["DELETE"]),
-    Route("/v1/unrouted", unrouted, methods=["GET"]),
     Route("/v1/events", live.events, methods=["GET"]),
     Route("/v1/faults", add_fault, methods=["POST"]),
     Route("/v1/faults", list_faults, methods=["GET"]),
