@@ -10,6 +10,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from api.auth import Authority
 from api.errors import error_response, internal_error, runsink_error, validation_error
 from api.middleware import EdgeMiddleware
 from api.routes import ROUTES
@@ -57,4 +58,7 @@ def create_app(runtime: Runtime, extra_routes: list[Any] | None = None) -> Any:
         },
     )
     app.state.runtime = runtime
-    return EdgeMiddleware(app, runtime.metrics, runtime.settings.api_token)
+    assert runtime.keyring is not None, "the runtime is not started"
+    authority = Authority(runtime.keyring, runtime.store)
+    app.state.authority = authority
+    return EdgeMiddleware(app, runtime.metrics, authority)

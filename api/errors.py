@@ -24,6 +24,7 @@ TABLE: list[tuple[type[errors.RunsinkError], int, str]] = [
     (errors.PolicyForbids, 409, "policy_forbids"),
     (errors.EvidenceReleased, 410, "evidence_released"),
     (errors.Unauthorized, 401, "unauthorized"),
+    (errors.ForbiddenScope, 403, "forbidden_scope"),
     (errors.CircuitOpen, 503, "circuit_open"),
     (errors.ProviderTimeout, 503, "provider_timeout"),
     (errors.ProviderTrouble, 503, "provider_error"),

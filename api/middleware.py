@@ -1,22 +1,26 @@
 """One pure ASGI middleware for what every request shares.
 
-Trace ids (W3C ``traceparent`` or ``X-Trace-Id``), the bearer token, a request
+Trace ids (W3C ``traceparent`` or ``X-Trace-Id``), the bearer token and its scope
+(``api/auth.py`` decides; the request's ``Grant`` is kept for the routes), a request
 body cap, safe default headers, the access log line and the latency metric. Pure
 ASGI rather than ``BaseHTTPMiddleware``, so long-polls stream and cancel cleanly.
 """
 
 from __future__ import annotations
 
-import hmac
 import re
 import time
 from typing import Any
 
-from starlette.datastructures import Headers, MutableHeaders
+from starlette.datastructures import Headers, MutableHeaders, QueryParams
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.errors import error_response
-from sink import ids
+from api.auth import OPEN_PATHS, Authority, Refused, set_grant
+from api.errors import error_response, runsink_error
+from sink import clock, ids
+from sink.errors import RunsinkError
 from sink.logs import log
 from sink.metrics import Metrics
 
@@ -24,7 +28,6 @@ MAX_BODY_BYTES = 1024 * 1024
 
 _TRACEPARENT = re.compile(r"[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")
 _TRACE_ID = re.compile(r"[A-Za-z0-9-]{1,64}")
-_OPEN_PATHS = ("/healthz", "/readyz")
 _SAFE_HEADERS = [
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
@@ -59,10 +62,10 @@ class BodyTooLarge(Exception):
 
 
 class EdgeMiddleware:
-    def __init__(self, app: ASGIApp, metrics: Metrics, api_token: str | None) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, authority: Authority) -> None:
         self.app = app
         self.metrics = metrics
-        self.token = api_token.encode() if api_token else None
+        self.authority = authority
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -88,19 +91,11 @@ class EdgeMiddleware:
 
         path: str = scope["path"]
         try:
-            if (
-                self.token is not None
-                and not path.startswith(_OPEN_PATHS)
-                and not self._authorised(headers)
-            ):
-                response = error_response(
-                    401,
-                    "unauthorized",
-                    "missing or wrong bearer token",
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
-                await response(scope, receive, send_wrapped)
-                return
+            if not path.startswith(OPEN_PATHS):
+                refusal = await self._authorise(scope, headers)
+                if refusal is not None:
+                    await refusal(scope, receive, send_wrapped)
+                    return
             length = headers.get("content-length")
             if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
                 response = error_response(
@@ -122,15 +117,24 @@ class EdgeMiddleware:
                 trace_id=scope.get("runsink.trace_id") or scope["runsink.fallback_trace"],
                 run_id=scope.get("runsink.run_id"),
                 inbox_id=scope.get("runsink.inbox_id"),
+                auth=scope.get("runsink.token_name"),
             )
 
-    def _authorised(self, headers: Headers) -> bool:
-        assert self.token is not None
-        given = headers.get("authorization", "")
-        scheme, _, token = given.partition(" ")
-        if scheme.lower() != "bearer":
-            return False
-        return hmac.compare_digest(token.strip().encode(), self.token)
+    async def _authorise(self, scope: Scope, headers: Headers) -> Response | None:
+        """The refusal (401, 403) for a request its token does not allow, else None."""
+        grant = self.authority.grant_for(headers, clock.now())
+        if isinstance(grant, Refused):
+            return error_response(
+                401, "unauthorized", grant.message, headers={"WWW-Authenticate": "Bearer"}
+            )
+        set_grant(scope, grant)
+        scope["runsink.token_name"] = grant.name
+        query_run = QueryParams(scope.get("query_string", b"")).get("run_id")
+        try:
+            await self.authority.check_route(grant, scope["method"], scope["path"], query_run)
+        except RunsinkError as exc:
+            return runsink_error(Request(scope), exc)
+        return None
 
 
 def _capped(receive: Receive) -> Receive:

@@ -25,6 +25,7 @@ from sink.metrics import Metrics
 from sink.smtp.listener import Handler, Limits, smtp_factory
 from sink.smtp.tls import server_context
 from sink.storage.sqlite import SQLiteStore
+from sink.tokens import Keyring
 from sink.waiters import Waiters
 
 _SWEEP_EVERY_S = 1.0
@@ -42,6 +43,7 @@ class Runtime:
         self.store = SQLiteStore(settings.db)
         self.faults = FaultRegistry(random.Random()) if settings.enable_faults else None
         self.agent: Agent | None = None
+        self.keyring: Keyring | None = None  # once the store is open (it keeps the signing key)
         self.guard = Guard(self.faults, self._on_breaker_change)
         self.ingest = Ingest(self.store, self.waiters, settings, self.metrics)
         self.smtp_server: asyncio.Server | None = None
@@ -59,6 +61,7 @@ class Runtime:
         # What can still fail on a bad setting (the certificate) comes before anything opens.
         self.tls_context = server_context(self.settings)
         await self.store.open()
+        self.keyring = Keyring(self.settings.tokens, await self.store.signing_key())
         self.agent = Agent(self.store, self.waiters, self.settings, self.guard, self.metrics)
         loop = asyncio.get_running_loop()
         handler = Handler(

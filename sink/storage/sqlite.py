@@ -10,6 +10,7 @@ commit (group commit) before their 250s, and agent writes share commits too. WAL
 from __future__ import annotations
 
 import json
+import secrets
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
@@ -55,6 +56,13 @@ FROM deliveries d JOIN messages m ON m.message_pk = d.message_pk
 """
 
 
+_SERVER_KEYS_TABLE = """
+CREATE TABLE IF NOT EXISTS server_keys (
+    name TEXT PRIMARY KEY,
+    key  BLOB NOT NULL
+)"""
+
+
 def _migrations() -> list[tuple[int, str]]:
     folder = resources.files("sink.storage") / "sql"
     found = []
@@ -74,6 +82,9 @@ def _prepare(db: sqlite3.Connection) -> None:
             db.executescript(
                 f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;"
             )
+    # Outside the numbered migrations on purpose: the table is independent of the mail
+    # schema, and being idempotent it cannot collide with a migration added beside it.
+    db.execute(_SERVER_KEYS_TABLE)
 
 
 class RouteCache:
@@ -515,6 +526,20 @@ class SQLiteStore:
         )
         events = [Event(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in event_rows]
         return reports, events
+
+    async def signing_key(self) -> bytes:
+        fresh = secrets.token_bytes(32)
+
+        def work(db: sqlite3.Connection) -> bytes:
+            db.execute(
+                "INSERT INTO server_keys (name, key) VALUES ('run_tokens', ?) "
+                "ON CONFLICT (name) DO NOTHING",
+                (fresh,),
+            )
+            row = db.execute("SELECT key FROM server_keys WHERE name = 'run_tokens'").fetchone()
+            return bytes(row[0])
+
+        return await self._transaction(work)
 
     async def unrouted(self, limit: int) -> list[UnroutedMail]:
         rows = await self._read(
