@@ -134,11 +134,11 @@ class Authority:
         if token is None:
             return Refused("missing or malformed bearer token (expected: Bearer <token>)")
         grant = self.keyring.authenticate(token, now)
-        if grant is None:
-            return Refused("wrong bearer token")
-        if grant.expires_at is not None and now >= grant.expires_at:
-            return Refused("the run token has expired; ask for a new one")
-        return grant
+        if grant is not None:
+            return grant
+        if self.keyring.expired(token, now):
+            return Refused("the run token has expired; ask whoever gave it for a new one")
+        return Refused("wrong bearer token")
 
     async def check_route(
         self, grant: Grant, method: str, path: str, query_run: str | None

@@ -183,7 +183,19 @@ class Keyring:
         encoded = base64.urlsafe_b64encode(run_id.encode()).decode().rstrip("=")
         return f"{_RUN_TOKEN_PREFIX}{encoded}.{expires_ms}.{self._sign(run_id, expires_ms)}"
 
+    def expired(self, token: str, now: float) -> bool:
+        """Is this one of our run tokens whose time is over? (to say so, rather than "wrong")"""
+        grant = self._run_token(token)
+        return grant is not None and grant.expires_at is not None and now >= grant.expires_at
+
     def _run_grant(self, token: str, now: float) -> Grant | None:
+        grant = self._run_token(token)
+        if grant is None or grant.expires_at is None or now >= grant.expires_at:
+            return None
+        return grant
+
+    def _run_token(self, token: str) -> Grant | None:
+        """The grant a run token was signed for, whether or not it is still valid."""
         found = _RUN_TOKEN.fullmatch(token)
         if found is None:
             return None
@@ -196,7 +208,7 @@ class Keyring:
         expected = self._sign(run_id, expires_ms)
         if not hmac.compare_digest(signature.encode(), expected.encode()):
             return None
-        if not RUN_ID.fullmatch(run_id) or now >= expires_ms / 1000:
+        if not RUN_ID.fullmatch(run_id):
             return None
         return Grant(f"run:{run_id}", run_scope(run_id), expires_ms / 1000)
 
