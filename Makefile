@@ -29,9 +29,9 @@ lint: install
 check: test
 	$(BIN)/ruff format --check sink api tests bench
 
-## bench: ingest and wake-up figures against a bare aiosmtpd sink (prints a table)
+## bench: every benchmark in bench/, each against its peer in the same run -> bench/RESULTS.md
 bench: install
-	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/all.py
 
 clean:
 	rm -rf $(VENV) *.egg-info build

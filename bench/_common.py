@@ -157,6 +157,7 @@ def start_runsink(
     name: str = "runsink",
     log_level: str = "warning",
     policy_file: Path | None = None,
+    extra_args: Sequence[str] = (),
 ) -> ServerProcess:
     """`python -m sink serve` on free loopback ports with a fresh database in ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -181,6 +182,7 @@ def start_runsink(
     ]
     if policy_file is not None:
         command += ["--policy-file", str(policy_file)]
+    command += list(extra_args)
     server = _spawn(name, command, folder / f"{name}.log", (smtp_port, http_port))
     _wait_ready(server)
     return server
@@ -342,8 +344,13 @@ async def _blast(
     warmup: float,
     size: int,
     server_pid: int | None,
+    reconnect: bool = False,
 ) -> dict[str, Any]:
-    """Send over ``connections`` reused connections; count 250s inside the timed window."""
+    """Send over ``connections`` connections; count 250s inside the timed window.
+
+    Connections are reused, or with ``reconnect`` each message has one of its own
+    (greeting, EHLO, the transaction, QUIT), the way many apps send.
+    """
     message = make_message(rcpt, size)
     clients = await asyncio.gather(*(SMTPClient.connect(port) for _ in range(connections)))
     loop = asyncio.get_running_loop()
@@ -358,6 +365,9 @@ async def _blast(
         nonlocal counted
         while loop.time() < deadline:
             try:
+                if reconnect:
+                    await client.close()
+                    client = await SMTPClient.connect(port)
                 code = await client.send(b"app@example.test", rcpt.encode(), message)
             except (SMTPError, OSError) as exc:
                 failures[type(exc).__name__] += 1
@@ -405,6 +415,7 @@ def run_sender(
     warmup: float = 0.5,
     size: int = 4096,
     server_pid: int | None = None,
+    reconnect: bool = False,
 ) -> dict[str, Any]:
     """Run the sender in its own process (it must not share the server's CPU in-process)."""
     command = [
@@ -426,6 +437,8 @@ def run_sender(
     ]
     if server_pid is not None:
         command += ["--server-pid", str(server_pid)]
+    if reconnect:
+        command.append("--reconnect")
     limit = warmup + duration + 60
     done = subprocess.run(
         command, capture_output=True, timeout=limit, env=_environment(), check=False
@@ -469,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     send.add_argument("--warmup", type=float, default=0.5)
     send.add_argument("--size", type=int, default=4096)
     send.add_argument("--server-pid", type=int, help="also report this process's CPU")
+    send.add_argument("--reconnect", action="store_true", help="a new connection per message")
     args = parser.parse_args(argv)
     if args.command == "bare-sink":
         asyncio.run(_bare_sink())
@@ -482,6 +496,7 @@ def main(argv: list[str] | None = None) -> int:
             args.warmup,
             args.size,
             args.server_pid,
+            args.reconnect,
         )
     )
     print(json.dumps(result))

@@ -44,8 +44,6 @@ from _common import (  # the bench folder is not a package: see sys.path above
     start_runsink,
 )
 
-TARGET_RATIO_AT_8 = 0.60
-TARGET_WAKE_P50_MS = 5.0
 MESSAGE_BYTES = 4096
 
 # Long-polls with no pacing, and budget and lease enough for every wait of the run.
@@ -64,6 +62,9 @@ inboxes_per_purpose = 100
 class Level:
     connections: int
     label: str
+    sink_name: str = "runsink"  # which runsink process (see main)
+    reconnect: bool = False  # a new connection per message
+    size: int = MESSAGE_BYTES
     bare: list[float] = field(default_factory=list)
     sink: list[float] = field(default_factory=list)
     bare_cpu_us: list[float] = field(default_factory=list)
@@ -82,14 +83,20 @@ def create_inbox(server: ServerProcess, purpose: str, **body: Any) -> dict[str, 
     return created
 
 
-def measure(server: ServerProcess, rcpt: str, connections: int, duration: float) -> dict[str, Any]:
+def measure(server: ServerProcess, rcpt: str, level: Level, duration: float) -> dict[str, Any]:
     """One timed sender run: rate, and CPU of the server and of the sender in the window."""
     result = run_sender(
-        server.smtp_port, rcpt, connections, duration, size=MESSAGE_BYTES, server_pid=server.pid
+        server.smtp_port,
+        rcpt,
+        level.connections,
+        duration,
+        size=level.size,
+        server_pid=server.pid,
+        reconnect=level.reconnect,
     )
     if result["failures"] or result["other_codes"]:
         print(
-            f"  ! {server.name} x{connections}: failures {result['failures']}, "
+            f"  ! {server.name} {level.label}: failures {result['failures']}, "
             f"non-250 replies {result['other_codes']}",
             file=sys.stderr,
         )
@@ -98,21 +105,22 @@ def measure(server: ServerProcess, rcpt: str, connections: int, duration: float)
 
 def run_levels(
     bare: ServerProcess,
-    sink: ServerProcess,
-    rcpt: str,
+    sinks: dict[str, tuple[ServerProcess, str]],
     levels: list[Level],
     duration: float,
     repeats: int,
 ) -> None:
+    """Each level against the bare sink and its runsink (``sinks``: name -> process, rcpt)."""
     for repeat in range(repeats):
         for index, level in enumerate(levels):
+            sink, rcpt = sinks[level.sink_name]
             # Alternate which goes first: a noisy neighbour then hurts both sides alike.
             pair = [(bare, True), (sink, False)]
             if (repeat + index) % 2:
                 pair.reverse()
             rates: dict[bool, float] = {}
             for server, is_bare in pair:
-                result = measure(server, rcpt, level.connections, duration)
+                result = measure(server, rcpt, level, duration)
                 rate = float(result["rate"])
                 cpu_us = float(result["server_cpu_us_per_msg"] or 0.0)
                 client_cpu = float(result["client_cpu_share"])
@@ -126,7 +134,7 @@ def run_levels(
                 level.client_cpu.append(client_cpu)
             level.ratios.append(rates[False] / rates[True] if rates[True] else 0.0)
             print(
-                f"  round {repeat + 1}/{repeats} {level.label:>14}: bare {rates[True]:7.0f}/s  "
+                f"  round {repeat + 1}/{repeats} {level.label:>26}: bare {rates[True]:7.0f}/s  "
                 f"{sink.name} {rates[False]:7.0f}/s  ratio {level.ratios[-1]:.2f}",
                 file=sys.stderr,
                 flush=True,
@@ -212,6 +220,14 @@ async def measure_wake(server: ServerProcess, count: int) -> list[float]:
 
 # -- report --------------------------------------------------------------------------
 
+# Issue 13's goals: (label, least runsink/bare ratio).
+TARGETS = [
+    ("1", 1.0),
+    ("8", 1.5),
+    ("8, new connection each", 1.2),
+    ("8, 1 MiB messages", 1.0),
+]
+
 
 def _mark(ok: bool) -> str:
     return "met" if ok else "MISSED"
@@ -221,24 +237,23 @@ def report(
     levels: list[Level],
     wake_ms: list[float],
     rss: dict[str, float | None],
+    big_rss_growth_mb: float | None,
     args: argparse.Namespace,
 ) -> dict[str, Any]:
     print()
     print(
         f"runsink ingest/wake benchmark  ({'quick' if args.quick else 'full'}: "
-        f"{args.duration:g} s per measurement, {args.repeats} round(s), median shown; "
-        f"~{MESSAGE_BYTES} B messages)"
+        f"{args.duration:g} s per measurement, {args.repeats} round(s), median shown)"
     )
     load = f"load average {args.load_at_start:.2f} at start, {os.getloadavg()[0]:.2f} at end"
     noisy = max(args.load_at_start, os.getloadavg()[0]) > 1.0
     print(load + (" (busy machine: figures are noisy)" if noisy else ""))
-    header = (
-        f"{'connections':>16} | {'bare msg/s':>10} | {'runsink msg/s':>13} | {'ratio':>5} | "
-        f"{'ratio range':>11} | {'bare CPU µs/msg':>15} | {'runsink CPU µs/msg':>18} | "
-        f"{'client CPU':>10}"
+    print()
+    print(
+        "| messages over | bare msg/s | runsink msg/s | ratio | ratio range "
+        "| bare CPU µs/msg | runsink CPU µs/msg | sender CPU |"
     )
-    print(header)
-    print("-" * len(header))
+    print("|---|---|---|---|---|---|---|---|")
     summary: dict[str, Any] = {"load_average": [args.load_at_start, os.getloadavg()[0]]}
     summary["levels"] = []
     for level in levels:
@@ -256,9 +271,9 @@ def report(
         summary["levels"].append(row)
         spread = f"{min(level.ratios):.2f}-{max(level.ratios):.2f}"
         print(
-            f"{level.label:>16} | {row['bare_rate']:10.0f} | {row['runsink_rate']:13.0f} | "
-            f"{row['ratio']:5.2f} | {spread:>11} | {row['bare_cpu_us']:15.0f} | "
-            f"{row['runsink_cpu_us']:18.0f} | {row['client_cpu_share']:9.0%}"
+            f"| {level.label} | {row['bare_rate']:.0f} | {row['runsink_rate']:.0f} | "
+            f"**{row['ratio']:.2f}** | {spread} | {row['bare_cpu_us']:.0f} | "
+            f"{row['runsink_cpu_us']:.0f} | {row['client_cpu_share']:.0%} |"
         )
     p50, p99 = percentile(wake_ms, 50), percentile(wake_ms, 99)
     summary["wake"] = {
@@ -268,45 +283,61 @@ def report(
         "max_ms": max(wake_ms),
     }
     summary["peak_rss_mb"] = rss
+    summary["big_message_rss_growth_mb"] = big_rss_growth_mb
     print()
     print(
         f"wake latency (250 -> long-poll answer), {len(wake_ms)} messages: "
         f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {max(wake_ms):.2f} ms"
     )
     print("peak RSS (VmHWM): " + ", ".join(f"{k} {v:.1f} MB" for k, v in rss.items() if v))
-    at_8 = next((row for row in summary["levels"] if row["label"] == "8"), None)
     print()
-    if at_8 is not None:
-        ok = at_8["ratio"] >= TARGET_RATIO_AT_8
+    by_label = {row["label"]: row for row in summary["levels"]}
+    for label, least in TARGETS:
+        if label in by_label:
+            ratio = by_label[label]["ratio"]
+            verdict = _mark(ratio >= least)
+            print(f"target: {label}: runsink/bare >= {least:.1f}: {ratio:.2f} ({verdict})")
+    print(
+        f"target: wake p50 <= 1 ms, p99 <= 5 ms: {p50:.2f} / {p99:.2f} ms "
+        f"({_mark(p50 <= 1.0 and p99 <= 5.0)})"
+    )
+    if big_rss_growth_mb is not None:
+        per_connection = big_rss_growth_mb / BIG_CONNECTIONS
         print(
-            f"target: runsink/bare at 8 connections >= {TARGET_RATIO_AT_8:.0%}: "
-            f"{at_8['ratio']:.0%} ({_mark(ok)})"
+            f"target: 1 MiB messages, peak RSS growth per connection < 3 MiB: "
+            f"{per_connection:.2f} MiB ({_mark(per_connection < 3.0)})"
         )
     print(
-        f"target: wake p50 <= {TARGET_WAKE_P50_MS:g} ms: {p50:.2f} ms "
-        f"({_mark(p50 <= TARGET_WAKE_P50_MS)})"
+        "(runsink at the default --log-level info, on uvloop unless the row says 'stock loop'; "
+        "the bare sink is aiosmtpd on the stock asyncio loop)"
     )
-    print("(runsink logs at warning here; the 'info logs' row is the default --log-level info)")
     return summary
+
+
+BIG_BYTES = 1024 * 1024
+BIG_CONNECTIONS = 8
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a short smoke run (< 30 s)")
+    parser.add_argument("--quick", action="store_true", help="a short smoke run (< 60 s)")
     parser.add_argument("--duration", type=float, help="seconds per measurement")
     parser.add_argument("--repeats", type=int, help="rounds of the whole matrix")
     parser.add_argument("--wake-count", type=int, help="messages for the wake latency")
     parser.add_argument(
         "--levels", default="1,8,64", help="concurrent connections, comma-separated"
     )
-    parser.add_argument("--no-info", action="store_true", help="skip the info-level run")
+    parser.add_argument(
+        "--no-variants",
+        action="store_true",
+        help="only the levels: skip new-connection, 1 MiB, stock-loop and warning-log rows",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = parser.parse_args(argv)
     args.duration = args.duration or (1.0 if args.quick else 3.0)
     args.repeats = args.repeats or (1 if args.quick else 5)
     args.wake_count = args.wake_count or (50 if args.quick else 500)
-    with_info = not (args.quick or args.no_info)
     connection_levels = [int(x) for x in args.levels.split(",")]
     args.load_at_start = os.getloadavg()[0]
 
@@ -314,33 +345,49 @@ def main(argv: list[str] | None = None) -> int:
     policy_file = folder / "policies.toml"
     policy_file.write_text(POLICIES)
     servers: list[ServerProcess] = []
+
+    def runsink(name: str, *extra: str, log_level: str = "info") -> tuple[ServerProcess, str]:
+        server = start_runsink(
+            folder / name,
+            name=name,
+            log_level=log_level,
+            policy_file=policy_file,
+            extra_args=extra,
+        )
+        servers.append(server)
+        return server, create_inbox(server, "ingest", ttl_s=3600)["address"]
+
     try:
         bare = start_bare_sink(folder / "bare")
         servers.append(bare)
-        sink = start_runsink(folder / "runsink", policy_file=policy_file)
-        servers.append(sink)
-        rcpt = create_inbox(sink, "ingest", ttl_s=3600)["address"]
-        print(f"servers up in {folder}; ingest to {rcpt}", file=sys.stderr, flush=True)
-
+        sinks = {"runsink": runsink("runsink")}
+        print(f"servers up in {folder}", file=sys.stderr, flush=True)
         levels = [Level(n, str(n)) for n in connection_levels]
-        run_levels(bare, sink, rcpt, levels, args.duration, args.repeats)
-        if with_info:
-            info = start_runsink(
-                folder / "runsink-info",
-                name="runsink-info",
-                log_level="info",
-                policy_file=policy_file,
-            )
-            servers.append(info)
-            info_rcpt = create_inbox(info, "ingest", ttl_s=3600)["address"]
-            info_level = Level(8, "8 (info logs)")
-            run_levels(bare, info, info_rcpt, [info_level], args.duration, args.repeats)
-            levels.append(info_level)
+        big_rss_growth_mb = None
+        if not args.no_variants:
+            sinks["runsink-stock"] = runsink("runsink-stock", "--event-loop", "asyncio")
+            sinks["runsink-warning"] = runsink("runsink-warning", log_level="warning")
+            sinks["runsink-big"] = runsink("runsink-big")
+            levels += [
+                Level(8, "8, new connection each", reconnect=True),
+                Level(8, "8, stock loop", sink_name="runsink-stock"),
+                Level(8, "8, warning logs", sink_name="runsink-warning"),
+            ]
+        run_levels(bare, sinks, levels, args.duration, args.repeats)
+        if not args.no_variants:
+            # Its own process, so that its peak RSS is the big messages' alone.
+            big_sink = sinks["runsink-big"][0]
+            before = big_sink.rss_mb() or 0.0
+            big = Level(BIG_CONNECTIONS, "8, 1 MiB messages", "runsink-big", size=BIG_BYTES)
+            run_levels(bare, sinks, [big], args.duration, args.repeats)
+            levels.append(big)
+            peak = big_sink.peak_rss_mb()
+            big_rss_growth_mb = (peak - before) if peak else None
 
         print(f"wake latency: {args.wake_count} messages", file=sys.stderr, flush=True)
-        wake_ms = asyncio.run(measure_wake(sink, args.wake_count))
+        wake_ms = asyncio.run(measure_wake(sinks["runsink"][0], args.wake_count))
         rss = {server.name: server.peak_rss_mb() for server in servers}
-        summary = report(levels, wake_ms, rss, args)
+        summary = report(levels, wake_ms, rss, big_rss_growth_mb, args)
         if args.json:
             args.json.write_text(json.dumps(summary, indent=2))
     finally:

@@ -23,6 +23,7 @@ _DOMAIN = re.compile(
     r"(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
 )
 _LEVELS = ("debug", "info", "warning", "error")
+_LOOPS = ("auto", "uvloop", "asyncio")  # auto: uvloop where it is installed
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,7 @@ class Settings:
     smtp_no_starttls: bool = False
     max_store_mb: int | None = None
     log_level: str = "info"
+    event_loop: str = "auto"
     policies: dict[str, Policy] = field(default_factory=lambda: load_policies(None))
     # The tokens file's entries (read once, at start-up); --api-token is added by ``tokens``.
     file_tokens: tuple[TokenEntry, ...] = field(default=(), repr=False)
@@ -87,6 +89,7 @@ _OPTIONS: list[tuple[str, str, str]] = [
     ("smtp-no-starttls", "RUNSINK_SMTP_NO_STARTTLS", "bool"),
     ("max-store-mb", "RUNSINK_MAX_STORE_MB", "positive"),
     ("log-level", "RUNSINK_LOG_LEVEL", "level"),
+    ("event-loop", "RUNSINK_EVENT_LOOP", "loop"),
 ]
 
 
@@ -157,6 +160,10 @@ def _parse(source: str, kind: str, value: object) -> object:
     if kind == "level":
         if text.lower() not in _LEVELS:
             raise ConfigError(f"{source}: expected one of {', '.join(_LEVELS)}, got {text!r}")
+        return text.lower()
+    if kind == "loop":
+        if text.lower() not in _LOOPS:
+            raise ConfigError(f"{source}: expected one of {', '.join(_LOOPS)}, got {text!r}")
         return text.lower()
     if kind == "file":
         path = Path(text)

@@ -167,4 +167,6 @@ def _valid_address(address: str) -> bool:
         return False
     # Non-ASCII controls, format characters (zero-width joiners), separators (no-break
     # spaces) and undecodable bytes (surrogate escapes) are not part of any mailbox.
-    return all(c.isascii() or unicodedata.category(c)[0] not in "CZ" for c in address)
+    return address.isascii() or all(
+        c.isascii() or unicodedata.category(c)[0] not in "CZ" for c in address
+    )

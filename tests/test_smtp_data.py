@@ -1,0 +1,112 @@
+"""DATA read in chunks up to each ``.<CRLF>``: the end marker, dot-stuffing and sizes hold
+wherever the client's writes (and so the server's reads) happen to split the bytes."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.support import Server, create_inbox
+from tests.test_smtp_hardening import SENDER, Raw, greeted, messages, raw_of, unstuffed
+
+
+@pytest.fixture()
+def http(server: Server) -> Iterator[httpx.Client]:
+    with server.http() as client:
+        yield client
+
+
+def _send_in_pieces(client: Raw, data: bytes, cut: int) -> None:
+    """Write ``data`` in two sends split at ``cut``, each on its own TCP segment."""
+    client.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    client.send(data[:cut])
+    client.send(data[cut:])
+
+
+BODY = b"Subject: pieces\r\n\r\nThanks.\r\n..leading dot\r\nend.\r\n"
+
+
+@pytest.mark.parametrize("cut", range(len(BODY) - 8, len(BODY) + 3))
+def test_the_final_dot_is_found_wherever_the_bytes_split(
+    server: Server, http: httpx.Client, cut: int
+) -> None:
+    """<CRLF>.<CRLF> split over two writes at any byte still ends DATA, once, unstuffed."""
+    inbox = create_inbox(http)
+    with Raw(server.smtp_port) as client:
+        greeted(client)
+        assert client.cmd(f"MAIL FROM:<{SENDER}>") == 250
+        assert client.cmd(f"RCPT TO:<{inbox['address']}>") == 250
+        assert client.cmd("DATA") == 354
+        _send_in_pieces(client, BODY + b".\r\n", cut)
+        assert client.code() == 250
+        assert client.cmd("NOOP") == 250
+    (listed,) = messages(http, inbox["inbox_id"])
+    assert raw_of(http, listed["message_id"]) == unstuffed(BODY)
+
+
+def test_a_message_larger_than_the_line_cap_is_kept_whole(
+    server: Server, http: httpx.Client
+) -> None:
+    """3 MiB of ordinary lines (no ``.<CRLF>`` for more than the reader's limit) arrive whole."""
+    inbox = create_inbox(http)
+    line = b"x" * 76 + b"\r\n"
+    body = b"Subject: big\r\n\r\n" + line * (3 * 2**20 // len(line)) + b".stuffed\r\nlast\r\n"
+    with Raw(server.smtp_port) as client:
+        greeted(client)
+        assert client.cmd(f"MAIL FROM:<{SENDER}>") == 250
+        assert client.cmd(f"RCPT TO:<{inbox['address']}>") == 250
+        assert client.cmd("DATA") == 354
+        assert client.cmd(b"." + body + b".") == 250
+    (listed,) = messages(http, inbox["inbox_id"])
+    assert raw_of(http, listed["message_id"]) == unstuffed(b"." + body)
+
+
+def test_lines_ending_in_a_dot_are_text(server: Server, http: httpx.Client) -> None:
+    """Many lines ending in "." (each one a read that is not the end) are kept as sent."""
+    inbox = create_inbox(http)
+    body = b"Subject: dots\r\n\r\n" + b"".join(b"Sentence %d.\r\n" % n for n in range(500))
+    with Raw(server.smtp_port) as client:
+        greeted(client)
+        assert client.cmd(f"MAIL FROM:<{SENDER}>") == 250
+        assert client.cmd(f"RCPT TO:<{inbox['address']}>") == 250
+        assert client.cmd("DATA") == 354
+        assert client.cmd(body + b".") == 250
+    (listed,) = messages(http, inbox["inbox_id"])
+    assert raw_of(http, listed["message_id"]) == body
+
+
+def test_pipelined_commands_after_the_dot_are_answered(server: Server, http: httpx.Client) -> None:
+    """What follows the final dot in the same write is the next command, not message text."""
+    inbox = create_inbox(http)
+    with Raw(server.smtp_port) as client:
+        greeted(client)
+        client.send(f"MAIL FROM:<{SENDER}>\r\nRCPT TO:<{inbox['address']}>\r\nDATA\r\n".encode())
+        assert [client.code(), client.code(), client.code()] == [250, 250, 354]
+        client.send(b"Subject: one\r\n\r\nfirst\r\n.\r\nNOOP\r\nQUIT\r\n")
+        assert [client.code(), client.code(), client.code()] == [250, 250, 221]
+    (listed,) = messages(http, inbox["inbox_id"])
+    assert raw_of(http, listed["message_id"]) == b"Subject: one\r\n\r\nfirst\r\n"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"", b"\r\n", b"one line\r\n", b".\rnot the end\r\n", b"..\r\n", b"a\n.\r\nb\r\n"],
+    ids=["empty", "blank-line", "one-line", "dot-cr", "stuffed-dot", "bare-lf-dot"],
+)
+def test_short_and_odd_bodies_end_where_the_marker_is(
+    server: Server, http: httpx.Client, body: bytes
+) -> None:
+    """The shortest messages, and a dot after a bare CR or LF, end only at <CRLF>.<CRLF>."""
+    inbox = create_inbox(http)
+    with Raw(server.smtp_port) as client:
+        greeted(client)
+        assert client.cmd(f"MAIL FROM:<{SENDER}>") == 250
+        assert client.cmd(f"RCPT TO:<{inbox['address']}>") == 250
+        assert client.cmd("DATA") == 354
+        assert client.cmd(body + b".") == 250
+        assert client.cmd("NOOP") == 250
+    (listed,) = messages(http, inbox["inbox_id"])
+    assert raw_of(http, listed["message_id"]) == unstuffed(body)
