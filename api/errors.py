@@ -13,22 +13,7 @@ from api.schemas import ErrorBody, ErrorOut, RefusalOut
 from sink import errors
 from sink.logs import error as log_error
 
-# Most specific first: the first matching class wins.
-TABLE: list[tuple[type[errors.RunsinkError], int, str]] = [
-    (errors.InvalidCursor, 400, "invalid_cursor"),
-    (errors.UnknownPolicy, 400, "unknown_policy"),
-    (errors.InvalidRequest, 422, "invalid_request"),
-    (errors.NotFound, 404, "not_found"),
-    (errors.FaultsDisabled, 404, "not_found"),
-    (errors.IdempotencyKeyConflict, 409, "idempotency_key_conflict"),
-    (errors.PolicyForbids, 409, "policy_forbids"),
-    (errors.EvidenceReleased, 410, "evidence_released"),
-    (errors.Unauthorized, 401, "unauthorized"),
-    (errors.ForbiddenScope, 403, "forbidden_scope"),
-    (errors.CircuitOpen, 503, "circuit_open"),
-    (errors.ProviderTimeout, 503, "provider_timeout"),
-    (errors.ProviderTrouble, 503, "provider_error"),
-]
+TABLE = errors.STATUS_AND_CODE
 
 _REFUSAL_STATUS = {"wrong_run": 403, "claimed_by_other_run": 409}
 

@@ -2,23 +2,23 @@
 
 The HTTP API and the MCP tools both call this class, so the semantics are the
 same everywhere. Every call checks, in the contract's order: input, ownership,
-expiry, circuit breaker, too early, budget, provider.
+expiry, circuit breaker, too early, budget, provider. The breaker's bookkeeping is
+``Guard.attempt``'s (``sink/guard.py``); the long-poll's mechanics are
+``LongPolls.look``'s (``sink/longpoll.py``); the rules are the pure core's
+(``sink/inbox.py``, ``sink/envelope.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import json
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass, field, replace
-from functools import partial
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any
 
-from sink import clock, ids
+from sink import ids
 from sink.breaker import BreakerKey
+from sink.clock import Clock, SystemClock, rfc3339_or_none
 from sink.config import Settings
 from sink.envelope import (
     Action,
@@ -40,21 +40,21 @@ from sink.errors import (
     ProviderTrouble,
     UnknownPolicy,
 )
-from sink.guard import BreakerChange, Guard
+from sink.guard import Guard
 from sink.inbox import (
     Claim,
     Delivery,
     GateKind,
     Inbox,
     Match,
-    ScanResult,
     State,
     after_claim,
     after_poll,
     wait_gate,
 )
 from sink.logs import log
-from sink.message import ParsedMessage, parse, searchable_text
+from sink.longpoll import Ending, LongPolls, Look
+from sink.message import ParsedMessage, parse
 from sink.metrics import Metrics
 from sink.policy import Policy
 from sink.storage.base import (
@@ -67,31 +67,6 @@ from sink.storage.base import (
     UnroutedMail,
 )
 from sink.waiters import Waiters
-
-T = TypeVar("T")
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def _settles(
-    method: Callable[Concatenate[Agent, P], Awaitable[R]],
-) -> Callable[Concatenate[Agent, P], Awaitable[R]]:
-    """After the operation, wait for the bookkeeping it started (breaker events), so the
-    run report a caller reads next already shows them."""
-
-    @functools.wraps(method)
-    async def settled(self: Agent, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return await method(self, *args, **kwargs)
-        finally:
-            await self._settle()
-
-    return settled
-
-
-_SCAN_PAGE = 200
-_SCAN_PAGES_PER_LOOK = 10
-_BODY_CACHE = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,16 +115,23 @@ class RunReport:
 
 class Agent:
     def __init__(
-        self, store: Store, waiters: Waiters, settings: Settings, guard: Guard, metrics: Metrics
+        self,
+        store: Store,
+        waiters: Waiters,
+        settings: Settings,
+        guard: Guard,
+        metrics: Metrics,
+        clock: Clock | None = None,
+        new_ids: ids.Ids = ids.RANDOM,
     ) -> None:
         self._store = store
         self._waiters = waiters
         self._settings = settings
         self._guard = guard
         self._metrics = metrics
-        self._in_flight: dict[str, float] = {}  # inbox_id -> when its wait ends
-        self._bodies: OrderedDict[str, str] = OrderedDict()
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._clock = clock or SystemClock()
+        self._ids = new_ids
+        self._polls = LongPolls(store, waiters, self._clock, metrics)
 
     # -- create / get ------------------------------------------------------------
 
@@ -163,10 +145,10 @@ class Agent:
                 {"known": sorted(self._settings.policies)},
             )
         policy = self._settings.policy(policy_name)
-        now = clock.now()
-        local_part = ids.new_local_part()
+        now = self._clock.now()
+        local_part = self._ids.local_part()
         inbox = Inbox(
-            inbox_id=ids.new_inbox_id(),
+            inbox_id=self._ids.inbox_id(),
             run_id=request.run_id,
             purpose=request.purpose,
             address=f"{local_part}@{self._settings.domain}",
@@ -181,7 +163,7 @@ class Agent:
             reason=None,
             evidence=None,
             match=request.match,
-            trace_id=trace or ids.new_trace_id(),
+            trace_id=trace or self._ids.trace_id(),
         )
         idempotency_key = key or f"{request.purpose}:{request.run_id}"
         new = NewInbox(
@@ -234,131 +216,66 @@ class Agent:
         if run_id is not None and run_id != inbox.run_id:
             # Refused like any call naming the wrong run (GET has no breaker of its own).
             raise OwnershipRefused("wrong_run", f"run {run_id!r} does not own this inbox")
-        return await self._describe(inbox, clock.now(), trace or inbox.trace_id)
+        return await self._describe(inbox, self._clock.now(), trace or inbox.trace_id)
 
     # -- wait ----------------------------------------------------------------------
 
-    @_settles
     async def wait(self, inbox_id: str, request: WaitRequest, trace: str | None) -> Envelope:
         cursor_seq = None if request.cursor is None else ids.decode_cursor(inbox_id, request.cursor)
         inbox = await self._load(inbox_id)
         policy = self._policy(inbox)
         trace_id = trace or inbox.trace_id
-        self._check_owner(request.run_id, inbox, "wait", policy)
-        started = clock.now()
+        await self._check_owner(request.run_id, inbox, "wait", policy)
+        started = self._clock.now()
         current = inbox.effective(started)
         if current.state is State.EXPIRED:
             return await self._expired(inbox, current, policy, started, trace_id)
 
         key = (inbox.run_id, inbox.inbox_id, "wait")
-        admission = self._guard.admit(key, policy)
-        if not admission.allowed:
-            view = await self._describe(inbox, started, trace_id)
-            self._metrics.blocked("wait", "circuit_open")
-            return blocked(view, "circuit_open", admission.retry_after or policy.breaker_cooldown_s)
-        answered = False  # did the provider answer (or fail)? a probe that did not is handed back
         try:
-            gate = wait_gate(inbox, started)
-            in_flight_until = self._in_flight.get(inbox_id)
-            if gate.kind is GateKind.TOO_EARLY or in_flight_until is not None:
-                retry_after = gate.retry_after or max(0.1, (in_flight_until or started) - started)
-                self._metrics.blocked("wait", "too_early")
-                return blocked(
-                    await self._describe(inbox, started, trace_id), "too_early", retry_after
-                )
-            if gate.kind is GateKind.REPEAT_RECEIVED:
-                return await self._describe(inbox, started, trace_id)
-            if gate.kind is GateKind.OUT_OF_BUDGET:
-                expired = inbox.expire("timeout", started)
-                return await self._expired(inbox, expired, policy, started, trace_id)
+            async with self._guard.attempt(key, policy) as attempt:
+                if attempt.refused:
+                    self._metrics.blocked("wait", "circuit_open")
+                    view = await self._describe(inbox, started, trace_id)
+                    return blocked(view, "circuit_open", attempt.retry_after)
+                gate = wait_gate(inbox, started)
+                busy_until = self._polls.busy_until(inbox_id)
+                if gate.kind is GateKind.TOO_EARLY or busy_until is not None:
+                    retry_after = gate.retry_after or max(0.1, (busy_until or started) - started)
+                    self._metrics.blocked("wait", "too_early")
+                    view = await self._describe(inbox, started, trace_id)
+                    return blocked(view, "too_early", retry_after)
+                if gate.kind is GateKind.REPEAT_RECEIVED:
+                    return await self._describe(inbox, started, trace_id)
+                if gate.kind is GateKind.OUT_OF_BUDGET:
+                    expired = inbox.expire("timeout", started)
+                    return await self._expired(inbox, expired, policy, started, trace_id)
 
-            # A half-open probe is a short look: one scan, no long-poll, so the breaker
-            # learns at once whether the provider answers.
-            timeout_s = 0.0 if admission.probe else request.timeout_s
-            deadline = started + max(
-                0.0, min(timeout_s, policy.long_poll_max_s, inbox.expires_at - started)
-            )
-            self._in_flight[inbox_id] = deadline
-            try:
-                envelope = await self._poll(
-                    inbox, policy, request, cursor_seq, started, deadline, trace_id
+                # A half-open probe is a short look: one scan, no long-poll, so the breaker
+                # learns at once whether the provider answers.
+                timeout_s = 0.0 if attempt.probe else request.timeout_s
+                deadline = started + max(
+                    0.0, min(timeout_s, policy.long_poll_max_s, inbox.expires_at - started)
                 )
-            finally:
-                self._in_flight.pop(inbox_id, None)
-            answered = True
+                match = request.match if request.match is not None else inbox.match
+                position = inbox.cursor_seq if cursor_seq is None else cursor_seq
+                look = await self._polls.look(inbox, match, position, deadline, attempt)
+                if look.ending is Ending.ENDED:
+                    # Released (or swept) while we waited: answer as the store has it now.
+                    latest = await self._load(inbox_id)
+                    return await self._describe(latest, look.ended_at, trace_id)
+                if look.ending is Ending.CLOSING:
+                    # Shutting down: answer with the current envelope; this wait spends nothing.
+                    return await self._describe(inbox, look.ended_at, trace_id)
+                after = after_poll(inbox, policy, look.scan, started, look.ended_at)
+                event = _polled_event(inbox, after, look, started)
+                if not await attempt.call(lambda: self._store.save_poll(inbox, after, event)):
+                    # Another poll, a release or the sweeper got there first: answer as of now.
+                    latest = await self._load(inbox_id)
+                    return await self._describe(latest, look.ended_at, trace_id)
         except ProviderTrouble as exc:
-            answered = True  # _provider_trouble records the failure
-            return await self._provider_trouble(exc, key, inbox, policy, started, trace_id)
-        finally:
-            # Early answers (too early, budget) and cancellations never reached the provider:
-            # a probe among them must not keep the half-open slot.
-            if admission.probe and not answered:
-                self._guard.abandon(key, policy)
-        self._guard.success(key, policy)
-        return envelope
-
-    async def _poll(
-        self,
-        inbox: Inbox,
-        policy: Policy,
-        request: WaitRequest,
-        cursor_seq: int | None,
-        started: float,
-        deadline: float,
-        trace_id: str,
-    ) -> Envelope:
-        match = request.match if request.match is not None else inbox.match
-        position = inbox.cursor_seq if cursor_seq is None else cursor_seq
-        mismatched = False
-        found: Delivery | None = None
-        woken = self._waiters.register(inbox.inbox_id)
-        self._metrics.long_polls.inc()
-        try:
-            while True:
-                woken.clear()
-                result = await self._guard.call(
-                    "wait", inbox.run_id, policy, partial(self._scan, inbox, match, position)
-                )
-                position = max(position, result.last_seq)
-                mismatched = mismatched or result.mismatched
-                found = result.found
-                if found is not None or self._waiters.closing or woken.ended:
-                    break
-                remaining = deadline - clock.now()
-                if remaining <= 0:
-                    break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), remaining)
-        finally:
-            self._metrics.long_polls.dec()
-            self._waiters.unregister(inbox.inbox_id, woken)
-        ended = clock.now()
-        if found is None and woken.ended:
-            # Released (or swept) while we waited: answer as the store has it now.
-            return await self._describe(await self._load(inbox.inbox_id), ended, trace_id)
-        if found is None and self._waiters.closing:
-            # Shutting down: answer with the current envelope; this wait spends nothing.
-            return await self._describe(inbox, ended, trace_id)
-        after = after_poll(inbox, policy, ScanResult(found, position, mismatched), started, ended)
-        outcome = "received" if found is not None else after.reason or "evidence_not_found"
-        event = Event(
-            run_id=inbox.run_id,
-            type="polled",
-            at=started,
-            inbox_id=inbox.inbox_id,
-            message_id=found.message_id if found else None,
-            detail={
-                "attempt": after.polls_used,
-                "outcome": outcome,
-                "latency_ms": after.last_poll_latency_ms,
-            },
-        )
-        saved = await self._guard.call(
-            "wait", inbox.run_id, policy, lambda: self._store.save_poll(inbox, after, event)
-        )
-        if not saved:
-            # Another poll, a release or the sweeper got there first: answer as of now.
-            return await self._describe(await self._load(inbox.inbox_id), ended, trace_id)
+            return await self._provider_trouble(exc, key, inbox, started, trace_id)
+        found = look.scan.found
         self._metrics.polled(inbox, after, found is not None)
         log(
             "polled",
@@ -366,66 +283,23 @@ class Agent:
             inbox_id=inbox.inbox_id,
             message_id=found.message_id if found else None,
             trace_id=trace_id,
-            outcome=outcome,
+            outcome=event.detail["outcome"],
             attempt=after.polls_used,
             latency_ms=after.last_poll_latency_ms,
         )
-        return await self._describe(after, ended, trace_id)
-
-    async def _scan(self, inbox: Inbox, match: Match, after_seq: int) -> ScanResult:
-        """Deliveries beyond the cursor, oldest first: the first unclaimed match, or none."""
-        position = after_seq
-        mismatched = False
-        now = clock.now()
-        for _ in range(_SCAN_PAGES_PER_LOOK):
-            page = await self._store.deliveries_after(inbox.inbox_id, position, _SCAN_PAGE)
-            for delivery in page:
-                if delivery.claim is None:
-                    if await self._matches(match, delivery, now):
-                        return ScanResult(delivery, position, mismatched)
-                    mismatched = True
-                position = delivery.seq
-            if len(page) < _SCAN_PAGE:
-                break
-        return ScanResult(None, position, mismatched)
-
-    async def _matches(self, match: Match, delivery: Delivery, now: float) -> bool:
-        if not match.headers_match(delivery.subject, delivery.from_addr, delivery.received_at, now):
-            return False
-        if not match.needs_body:
-            return True
-        return match.body_matches(await self._body_text(delivery.message_id))
-
-    async def _body_text(self, message_id: str) -> str:
-        cached = self._bodies.get(message_id)
-        if cached is not None:
-            self._bodies.move_to_end(message_id)
-            return cached
-        raw = await self._store.raw(message_id)
-        text = "" if raw is None else await asyncio.to_thread(searchable_text, raw)
-        self._bodies[message_id] = text
-        if len(self._bodies) > _BODY_CACHE:
-            self._bodies.popitem(last=False)
-        return text
+        return await self._describe(after, look.ended_at, trace_id)
 
     # -- claim -----------------------------------------------------------------------
 
-    @_settles
     async def claim(self, message_id: str, run_id: str, trace: str | None) -> Envelope:
         delivery = await self._delivery(message_id)
         inbox = await self._load(delivery.inbox_id)
         policy = self._policy(inbox)
         trace_id = trace or inbox.trace_id
-        now = clock.now()
+        now = self._clock.now()
         if delivery.claim is not None:
-            if delivery.claim.run_id == run_id:
-                self._metrics.claim("already_claimed")
-                return already_claimed(self._claimed_view(inbox, delivery, now, trace_id))
-            self._metrics.claim("claimed_by_other_run")
-            raise OwnershipRefused(
-                "claimed_by_other_run", f"message {message_id} was claimed by another run"
-            )
-        self._check_owner(run_id, inbox, "claim", policy)
+            return self._claimed_before(inbox, delivery, delivery.claim, run_id, now, trace_id)
+        await self._check_owner(run_id, inbox, "claim", policy)
         current = inbox.effective(now)
         if current.state is State.EXPIRED:
             await self._persist_expiry(inbox, current, policy)
@@ -434,34 +308,20 @@ class Agent:
             return lease_expired(view, await self._can_create_another(inbox, policy))
 
         key = (inbox.run_id, inbox.inbox_id, "claim")
-        admission = self._guard.admit(key, policy)
-        if not admission.allowed:
-            view = await self._describe(inbox, now, trace_id)
-            self._metrics.blocked("claim", "circuit_open")
-            return blocked(view, "circuit_open", admission.retry_after or policy.breaker_cooldown_s)
-        claim = Claim(ids.new_claim_id(), message_id, run_id, now)
+        claim = Claim(self._ids.claim_id(), message_id, run_id, now)
         after = after_claim(inbox, delivery, claim)
         try:
-            standing = await self._guard.call(
-                "claim", inbox.run_id, policy, lambda: self._store.claim(delivery, claim, after)
-            )
+            async with self._guard.attempt(key, policy) as attempt:
+                if attempt.refused:
+                    self._metrics.blocked("claim", "circuit_open")
+                    view = await self._describe(inbox, now, trace_id)
+                    return blocked(view, "circuit_open", attempt.retry_after)
+                standing = await attempt.call(lambda: self._store.claim(delivery, claim, after))
         except ProviderTrouble as exc:
-            return await self._provider_trouble(exc, key, inbox, policy, now, trace_id)
-        except BaseException:
-            if admission.probe:
-                self._guard.abandon(key, policy)
-            raise
-        self._guard.success(key, policy)
-        claimed = replace(delivery, claim=standing)
+            return await self._provider_trouble(exc, key, inbox, now, trace_id)
         if standing.claim_id != claim.claim_id:
             # Lost a race: someone claimed it between our read and our write.
-            if standing.run_id != run_id:
-                self._metrics.claim("claimed_by_other_run")
-                raise OwnershipRefused(
-                    "claimed_by_other_run", f"message {message_id} was claimed by another run"
-                )
-            self._metrics.claim("already_claimed")
-            return already_claimed(self._claimed_view(inbox, claimed, now, trace_id))
+            return self._claimed_before(inbox, delivery, standing, run_id, now, trace_id)
         self._metrics.claim("claimed")
         log(
             "claimed",
@@ -472,18 +332,36 @@ class Agent:
         )
         return await self._describe(after_claim(inbox, delivery, standing), now, trace_id)
 
-    async def _provider_trouble(
+    def _claimed_before(
         self,
-        exc: ProviderTrouble,
-        key: BreakerKey,
         inbox: Inbox,
-        policy: Policy,
+        delivery: Delivery,
+        standing: Claim,
+        run_id: str,
         now: float,
         trace_id: str,
     ) -> Envelope:
-        """The provider failed an envelope call: a breaker failure, nothing spent, retry soon."""
+        """The message was claimed already: by this run (a replay), or by another (refused)."""
+        if standing.run_id != run_id:
+            self._metrics.claim("claimed_by_other_run")
+            raise OwnershipRefused(
+                "claimed_by_other_run",
+                f"message {delivery.message_id} was claimed by another run",
+            )
+        self._metrics.claim("already_claimed")
+        claimed = replace(delivery, claim=standing)
+        current = inbox.effective(now)
+        state = State.EXPIRED if current.state is State.EXPIRED else State.RECEIVED
+        shown = replace(current, state=State.RECEIVED, evidence=claimed.as_evidence())
+        view = describe(shown, now, False, trace_id)
+        view = replace(view, state=state.value, status=Status.COMPLETED, next_action=Action.PROCEED)
+        return already_claimed(view)
+
+    async def _provider_trouble(
+        self, exc: ProviderTrouble, key: BreakerKey, inbox: Inbox, now: float, trace_id: str
+    ) -> Envelope:
+        """The provider failed an envelope call (the guard counted it): nothing spent, retry."""
         operation = key[2]
-        self._guard.failure(key, policy, exc.reason)
         self._metrics.provider_failure(operation, exc.reason)
         log(
             "provider_trouble",
@@ -493,89 +371,65 @@ class Agent:
             operation=operation,
             reason=exc.reason,
         )
-        await self._best_effort(self._store_last_error(inbox, exc.reason))
+        await self._best_effort(self._store.set_last_error(inbox.inbox_id, exc.reason))
         view = await self._describe(replace(inbox, last_error=exc.reason), now, trace_id)
-        cooldown = self._guard.remaining_cooldown(key, policy)
+        cooldown = self._guard.remaining_cooldown(key)
         return provider_trouble(view, exc.reason, cooldown or 1.0)
-
-    def _claimed_view(
-        self, inbox: Inbox, delivery: Delivery, now: float, trace_id: str
-    ) -> Envelope:
-        current = inbox.effective(now)
-        state = State.EXPIRED if current.state is State.EXPIRED else State.RECEIVED
-        shown = replace(current, state=State.RECEIVED, evidence=delivery.as_evidence())
-        view = describe(shown, now, False, trace_id)
-        return replace(view, state=state.value, status=Status.COMPLETED, next_action=Action.PROCEED)
 
     # -- read --------------------------------------------------------------------
 
-    @_settles
     async def read(self, message_id: str, run_id: str | None, trace: str | None) -> ReadResult:
-        stored = await self._stored(message_id)
-        inbox = await self._load(stored.delivery.inbox_id)
-        policy = self._policy(inbox)
-        self._check_owner(run_id, inbox, "read", policy)
-        await self._guarded_read(inbox, policy)
+        stored = await self._readable(message_id, run_id)
         if stored.raw is None:
             return ReadResult(stored, None)
-        raw = stored.raw
-        parsed = await asyncio.to_thread(parse, raw)
+        parsed = await asyncio.to_thread(parse, stored.raw)
         log(
             "message_read",
-            run_id=inbox.run_id,
-            inbox_id=inbox.inbox_id,
+            run_id=stored.run_id,
+            inbox_id=stored.delivery.inbox_id,
             message_id=message_id,
-            trace_id=trace or inbox.trace_id,
+            trace_id=trace,
         )
         return ReadResult(stored, parsed)
 
-    @_settles
     async def raw(self, message_id: str, run_id: str | None) -> bytes:
-        stored = await self._stored(message_id)
-        inbox = await self._load(stored.delivery.inbox_id)
-        policy = self._policy(inbox)
-        self._check_owner(run_id, inbox, "read", policy)
-        await self._guarded_read(inbox, policy)
+        stored = await self._readable(message_id, run_id)
         if stored.raw is None:
             raise EvidenceReleased(
                 f"message {message_id}: its body was released; only metadata is left",
-                {"released_at": clock.rfc3339_or_none(stored.released_at)},
+                {"released_at": rfc3339_or_none(stored.released_at)},
             )
         return stored.raw
 
-    async def _guarded_read(self, inbox: Inbox, policy: Policy) -> None:
-        """The read operation's breaker and faults (a refusal is a 503 error, not an envelope)."""
+    async def _readable(self, message_id: str, run_id: str | None) -> StoredMessage:
+        """A message the caller may read: ownership, then the read breaker and faults (a
+        refusal is a 503 error, not an envelope)."""
+        stored = await self._stored(message_id)
+        inbox = await self._load(stored.delivery.inbox_id)
+        policy = self._policy(inbox)
+        await self._check_owner(run_id, inbox, "read", policy)
         key = (inbox.run_id, inbox.inbox_id, "read")
-        admission = self._guard.admit(key, policy)
-        if not admission.allowed:
-            self._metrics.blocked("read", "circuit_open")
-            raise CircuitOpen(
-                "the read circuit for this inbox is open",
-                admission.retry_after or policy.breaker_cooldown_s,
-            )
-
-        async def nothing() -> None:
-            return None
-
         try:
-            await self._guard.call("read", inbox.run_id, policy, nothing)
+            async with self._guard.attempt(key, policy) as attempt:
+                if attempt.refused:
+                    self._metrics.blocked("read", "circuit_open")
+                    raise CircuitOpen(
+                        "the read circuit for this inbox is open", attempt.retry_after
+                    )
+                await attempt.call(_nothing)
+        except CircuitOpen:
+            raise
         except ProviderTrouble as exc:
-            self._guard.failure(key, policy, exc.reason)
             self._metrics.provider_failure("read", exc.reason)
             raise
-        except BaseException:
-            if admission.probe:
-                self._guard.abandon(key, policy)
-            raise
-        self._guard.success(key, policy)
+        return stored
 
-    @_settles
     async def messages(
         self, inbox_id: str, after: str | None, limit: int, run_id: str | None
     ) -> MessagePage:
         position = 0 if after is None else ids.decode_cursor(inbox_id, after)
         inbox = await self._load(inbox_id)
-        self._check_owner(run_id, inbox, "read", self._policy(inbox))
+        await self._check_owner(run_id, inbox, "read", self._policy(inbox))
         rows = await self._store.deliveries_after(inbox_id, position, limit + 1)
         page = rows[:limit]
         last = page[-1].seq if page else position
@@ -587,58 +441,29 @@ class Agent:
         inboxes, events = await self._store.run_report(run_id)
         if not inboxes and not events:
             raise NotFound(f"no run {run_id!r} on this server")
-        now = clock.now()
+        now = self._clock.now()
         return RunReport(
             run_id, [replace(r, inbox=r.inbox.effective(now)) for r in inboxes], events
         )
 
     async def release(self, run_id: str, trace: str | None) -> None:
-        released = await self._store.release_run(run_id, clock.now())
+        released = await self._store.release_run(run_id, self._clock.now())
         self._waiters.end(released)
-        self._bodies.clear()
+        self._polls.forget_bodies()
         log("run_released", run_id=run_id, trace_id=trace, inboxes=len(released))
 
     async def unrouted(self, limit: int) -> list[UnroutedMail]:
         return await self._store.unrouted(limit)
 
-    # -- breaker bookkeeping -----------------------------------------------------------
-
-    def on_breaker_change(self, change: BreakerChange) -> None:
-        """The guard's callback: a breaker moved; record it in the run's events."""
-        run_id, inbox_id, operation = change.key
-        self._metrics.breaker(operation, change.event, change.cause)
-        log(change.event, run_id=run_id, inbox_id=inbox_id, operation=operation, cause=change.cause)
-        event = Event(
-            run_id=run_id,
-            type=change.event,
-            at=clock.now(),
-            inbox_id=inbox_id,
-            detail={"operation": operation, "cause": change.cause, "cooldown_s": change.cooldown_s},
-        )
-        self._spawn(self._best_effort(self._store.add_events([event])))
-
-    def _spawn(self, work: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _settle(self) -> None:
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=1.0)
-
-    async def drain(self) -> None:
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-
     # -- helpers -------------------------------------------------------------------
 
-    def _check_owner(
+    async def _check_owner(
         self, run_id: str | None, inbox: Inbox, operation: str, policy: Policy
     ) -> None:
         if run_id is None or run_id == inbox.run_id:
             return
         # An ownership fault counts against the run the caller named.
-        self._guard.failure((run_id, inbox.inbox_id, operation), policy, "wrong_run")
+        await self._guard.failure((run_id, inbox.inbox_id, operation), policy, "wrong_run")
         if operation == "claim":
             self._metrics.claim("wrong_run")
         raise OwnershipRefused("wrong_run", f"run {run_id!r} does not own this {_noun(operation)}")
@@ -688,15 +513,32 @@ class Agent:
         self._metrics.expired(expired.reason or "lease")
         log("expired", run_id=expired.run_id, inbox_id=expired.inbox_id, reason=expired.reason)
 
-    async def _store_last_error(self, inbox: Inbox, code: str) -> None:
-        await self._store.set_last_error(inbox.inbox_id, code)
-
     async def _best_effort(self, work: Awaitable[None]) -> None:
         try:
             # Bounded: when the store is the trouble, bookkeeping must not hold the answer.
             await asyncio.wait_for(work, 1.0)
         except Exception as exc:  # bookkeeping must never turn an answer into a 500
             log("bookkeeping_failed", error=type(exc).__name__)
+
+
+def _polled_event(inbox: Inbox, after: Inbox, look: Look, started: float) -> Event:
+    found = look.scan.found
+    return Event(
+        run_id=inbox.run_id,
+        type="polled",
+        at=started,
+        inbox_id=inbox.inbox_id,
+        message_id=found.message_id if found else None,
+        detail={
+            "attempt": after.polls_used,
+            "outcome": "received" if found else after.reason or "evidence_not_found",
+            "latency_ms": after.last_poll_latency_ms,
+        },
+    )
+
+
+async def _nothing() -> None:
+    return None
 
 
 def _noun(operation: str) -> str:

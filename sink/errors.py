@@ -132,3 +132,23 @@ class CircuitOpen(ProviderTrouble):
     def __init__(self, message: str, retry_after: float) -> None:
         super().__init__(message, {"retry_after": retry_after})
         self.retry_after = retry_after
+
+
+# The contract's status and error code for each class, most specific first (the first
+# matching class wins). ``api/errors.py`` answers HTTP with it; the fake raises the
+# client's errors with it, so both say the same.
+STATUS_AND_CODE: list[tuple[type[RunsinkError], int, str]] = [
+    (InvalidCursor, 400, "invalid_cursor"),
+    (UnknownPolicy, 400, "unknown_policy"),
+    (InvalidRequest, 422, "invalid_request"),
+    (NotFound, 404, "not_found"),
+    (FaultsDisabled, 404, "not_found"),
+    (IdempotencyKeyConflict, 409, "idempotency_key_conflict"),
+    (PolicyForbids, 409, "policy_forbids"),
+    (EvidenceReleased, 410, "evidence_released"),
+    (Unauthorized, 401, "unauthorized"),
+    (ForbiddenScope, 403, "forbidden_scope"),
+    (CircuitOpen, 503, "circuit_open"),
+    (ProviderTimeout, 503, "provider_timeout"),
+    (ProviderTrouble, 503, "provider_error"),
+]

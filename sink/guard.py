@@ -4,20 +4,36 @@ It applies, in order: the circuit breaker of (run, inbox, operation), an injecte
 fault if one matches, and the policy's ``provider_deadline_s``. Failures are
 provider trouble (``ProviderTimeout``/``ProviderError``) and ownership faults;
 a normal "nothing yet" is a success.
+
+The breaker's rule, "every admitted probe ends with exactly one of success, failure
+or abandon" (``sink/breaker.py``), is kept in one place, ``Guard.attempt``::
+
+    async with guard.attempt(key, policy) as attempt:
+        if attempt.refused:
+            return blocked(..., attempt.retry_after)
+        result = await attempt.call(work)      # the provider: faults, deadline
+
+A normal exit after a call records a success; ``ProviderTrouble`` records a failure;
+a cancellation, another exception or an exit that never reached the provider (an early
+answer: too early, out of budget) abandons the probe. The guard writes each breaker move
+to the run's events itself, before the operation answers.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Protocol, TypeVar
 
 from sink.breaker import Admission, BreakerKey, Breakers, BreakerSettings, Transition
-from sink.errors import ProviderError, ProviderTimeout
+from sink.clock import Clock, SystemClock, pause
+from sink.errors import ProviderError, ProviderTimeout, ProviderTrouble
 from sink.faults import Fault, FaultRegistry
+from sink.logs import log
+from sink.metrics import Metrics
 from sink.policy import Policy
+from sink.storage.base import Event
 
 T = TypeVar("T")
 
@@ -29,15 +45,13 @@ _TRANSITION_EVENTS = {
     "closed": "breaker_closed",
 }
 
+_BOOKKEEPING_S = 1.0  # when the store is the trouble, its events must not hold the answer
 
-@dataclass(frozen=True, slots=True)
-class BreakerChange:
-    """A breaker moved: the run report and the metrics want to know."""
 
-    key: BreakerKey
-    event: str
-    cause: str | None
-    cooldown_s: float | None
+class EventLog(Protocol):
+    """Where breaker moves are written (the store's ``add_events``)."""
+
+    async def add_events(self, events: list[Event]) -> None: ...
 
 
 def breaker_settings(policy: Policy) -> BreakerSettings:
@@ -48,61 +62,91 @@ def breaker_settings(policy: Policy) -> BreakerSettings:
     )
 
 
+class Attempt:
+    """One admitted (or refused) operation on one breaker; see ``Guard.attempt``."""
+
+    def __init__(self, guard: Guard, key: BreakerKey, policy: Policy, admission: Admission):
+        self._guard = guard
+        self._key = key
+        self._policy = policy
+        self.admission = admission
+        self.reached_provider = False
+
+    @property
+    def refused(self) -> bool:
+        return not self.admission.allowed
+
+    @property
+    def retry_after(self) -> float:
+        """When refused: how long until the breaker lets a call through."""
+        return self.admission.retry_after or self._policy.breaker_cooldown_s
+
+    @property
+    def probe(self) -> bool:
+        """This call is the half-open probe: the caller keeps it short."""
+        return self.admission.probe
+
+    async def call(self, work: Callable[[], Awaitable[T]]) -> T:
+        """One provider call: the injected fault (if any), then the work, within the deadline."""
+        assert not self.refused, "a refused attempt must not reach the provider"
+        self.reached_provider = True
+        run_id, _, operation = self._key
+        return await self._guard.call(operation, run_id, self._policy, work)
+
+
 class Guard:
     def __init__(
         self,
         faults: FaultRegistry | None,
-        on_change: Callable[[BreakerChange], None],
-        clock: Callable[[], float] = time.monotonic,
+        events: EventLog,
+        metrics: Metrics,
+        clock: Clock | None = None,
     ) -> None:
         self.breakers = Breakers()
         self.faults = faults
-        self._on_change = on_change
-        self._clock = clock
+        self._events = events
+        self._metrics = metrics
+        self._clock = clock or SystemClock()
 
     # A breaker is remembered only from its first failure until it settles again (closed,
     # no failures): the many runs that never fail cost no memory at all.
 
-    def admit(self, key: BreakerKey, policy: Policy) -> Admission:
-        now = self._clock()
-        self.breakers.forget_idle(now)
-        breaker = self.breakers.find(key)
-        if breaker is None:
-            return _CLOSED
-        admission = breaker.admit(now)
-        self._note(key, admission.transition, None)
-        return admission
-
-    def success(self, key: BreakerKey, policy: Policy) -> None:
-        breaker = self.breakers.find(key)
-        if breaker is None:
+    @asynccontextmanager
+    async def attempt(self, key: BreakerKey, policy: Policy) -> AsyncIterator[Attempt]:
+        attempt = Attempt(self, key, policy, await self._admit(key))
+        if attempt.refused:
+            yield attempt
             return
-        transition = breaker.record_success(self._clock())
-        self._note(key, transition, None)
-        if breaker.is_settled:
-            self.breakers.discard(key)
+        try:
+            yield attempt
+        except ProviderTrouble as exc:
+            await self.failure(key, policy, exc.reason)
+            raise
+        except BaseException:
+            await self._abandon(key, attempt)
+            raise
+        if attempt.reached_provider:
+            await self._success(key)
+        else:
+            await self._abandon(key, attempt)
 
-    def failure(self, key: BreakerKey, policy: Policy, cause: str) -> None:
-        transition = self.breakers.get(key, breaker_settings(policy)).record_failure(self._clock())
-        self._note(key, transition, cause)
+    async def failure(self, key: BreakerKey, policy: Policy, cause: str) -> None:
+        """A failure outside an attempt's provider call (the caller named the wrong run)."""
+        breaker = self.breakers.get(key, breaker_settings(policy))
+        await self._note(key, breaker.record_failure(self._clock.monotonic()), cause)
 
-    def abandon(self, key: BreakerKey, policy: Policy) -> None:
-        breaker = self.breakers.find(key)
-        if breaker is not None:
-            breaker.abandon_probe(self._clock())
+    def trip(self, key: BreakerKey, policy: Policy, cooldown_s: float) -> None:
+        """Open the breaker now for ``cooldown_s`` (the fake's scripted ``CircuitOpen``)."""
+        settings = breaker_settings(policy)
+        tripped = BreakerSettings(1, cooldown_s, max(cooldown_s, settings.cooldown_max_s))
+        self.breakers.discard(key)
+        self.breakers.get(key, tripped).record_failure(self._clock.monotonic())
 
-    def remaining_cooldown(self, key: BreakerKey, policy: Policy) -> float | None:
+    def remaining_cooldown(self, key: BreakerKey) -> float | None:
         breaker = self.breakers.find(key)
         if breaker is None or breaker.opened_at is None:
             return None
-        return max(0.1, breaker.opened_at + breaker.cooldown_s - self._clock())
-
-    def _note(self, key: BreakerKey, transition: Transition | None, cause: str | None) -> None:
-        if transition is None:
-            return
-        event = _TRANSITION_EVENTS.get(transition.to_state.value)
-        if event is not None:
-            self._on_change(BreakerChange(key, event, cause, transition.cooldown_s))
+        return max(0.1, breaker.opened_at + breaker.cooldown_s - self._clock.monotonic())
 
     def take_fault(self, target: str, run_id: str | None, policy: Policy) -> Fault | None:
         if self.faults is None or self.faults.is_empty or not policy.allow_faults:
@@ -115,18 +159,70 @@ class Guard:
         """One provider call: the injected fault (if any), then the work, within the deadline."""
         fault = self.take_fault(operation, run_id, policy)
         deadline = policy.provider_deadline_s
-
-        async def attempt() -> T:
-            if fault is not None:
-                await apply_fault(fault, deadline)
-            return await work()
-
+        timed_out = ProviderTimeout(f"the store did not answer {operation} within {deadline:g}s")
+        held = 0.0
+        if fault is not None:
+            if fault.mode == "error":
+                raise ProviderError(f"injected fault {fault.fault_id}")
+            # Held on the clock, so a fake clock acts a timeout out without sleeping.
+            held = deadline if fault.mode == "timeout" else min(fault.delay_s or 0.0, deadline)
+            await pause(self._clock, held)
+            if held >= deadline:
+                raise timed_out
         try:
-            return await asyncio.wait_for(attempt(), deadline)
+            return await asyncio.wait_for(work(), deadline - held)
         except TimeoutError as exc:
-            raise ProviderTimeout(
-                f"the store did not answer {operation} within {deadline:g}s"
-            ) from exc
+            raise timed_out from exc
+
+    # -- the breaker's bookkeeping ------------------------------------------------------
+
+    async def _admit(self, key: BreakerKey) -> Admission:
+        now = self._clock.monotonic()
+        self.breakers.forget_idle(now)
+        breaker = self.breakers.find(key)
+        if breaker is None:
+            return _CLOSED
+        admission = breaker.admit(now)
+        await self._note(key, admission.transition, None)
+        return admission
+
+    async def _success(self, key: BreakerKey) -> None:
+        breaker = self.breakers.find(key)
+        if breaker is None:
+            return
+        transition = breaker.record_success(self._clock.monotonic())
+        if breaker.is_settled:
+            self.breakers.discard(key)
+        await self._note(key, transition, None)
+
+    async def _abandon(self, key: BreakerKey, attempt: Attempt) -> None:
+        breaker = self.breakers.find(key)
+        if attempt.probe and breaker is not None:
+            breaker.abandon_probe(self._clock.monotonic())
+
+    async def _note(
+        self, key: BreakerKey, transition: Transition | None, cause: str | None
+    ) -> None:
+        """A breaker moved: count it, log it and write it to the run's events."""
+        if transition is None:
+            return
+        event = _TRANSITION_EVENTS.get(transition.to_state.value)
+        if event is None:
+            return
+        run_id, inbox_id, operation = key
+        self._metrics.breaker(operation, event, cause)
+        log(event, run_id=run_id, inbox_id=inbox_id, operation=operation, cause=cause)
+        moved = Event(
+            run_id=run_id,
+            type=event,
+            at=self._clock.now(),
+            inbox_id=inbox_id,
+            detail={"operation": operation, "cause": cause, "cooldown_s": transition.cooldown_s},
+        )
+        try:
+            await asyncio.wait_for(self._events.add_events([moved]), _BOOKKEEPING_S)
+        except Exception as exc:  # bookkeeping must never turn an answer into a 500
+            log("bookkeeping_failed", error=type(exc).__name__)
 
 
 async def apply_fault(fault: Fault, deadline: float) -> None:

@@ -6,6 +6,7 @@ import base64
 import binascii
 import re
 import secrets
+from collections.abc import Callable
 
 from sink.errors import InvalidCursor
 
@@ -16,30 +17,40 @@ RUN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 PURPOSE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
-def _token(chars: int) -> str:
-    """``chars`` lowercase base32 characters: 5 random bits each."""
-    return base64.b32encode(secrets.token_bytes((chars * 5 + 7) // 8)).decode()[:chars].lower()
+class Ids:
+    """New identifiers from a source of random bytes (``secrets``; a seeded one in the fake)."""
+
+    def __init__(self, random_bytes: Callable[[int], bytes] = secrets.token_bytes) -> None:
+        self._bytes = random_bytes
+
+    def _token(self, chars: int) -> str:
+        """``chars`` lowercase base32 characters: 5 random bits each."""
+        raw = self._bytes((chars * 5 + 7) // 8)
+        return base64.b32encode(raw).decode()[:chars].lower()
+
+    def inbox_id(self) -> str:
+        return "ib_" + self._token(20)
+
+    def message_id(self) -> str:
+        return "msg_" + self._token(24)
+
+    def claim_id(self) -> str:
+        return "clm_" + self._token(20)
+
+    def local_part(self) -> str:
+        """An address local part: lowercase and unguessable (100 bits)."""
+        return "r" + self._token(20)
+
+    def trace_id(self) -> str:
+        return self._bytes(16).hex()
 
 
-def new_inbox_id() -> str:
-    return "ib_" + _token(20)
-
-
-def new_message_id() -> str:
-    return "msg_" + _token(24)
-
-
-def new_claim_id() -> str:
-    return "clm_" + _token(20)
-
-
-def new_local_part() -> str:
-    """An address local part: lowercase and unguessable (100 bits)."""
-    return "r" + _token(20)
-
-
-def new_trace_id() -> str:
-    return secrets.token_hex(16)
+RANDOM = Ids()
+new_inbox_id = RANDOM.inbox_id
+new_message_id = RANDOM.message_id
+new_claim_id = RANDOM.claim_id
+new_local_part = RANDOM.local_part
+new_trace_id = RANDOM.trace_id
 
 
 _CURSOR_PREFIX = "c1_"

@@ -11,7 +11,8 @@ import unicodedata
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sink import clock, ids
+from sink import ids
+from sink.clock import Clock, SystemClock
 from sink.config import Settings
 from sink.logs import log
 from sink.message import summarize
@@ -58,12 +59,20 @@ class DataVerdict(StrEnum):
 
 class Ingest:
     def __init__(
-        self, store: Store, waiters: Waiters, settings: Settings, metrics: Metrics
+        self,
+        store: Store,
+        waiters: Waiters,
+        settings: Settings,
+        metrics: Metrics,
+        clock: Clock | None = None,
+        new_ids: ids.Ids = ids.RANDOM,
     ) -> None:
         self._store = store
         self._waiters = waiters
         self._settings = settings
         self._metrics = metrics
+        self._clock = clock or SystemClock()
+        self._ids = new_ids
 
     def check_sender(self, address: str) -> bool:
         """A reverse-path is empty (bounces) or a strict address."""
@@ -80,7 +89,7 @@ class Ingest:
         if route is None:
             return Recipient(address, Verdict.UNROUTED)
         policy = self._settings.policy(route.policy_name)
-        if route.expired or clock.now() >= route.expires_at:
+        if route.expired or self._clock.now() >= route.expires_at:
             late = Verdict.LATE_REJECT if policy.late_arrival == "reject" else Verdict.LATE_DROP
             return Recipient(address, late, route)
         if declared_size is not None and declared_size > policy.max_message_bytes:
@@ -92,7 +101,7 @@ class Ingest:
 
         Returns only once the message is durably stored (the caller answers 250 then).
         """
-        now = clock.now()
+        now = self._clock.now()
         by_inbox: dict[str, tuple[Route, list[str]]] = {}
         late: dict[str, Late] = {}
         unrouted: list[str] = []
@@ -123,7 +132,7 @@ class Ingest:
             self._metrics.message("rejected", rejected)
             return DataVerdict.ALL_LATE_REJECTED
         deliveries = tuple(
-            Delivered(route.inbox_id, route.run_id, ids.new_message_id(), tuple(addresses))
+            Delivered(route.inbox_id, route.run_id, self._ids.message_id(), tuple(addresses))
             for route, addresses in by_inbox.values()
         )
         incoming = Incoming(

@@ -24,7 +24,9 @@ class _Output:
     """Where our lines go, and from which level; set once by ``setup``."""
 
     def __init__(self) -> None:
-        self.level = logging.INFO
+        # Until ``setup`` (the server's start), only warnings: an in-process Agent (the fake,
+        # the tests) stays quiet, as it did when these lines went through ``logging``.
+        self.level = logging.WARNING
         self.stream: TextIO = sys.stderr
         self.lock = threading.Lock()  # the store's writer thread logs too
         self._second = -1

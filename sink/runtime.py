@@ -12,10 +12,9 @@ import asyncio
 import contextlib
 import random
 import ssl
-from typing import Any
 
-from sink import clock
 from sink.agent import Agent
+from sink.clock import SystemClock
 from sink.config import Settings
 from sink.faults import FaultRegistry
 from sink.guard import Guard
@@ -44,8 +43,9 @@ class Runtime:
         self.faults = FaultRegistry(random.Random()) if settings.enable_faults else None
         self.agent: Agent | None = None
         self.keyring: Keyring | None = None  # once the store is open (it keeps the signing key)
-        self.guard = Guard(self.faults, self._on_breaker_change)
-        self.ingest = Ingest(self.store, self.waiters, settings, self.metrics)
+        self.clock = SystemClock()
+        self.guard = Guard(self.faults, self.store, self.metrics, self.clock)
+        self.ingest = Ingest(self.store, self.waiters, settings, self.metrics, self.clock)
         self.smtp_server: asyncio.Server | None = None
         self.smtp_port = settings.smtp_port
         self.tls_context: ssl.SSLContext | None = None
@@ -53,16 +53,14 @@ class Runtime:
         self._over_cap = False
         self.stopping = asyncio.Event()
 
-    def _on_breaker_change(self, change: Any) -> None:
-        if self.agent is not None:
-            self.agent.on_breaker_change(change)
-
     async def start(self) -> None:
         # What can still fail on a bad setting (the certificate) comes before anything opens.
         self.tls_context = server_context(self.settings)
         await self.store.open()
         self.keyring = Keyring(self.settings.tokens, await self.store.signing_key())
-        self.agent = Agent(self.store, self.waiters, self.settings, self.guard, self.metrics)
+        self.agent = Agent(
+            self.store, self.waiters, self.settings, self.guard, self.metrics, self.clock
+        )
         loop = asyncio.get_running_loop()
         handler = Handler(
             self.ingest,
@@ -96,17 +94,14 @@ class Runtime:
                 await self._sweeper
         if self.smtp_server is not None:
             self.smtp_server.close()
-        if self.agent is not None:
-            await self.agent.drain()
         await self.store.close()
         announce("stopped")
 
     async def _sweep(self) -> None:
         """Persist lease expiries, release evidence past retention; never blocks ingest."""
-        while True:
-            await asyncio.sleep(_SWEEP_EVERY_S)
+        while not await self.clock.wait(self.stopping, self.clock.now() + _SWEEP_EVERY_S):
             try:
-                now = clock.now()
+                now = self.clock.now()
                 for inbox in await self.store.expire_due(now, _SWEEP_BATCH):
                     expired = inbox.effective(now)
                     policy = self.settings.policy(inbox.policy_name)

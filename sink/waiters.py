@@ -28,6 +28,9 @@ class Wakeup:
     def clear(self) -> None:
         self._event.clear()
 
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
     async def wait(self) -> None:
         await self._event.wait()
 

@@ -1,13 +1,27 @@
 """Random sequences of create, deliver, wait, claim, release and clock steps keep the contract's
 invariants: nothing leaves expired, a message is claimed at most once, budgets never go
 negative, stored cursors never move backwards, and every envelope is one the table allows.
+
+The machine drives the product itself: ``sink.agent.Agent`` and ``sink.ingest.Ingest`` over
+the memory store (``sink/storage/memory.py``) on a fake clock, so a long-poll that nothing
+wakes jumps the clock to its deadline. ``test_the_machine_catches_seeded_bugs`` plants bugs
+in those real code paths and checks the machine finds each one.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import random
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
+from email.message import EmailMessage
+from email.policy import SMTP
+from enum import StrEnum
+from typing import Any, TypeVar
 
-from hypothesis import HealthCheck, event, settings
+import pytest
+from hypothesis import HealthCheck, Phase, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -15,12 +29,26 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
+    run_state_machine_as_test,
 )
 
+import sink.agent
+from sink import ids
+from sink.agent import Agent, CreateRequest, WaitRequest
+from sink.clock import FakeClock
+from sink.config import Settings
 from sink.envelope import Action, Envelope, Status
-from sink.inbox import Claim, Match, State
-from sink.policy import CI, Policy
-from tests.domain_model import ClaimKind, DomainModel, WaitKind
+from sink.errors import OwnershipRefused, PolicyForbids
+from sink.guard import Guard
+from sink.inbox import Claim, Delivery, Inbox, Match, ScanResult, State
+from sink.ingest import Ingest
+from sink.metrics import Metrics
+from sink.policy import BUILTIN, CI, Policy
+from sink.storage.base import Event
+from sink.storage.memory import MemoryStore
+from sink.waiters import Waiters
+
+R = TypeVar("R")
 
 T0 = 1_000_000.0
 MAX_LIVE_INBOXES = 3  # few at a time, so that the steps pile up on each of them
@@ -85,6 +113,221 @@ matches = st.builds(
 )
 
 
+class WaitKind(StrEnum):
+    EXPIRED = "expired"
+    TOO_EARLY = "too_early"
+    REPEAT_RECEIVED = "repeat_received"
+    OUT_OF_BUDGET = "out_of_budget"
+    POLLED = "polled"
+
+
+class ClaimKind(StrEnum):
+    CLAIMED = "claimed"
+    ALREADY_CLAIMED = "already_claimed"
+    CLAIMED_BY_OTHER_RUN = "claimed_by_other_run"
+    WRONG_RUN = "wrong_run"
+    LEASE_EXPIRED = "lease_expired"
+
+
+@dataclass(frozen=True, slots=True)
+class WaitOutcome:
+    kind: WaitKind
+    envelope: Envelope
+    found: Delivery | None = None
+    started: float = 0.0
+    ended: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimOutcome:
+    kind: ClaimKind
+    envelope: Envelope | None  # None for the ownership refusals (they show nothing)
+
+
+class RecordingStore(MemoryStore):
+    """The memory store, noting the last poll it recorded (so a test can tell a poll happened)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saved: Inbox | None = None
+
+    async def save_poll(self, before: Inbox, after: Inbox, event: Event) -> bool:
+        saved = await super().save_poll(before, after, event)
+        if saved:
+            self.saved = after
+        return saved
+
+
+class World:
+    """The real Agent and Ingest over the memory store on a fake clock, one call at a time.
+
+    Each call runs to its end on this world's own event loop; what it did is read back
+    from the store, as an observer would.
+    """
+
+    def __init__(self, now: float) -> None:
+        self.clock = FakeClock(now)
+        self.store = RecordingStore()
+        self.settings = Settings(policies=dict(BUILTIN))
+        waiters, metrics = Waiters(), Metrics()
+        new_ids = ids.Ids(random.Random(0).randbytes)
+        guard = Guard(None, self.store, metrics, self.clock)
+        self.agent = Agent(self.store, waiters, self.settings, guard, metrics, self.clock, new_ids)
+        self.ingest = Ingest(self.store, waiters, self.settings, metrics, self.clock, new_ids)
+        self.inbox_ids: list[str] = []
+        self.message_ids: list[str] = []
+        self._numbers = itertools.count(1)
+        self._loop = asyncio.new_event_loop()
+
+    def close(self) -> None:
+        self._loop.run_until_complete(self._loop.shutdown_default_executor())
+        self._loop.close()
+
+    def _run(self, work: Coroutine[Any, Any, R]) -> R:
+        """An operation, run to its end on this world's loop."""
+        return self._loop.run_until_complete(work)
+
+    def _read(self, work: Coroutine[Any, Any, R]) -> R:
+        """A memory store read: it never suspends, so it needs no loop (and is much faster)."""
+        try:
+            work.send(None)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        work.close()
+        raise AssertionError("a memory store read suspended")
+
+    # -- the clock -------------------------------------------------------------
+
+    @property
+    def now(self) -> float:
+        return self.clock.now()
+
+    def advance(self, seconds: float) -> None:
+        assert seconds >= 0, "the fake clock never runs backwards"
+        self.clock.advance(seconds)
+
+    # -- reads (what the store holds) --------------------------------------------
+
+    def stored(self, inbox_id: str) -> Inbox:
+        inbox = self._read(self.store.load_inbox(inbox_id))
+        assert inbox is not None
+        return inbox
+
+    def policy(self, inbox_id: str) -> Policy:
+        return self.settings.policy(self.stored(inbox_id).policy_name)
+
+    def delivery(self, message_id: str) -> Delivery:
+        found = self._read(self.store.delivery(message_id))
+        assert found is not None
+        return found
+
+    def deliveries(self, inbox_id: str) -> list[Delivery]:
+        return self._read(self.store.deliveries_after(inbox_id, 0, 1_000_000))
+
+    def claim_of(self, message_id: str) -> Claim | None:
+        return self.delivery(message_id).claim
+
+    def count(self, run_id: str, purpose: str) -> int:
+        return self._read(self.store.count_inboxes(run_id, purpose))
+
+    def can_create_another(self, inbox_id: str) -> bool:
+        inbox = self.stored(inbox_id)
+        return self.count(inbox.run_id, inbox.purpose) < self.policy(inbox_id).inboxes_per_purpose
+
+    # -- operations --------------------------------------------------------------
+
+    def create(
+        self,
+        run_id: str,
+        purpose: str,
+        policy: Policy,
+        ttl_s: int | None,
+        poll_budget: int | None,
+        match: Match,
+    ) -> str | None:
+        """A new inbox, or None when the policy's inboxes_per_purpose is used up."""
+        n = next(self._numbers)
+        name = f"fuzz-{n}"  # each drawn policy under its own name, as a policy file would
+        self.settings.policies[name] = replace(policy, name=name)
+        request = CreateRequest(run_id, purpose, ttl_s, poll_budget, name, match)
+        try:
+            created = self._run(self.agent.create(request, {"n": n}, f"key-{n}", None))
+        except PolicyForbids:
+            return None
+        self.inbox_ids.append(created.envelope.inbox_id)
+        return created.envelope.inbox_id
+
+    def get(self, inbox_id: str) -> Envelope:
+        return self._run(self.agent.get(inbox_id, None))
+
+    def deliver(self, inbox_id: str, subject: str, from_addr: str, body: str) -> str | None:
+        """Mail for the inbox's address through ingest: the new message id, or None (dropped)."""
+        address = self.stored(inbox_id).address
+        before = len(self.deliveries(inbox_id))
+        recipient = self._run(self.ingest.route(address, None))
+        self._run(
+            self.ingest.deliver(from_addr, [recipient], _raw(address, subject, from_addr, body))
+        )
+        after = self.deliveries(inbox_id)
+        if len(after) == before:
+            return None
+        self.message_ids.append(after[-1].message_id)
+        return after[-1].message_id
+
+    def wait(
+        self, inbox_id: str, cursor_seq: int | None, match: Match | None, timeout_s: float
+    ) -> WaitOutcome:
+        before = self.stored(inbox_id)
+        started = self.now
+        cursor = None if cursor_seq is None else ids.encode_cursor(inbox_id, cursor_seq)
+        self.store.saved = None
+        request = WaitRequest(timeout_s=timeout_s, cursor=cursor, match=match)
+        envelope = self._run(self.agent.wait(inbox_id, request, None))
+        ended = self.now
+        polled = self.store.saved
+        if polled is not None:
+            evidence = polled.evidence if polled.state is State.RECEIVED else None
+            found = None if evidence is None else self.delivery(evidence.message_id)
+            return WaitOutcome(WaitKind.POLLED, envelope, found, started, ended)
+        if envelope.reason == "too_early":
+            kind = WaitKind.TOO_EARLY
+        elif before.effective(started).state is State.EXPIRED:
+            kind = WaitKind.EXPIRED
+        elif before.remaining_polls == 0 and envelope.state == "received":
+            kind = WaitKind.REPEAT_RECEIVED
+        elif before.remaining_polls == 0:
+            kind = WaitKind.OUT_OF_BUDGET
+        else:
+            raise AssertionError(f"a wait neither polled nor answered early: {envelope}")
+        return WaitOutcome(kind, envelope, None, started, ended)
+
+    def claim(self, message_id: str, run_id: str) -> ClaimOutcome:
+        try:
+            envelope = self._run(self.agent.claim(message_id, run_id, None))
+        except OwnershipRefused as refused:
+            kind = ClaimKind.WRONG_RUN
+            if refused.reason == "claimed_by_other_run":
+                kind = ClaimKind.CLAIMED_BY_OTHER_RUN
+            return ClaimOutcome(kind, None)
+        if envelope.reason == "already_claimed":
+            return ClaimOutcome(ClaimKind.ALREADY_CLAIMED, envelope)
+        if envelope.reason == "lease_expired":
+            return ClaimOutcome(ClaimKind.LEASE_EXPIRED, envelope)
+        return ClaimOutcome(ClaimKind.CLAIMED, envelope)
+
+    def release(self, run_id: str) -> None:
+        self._run(self.agent.release(run_id, None))
+
+
+def _raw(to: str, subject: str, sender: str, body: str) -> bytes:
+    message = EmailMessage()
+    message["From"] = sender
+    message["To"] = to
+    message["Subject"] = subject
+    message.set_content(body)
+    return message.as_bytes(policy=SMTP)
+
+
 @dataclass
 class Pending:
     """A wait (from the stored cursor) returned this unclaimed message under this match."""
@@ -94,17 +337,20 @@ class Pending:
 
 
 class InboxMachine(RuleBasedStateMachine):
-    """Drives the pure core through DomainModel and checks the contract after every step."""
+    """Drives the real Agent and Ingest through World and checks the contract after every step."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.model = DomainModel(T0)
+        self.model = World(T0)
         self.ledger: dict[str, Claim] = {}  # message_id -> the claim that stands
         self.expired: dict[str, str] = {}  # inbox_id -> its reason, once seen expired
         self.cursors: dict[str, int] = {}  # inbox_id -> highest stored cursor seen
         self.states: dict[str, State] = {}  # inbox_id -> last effective state seen
         self.pending: dict[str, Pending] = {}
         self.last_wait: tuple[str, Match | None, str] | None = None
+
+    def teardown(self) -> None:
+        self.model.close()
 
     @initialize()
     def seed(self) -> None:
@@ -293,7 +539,7 @@ class InboxMachine(RuleBasedStateMachine):
         owner = inbox.run_id
         run_id = next(r for r in RUNS if r != owner) if other else owner
         standing = self.ledger.get(message_id)
-        expired = inbox.effective(self.model.now).state is State.EXPIRED
+        expired = inbox.state is State.EXPIRED or self.model.now >= inbox.expires_at
 
         outcome = self.model.claim(message_id, run_id)
         event(f"claim: {outcome.kind}")
@@ -491,7 +737,7 @@ class InboxMachine(RuleBasedStateMachine):
 
 
 InboxMachine.TestCase.settings = settings(
-    max_examples=150,
+    max_examples=100,  # each step runs the real Agent on an event loop: ~3x the old pure model
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
@@ -500,3 +746,60 @@ InboxMachine.TestCase.settings = settings(
 
 class TestInboxMachine(InboxMachine.TestCase):  # type: ignore[misc,valid-type]
     """Random create/deliver/wait/claim/release/clock sequences keep the contract's invariants."""
+
+
+# -- the machine catches bugs planted in the real code paths ---------------------------------
+
+_after_poll = sink.agent.after_poll
+
+
+def _poll_spends_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    def after_poll(inbox: Inbox, policy: Policy, result: ScanResult, a: float, b: float) -> Inbox:
+        return replace(_after_poll(inbox, policy, result, a, b), polls_used=inbox.polls_used)
+
+    monkeypatch.setattr(sink.agent, "after_poll", after_poll)
+
+
+def _last_empty_poll_keeps_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    def after_poll(inbox: Inbox, policy: Policy, result: ScanResult, a: float, b: float) -> Inbox:
+        after = _after_poll(inbox, policy, result, a, b)
+        if after.reason != "timeout":
+            return after
+        return replace(after, state=State.WAITING, reason="evidence_not_found", expired_at=None)
+
+    monkeypatch.setattr(sink.agent, "after_poll", after_poll)
+
+
+def _expiry_is_overwritten(monkeypatch: pytest.MonkeyPatch) -> None:
+    def persist_expiry(
+        self: MemoryStore, inbox: Inbox, retention_s: int, cause: str | None = None
+    ) -> None:
+        if inbox.state is State.EXPIRED:  # forgets "only once": a later expiry overwrites
+            row = self._inboxes[inbox.inbox_id]
+            row.inbox = replace(row.inbox, state=State.EXPIRED, reason=inbox.reason)
+
+    monkeypatch.setattr(MemoryStore, "_persist_expiry", persist_expiry)
+
+
+@pytest.mark.parametrize(
+    "plant", [_poll_spends_nothing, _last_empty_poll_keeps_waiting, _expiry_is_overwritten]
+)
+def test_the_machine_catches_seeded_bugs(
+    plant: Callable[[pytest.MonkeyPatch], None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug planted in the Agent's or the store's code makes the state machine fail."""
+    plant(monkeypatch)
+    with pytest.raises(AssertionError):
+        run_state_machine_as_test(
+            InboxMachine,
+            settings=settings(
+                max_examples=300,
+                stateful_step_count=40,
+                deadline=None,
+                derandomize=True,
+                database=None,
+                phases=[Phase.generate],
+                report_multiple_bugs=False,
+                suppress_health_check=list(HealthCheck),
+            ),
+        )

@@ -1,24 +1,81 @@
-"""The SQLite store on a real file: atomic claims, idempotent creates, group commit, release."""
+"""The storage port, one suite for every adapter: atomic claims, idempotent creates, release.
+
+Each shared test takes ``backend`` and runs once per adapter in ``OPENERS``; to add an
+adapter, add its opener there. The SQLite-only tests at the bottom check the file itself
+(WAL, migrations, group commit).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
+import pytest
+
 from sink import clock, ids
-from sink.inbox import Claim, Inbox, Match, State
+from sink.inbox import Claim, Inbox, Match, ScanResult, State, after_poll
 from sink.message import summarize
-from sink.storage.base import CreateOutcome, Delivered, Event, Incoming, NewInbox
+from sink.policy import CI
+from sink.storage.base import CreateOutcome, Delivered, Event, Incoming, NewInbox, Storage
+from sink.storage.memory import MemoryStore
 from sink.storage.sqlite import SQLiteStore
 
 T = TypeVar("T")
+Opener = Callable[[Path], AbstractAsyncContextManager[Storage]]
+
+
+@asynccontextmanager
+async def _memory(folder: Path) -> AsyncIterator[Storage]:
+    store = MemoryStore()
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@asynccontextmanager
+async def _sqlite(folder: Path) -> AsyncIterator[Storage]:
+    store = SQLiteStore(folder / "s.db")
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+OPENERS: dict[str, Opener] = {"memory": _memory, "sqlite": _sqlite}
+
+
+class Backend:
+    """One adapter, on a fresh database in a test's folder."""
+
+    def __init__(self, name: str, opener: Opener, folder: Path) -> None:
+        self.name = name
+        self._opener = opener
+        self._folder = folder
+
+    def run(self, scenario: Callable[[Storage], Awaitable[T]]) -> T:
+        async def main() -> T:
+            async with self._opener(self._folder) as store:
+                return await scenario(store)
+
+        return asyncio.run(main())
+
+
+@pytest.fixture(params=list(OPENERS))
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    return Backend(request.param, OPENERS[request.param], tmp_path)
 
 
 def run(path: Path, scenario: Callable[[SQLiteStore], Awaitable[T]]) -> T:
+    """A scenario on the SQLite file at ``path`` (for the SQLite-only tests)."""
+
     async def main() -> T:
         store = SQLiteStore(path)
         await store.open()
@@ -78,37 +135,49 @@ def incoming(*inboxes: Inbox, subject: str = "Hello") -> Incoming:
     )
 
 
-def test_concurrent_creates_with_one_key_make_one_inbox(tmp_path: Path) -> None:
+def test_concurrent_creates_with_one_key_make_one_inbox(backend: Backend) -> None:
     """Ten concurrent creates with the same key: one is created, nine replay it."""
 
-    async def scenario(store: SQLiteStore) -> list[tuple[str, str | None]]:
+    async def scenario(store: Storage) -> list[tuple[str, str | None]]:
         news = [new_inbox(key="same-key") for _ in range(10)]
         results = await asyncio.gather(*(store.create_inbox(n, created_event(n)) for n in news))
         return [(r.outcome, r.inbox.inbox_id if r.inbox else None) for r in results]
 
-    results = run(tmp_path / "s.db", scenario)
+    results = backend.run(scenario)
     assert [o for o, _ in results].count(CreateOutcome.CREATED) == 1
     assert [o for o, _ in results].count(CreateOutcome.REPLAYED) == 9
     assert len({inbox_id for _, inbox_id in results}) == 1
 
 
-def test_inboxes_per_purpose_holds_under_concurrency(tmp_path: Path) -> None:
+def test_the_same_key_with_another_body_is_a_conflict(backend: Backend) -> None:
+    """An idempotency key replays only the body it was first used with."""
+
+    async def scenario(store: Storage) -> str:
+        first = new_inbox(key="k")
+        await store.create_inbox(first, created_event(first))
+        other = replace(new_inbox(key="k"), request_json='{"other":1}')
+        return (await store.create_inbox(other, created_event(other))).outcome
+
+    assert backend.run(scenario) == CreateOutcome.CONFLICT
+
+
+def test_inboxes_per_purpose_holds_under_concurrency(backend: Backend) -> None:
     """Concurrent creates with different keys never exceed inboxes_per_purpose."""
 
-    async def scenario(store: SQLiteStore) -> list[str]:
+    async def scenario(store: Storage) -> list[str]:
         news = [new_inbox(key=f"k{n}") for n in range(10)]
         results = await asyncio.gather(*(store.create_inbox(n, created_event(n)) for n in news))
         return [r.outcome for r in results]
 
-    outcomes = run(tmp_path / "s.db", scenario)
+    outcomes = backend.run(scenario)
     assert outcomes.count(CreateOutcome.CREATED) == 3
     assert outcomes.count(CreateOutcome.FORBIDDEN) == 7
 
 
-def test_a_message_is_claimed_at_most_once(tmp_path: Path) -> None:
+def test_a_message_is_claimed_at_most_once(backend: Backend) -> None:
     """Concurrent claims by different runs: exactly one claim stands, and all see it."""
 
-    async def scenario(store: SQLiteStore) -> tuple[set[str], str]:
+    async def scenario(store: Storage) -> tuple[set[str], str, Inbox | None]:
         new = new_inbox()
         await store.create_inbox(new, created_event(new))
         await store.save_message(incoming(new.inbox))
@@ -120,37 +189,37 @@ def test_a_message_is_claimed_at_most_once(tmp_path: Path) -> None:
         standing = await asyncio.gather(*(store.claim(delivery, c, new.inbox) for c in claims))
         stored = await store.delivery(delivery.message_id)
         assert stored is not None and stored.claim is not None
-        return {c.claim_id for c in standing}, stored.claim.claim_id
+        inbox = await store.load_inbox(new.inbox.inbox_id)
+        return {c.claim_id for c in standing}, stored.claim.claim_id, inbox
 
-    standing, stored = run(tmp_path / "s.db", scenario)
+    standing, stored, inbox = backend.run(scenario)
     assert standing == {stored}
+    assert inbox is not None and inbox.state is State.RECEIVED
+    assert inbox.evidence is not None and inbox.evidence.claim is not None
+    assert inbox.evidence.claim.claim_id == stored
 
 
-def test_concurrent_deliveries_are_all_durable(tmp_path: Path) -> None:
-    """200 concurrent saves all return stored; a fresh connection sees every one."""
-    path = tmp_path / "s.db"
+def test_concurrent_deliveries_are_all_kept(backend: Backend) -> None:
+    """200 concurrent saves all return stored, in one sequence, oldest first."""
 
-    async def scenario(store: SQLiteStore) -> str:
+    async def scenario(store: Storage) -> list[int]:
         new = new_inbox()
         await store.create_inbox(new, created_event(new))
         await asyncio.gather(
             *(store.save_message(incoming(new.inbox, subject=f"m{n}")) for n in range(200))
         )
-        return new.inbox.inbox_id
+        first = await store.deliveries_after(new.inbox.inbox_id, 0, 150)
+        rest = await store.deliveries_after(new.inbox.inbox_id, first[-1].seq, 150)
+        return [d.seq for d in first + rest]
 
-    inbox_id = run(path, scenario)
-    with sqlite3.connect(path) as db:
-        count = db.execute(
-            "SELECT COUNT(*) FROM deliveries WHERE inbox_id = ?", (inbox_id,)
-        ).fetchone()[0]
-        mode = db.execute("PRAGMA journal_mode").fetchone()[0]
-    assert count == 200 and mode == "wal"
+    seqs = backend.run(scenario)
+    assert len(seqs) == 200 and seqs == sorted(set(seqs))
 
 
-def test_a_shared_message_keeps_its_body_until_every_inbox_is_released(tmp_path: Path) -> None:
+def test_a_shared_message_keeps_its_body_until_every_inbox_is_released(backend: Backend) -> None:
     """A message stored once for two runs' inboxes: releasing one run keeps the other's body."""
 
-    async def scenario(store: SQLiteStore) -> tuple[bytes | None, bytes | None]:
+    async def scenario(store: Storage) -> tuple[bytes | None, bytes | None]:
         first, second = new_inbox("run-a"), new_inbox("run-b")
         for new in (first, second):
             await store.create_inbox(new, created_event(new))
@@ -160,34 +229,14 @@ def test_a_shared_message_keeps_its_body_until_every_inbox_is_released(tmp_path:
         await store.release_run("run-a", clock.now())
         return await store.raw(a.message_id), await store.raw(b.message_id)
 
-    released, kept = run(tmp_path / "s.db", scenario)
+    released, kept = backend.run(scenario)
     assert released is None and kept is not None and kept.startswith(b"From:")
 
 
-def test_reopening_applies_no_migration_twice(tmp_path: Path) -> None:
-    """Opening an existing store keeps its data and its schema version."""
-    path = tmp_path / "s.db"
-
-    async def first(store: SQLiteStore) -> str:
-        new = new_inbox()
-        await store.create_inbox(new, created_event(new))
-        return new.inbox.inbox_id
-
-    async def second(store: SQLiteStore, inbox_id: str) -> bool:
-        return await store.load_inbox(inbox_id) is not None
-
-    inbox_id = run(path, first)
-    assert run(path, lambda store: second(store, inbox_id))
-    with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 1
-
-
-def test_save_poll_refuses_a_stale_snapshot(tmp_path: Path) -> None:
+def test_save_poll_refuses_a_stale_snapshot(backend: Backend) -> None:
     """A poll recorded from a stale snapshot (another poll got there first) is refused."""
-    from sink.inbox import ScanResult, after_poll
-    from sink.policy import CI
 
-    async def scenario(store: SQLiteStore) -> tuple[bool, bool]:
+    async def scenario(store: Storage) -> tuple[bool, bool]:
         new = new_inbox()
         await store.create_inbox(new, created_event(new))
         before = new.inbox
@@ -198,16 +247,14 @@ def test_save_poll_refuses_a_stale_snapshot(tmp_path: Path) -> None:
             before, after, event
         )
 
-    first, second = run(tmp_path / "s.db", scenario)
+    first, second = backend.run(scenario)
     assert first and not second
 
 
-def test_a_route_is_never_served_stale_after_its_inbox_expires(tmp_path: Path) -> None:
+def test_a_route_is_never_served_stale_after_its_inbox_expires(backend: Backend) -> None:
     """After a poll, a release or the sweeper expires an inbox, its route says expired."""
-    from sink.inbox import ScanResult, after_poll
-    from sink.policy import CI
 
-    async def scenario(store: SQLiteStore) -> list[bool]:
+    async def scenario(store: Storage) -> list[bool]:
         seen = []
         polled, released, swept = new_inbox("a"), new_inbox("b"), new_inbox("c")
         for new in (polled, released, swept):
@@ -228,7 +275,114 @@ def test_a_route_is_never_served_stale_after_its_inbox_expires(tmp_path: Path) -
             seen.append(route is not None and route.expired)
         return seen
 
-    assert run(tmp_path / "s.db", scenario) == [True, True, True]
+    assert backend.run(scenario) == [True, True, True]
+
+
+def test_the_sweeper_expires_due_leases_and_releases_due_evidence(backend: Backend) -> None:
+    """expire_due lists ended leases; once their retention is over, release_due frees them."""
+
+    async def scenario(store: Storage) -> tuple[list[str], int, bytes | None, list[str]]:
+        new = new_inbox("run-s")
+        await store.create_inbox(new, created_event(new))
+        await store.save_message(incoming(new.inbox))
+        (delivery,) = await store.deliveries_after(new.inbox.inbox_id, 0, 10)
+        later = new.inbox.expires_at + 1
+        due = await store.expire_due(later, 10)
+        for inbox in due:
+            await store.expire(inbox.effective(later), 1)
+        released = await store.release_due(later, 10)
+        _, events = await store.run_report("run-s")
+        return (
+            [i.inbox_id for i in due],
+            released,
+            await store.raw(delivery.message_id),
+            [e.type for e in events],
+        )
+
+    due, released, raw, events = backend.run(scenario)
+    assert due == [due[0]] and released == 1 and raw is None
+    assert events == ["created", "message_accepted", "expired", "released"]
+
+
+def test_the_run_report_lists_inboxes_and_events_in_order(backend: Backend) -> None:
+    """A run report: the run's inboxes with their accepted message, and its events by time."""
+
+    async def scenario(store: Storage) -> tuple[list[str | None], list[str]]:
+        new = new_inbox("run-r")
+        await store.create_inbox(new, created_event(new))
+        await store.save_message(incoming(new.inbox))
+        (delivery,) = await store.deliveries_after(new.inbox.inbox_id, 0, 10)
+        claim = Claim(ids.new_claim_id(), delivery.message_id, "run-r", clock.now())
+        await store.claim(delivery, claim, new.inbox)
+        reports, events = await store.run_report("run-r")
+        return [r.accepted_message_id for r in reports], [e.type for e in events]
+
+    accepted, events = backend.run(scenario)
+    assert len(accepted) == 1 and accepted[0] is not None
+    assert events == ["created", "message_accepted", "claimed"]
+
+
+def test_the_signing_key_is_made_once_and_kept(backend: Backend) -> None:
+    """signing_key: 32 random bytes, the same on every call (even concurrent first calls)."""
+
+    async def scenario(store: Storage) -> list[bytes]:
+        return list(await asyncio.gather(*(store.signing_key() for _ in range(5))))
+
+    keys = backend.run(scenario)
+    assert len(keys[0]) == 32 and len(set(keys)) == 1
+
+
+# -- SQLite only: the file itself ---------------------------------------------------------
+
+
+def test_the_signing_key_survives_reopening_and_differs_per_database(tmp_path: Path) -> None:
+    """Run tokens hold across restarts: the key is in the file; another file has another."""
+
+    async def key(store: SQLiteStore) -> bytes:
+        return await store.signing_key()
+
+    first = run(tmp_path / "a.db", key)
+    assert run(tmp_path / "a.db", key) == first
+    assert run(tmp_path / "b.db", key) != first
+
+
+def test_concurrent_deliveries_are_durable_in_wal(tmp_path: Path) -> None:
+    """200 concurrent saves: a fresh connection sees every one, and the file is in WAL mode."""
+    path = tmp_path / "s.db"
+
+    async def scenario(store: SQLiteStore) -> str:
+        new = new_inbox()
+        await store.create_inbox(new, created_event(new))
+        await asyncio.gather(
+            *(store.save_message(incoming(new.inbox, subject=f"m{n}")) for n in range(200))
+        )
+        return new.inbox.inbox_id
+
+    inbox_id = run(path, scenario)
+    with sqlite3.connect(path) as db:
+        count = db.execute(
+            "SELECT COUNT(*) FROM deliveries WHERE inbox_id = ?", (inbox_id,)
+        ).fetchone()[0]
+        mode = db.execute("PRAGMA journal_mode").fetchone()[0]
+    assert count == 200 and mode == "wal"
+
+
+def test_reopening_applies_no_migration_twice(tmp_path: Path) -> None:
+    """Opening an existing store keeps its data and its schema version."""
+    path = tmp_path / "s.db"
+
+    async def first(store: SQLiteStore) -> str:
+        new = new_inbox()
+        await store.create_inbox(new, created_event(new))
+        return new.inbox.inbox_id
+
+    async def second(store: SQLiteStore, inbox_id: str) -> bool:
+        return await store.load_inbox(inbox_id) is not None
+
+    inbox_id = run(path, first)
+    assert run(path, lambda store: second(store, inbox_id))
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 1
 
 
 def test_a_failing_write_fails_alone_in_its_group_commit(tmp_path: Path) -> None:

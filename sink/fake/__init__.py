@@ -13,10 +13,13 @@ Steps are used, in order, by the waits that reach the provider (as injected faul
 server); once the script is used up, nothing more arrives. ``deliver`` lets mail arrive
 outside a wait, as SMTP would.
 
-The rules are the server's own pure core (``sink.inbox``, ``sink.envelope``, ``sink.breaker``,
-``sink.message``), and ``tests/test_client_contract.py`` runs one suite against the fake and a
-real server, so the two cannot drift apart. Time is a ``FakeClock``: long-polls and pauses move
-it instead of sleeping. Ids come from a seeded generator, so a run is repeatable.
+The fake is the product itself: the real ``sink.agent.Agent`` and ``sink.ingest.Ingest`` over
+the memory store (``sink.storage.memory``), and each step goes in through the product's own
+hooks (``Received`` is an ingest, provider trouble an injected fault, ``Expired`` the clock,
+``CircuitOpen`` the breaker). ``tests/test_client_contract.py`` runs one suite against the fake
+and a real server. Time is a ``FakeClock``: long-polls and pauses move it instead of sleeping.
+Ids come from a seeded generator, so a run is repeatable. No sockets; no thread or event loop
+outlives a call.
 """
 
 from __future__ import annotations

@@ -1,32 +1,22 @@
-"""The fake's answers: domain values -> the wire's JSON -> the client's own parsers.
+"""The fake's answers: the Agent's results -> the wire's JSON -> the client's own parsers.
 
-The same shapes ``api/views.py`` gives the server's answers, so a fake answer goes through
-exactly the parsing a real one does.
+The same shapes ``api/views.py`` gives the server's answers, and the same status and code
+for each error (``sink.errors.STATUS_AND_CODE``), so a fake answer goes through exactly the
+parsing a real one does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+import math
 from typing import Any
 
+from sink import agent, errors
 from sink import envelope as domain
+from sink.client import errors as client
 from sink.client.models import Envelope, Message, MessagePage, RunReport
 from sink.clock import rfc3339, rfc3339_or_none, seconds_up
-from sink.ids import encode_cursor
-from sink.inbox import Delivery
-from sink.inbox import Inbox as Lease
-from sink.message import ParsedMessage
 
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    run_id: str
-    type: str
-    at: float
-    inbox_id: str | None
-    message_id: str | None = None
-    detail: Mapping[str, Any] | None = None
+_REFUSAL_STATUS = {"wrong_run": 403, "claimed_by_other_run": 409}
 
 
 def envelope(view: domain.Envelope) -> Envelope:
@@ -69,24 +59,20 @@ def envelope(view: domain.Envelope) -> Envelope:
     )
 
 
-def message(
-    delivery: Delivery,
-    parsed: ParsedMessage | None,
-    mail_from: str,
-    rcpt: str,
-    released_at: float | None,
-) -> Message:
+def message(result: agent.ReadResult) -> Message:
     """read_message; ``parsed`` is None once the evidence is released (metadata only)."""
+    stored, parsed = result.stored, result.parsed
+    delivery = stored.delivery
     return Message.from_json(
         {
             "message_id": delivery.message_id,
             "inbox_id": delivery.inbox_id,
             "headers": parsed.headers if parsed else None,
             "from": delivery.from_addr,
-            "to": list(parsed.to) if parsed else [],
-            "cc": list(parsed.cc) if parsed else [],
+            "to": list(stored.to),
+            "cc": list(stored.cc),
             "subject": delivery.subject,
-            "date": parsed.date if parsed else None,
+            "date": stored.date,
             "text": parsed.text if parsed else None,
             "html": parsed.html if parsed else None,
             "attachments": [
@@ -100,17 +86,16 @@ def message(
             ],
             "links": list(parsed.links) if parsed else [],
             "codes": list(parsed.codes) if parsed else [],
-            "envelope": {"mail_from": mail_from, "rcpt_to": [rcpt]},
+            "envelope": {"mail_from": stored.mail_from, "rcpt_to": list(stored.rcpts)},
             "size": delivery.size,
             "claimed": delivery.claim is not None,
             "received_at": rfc3339(delivery.received_at),
-            "released_at": rfc3339_or_none(released_at),
+            "released_at": rfc3339_or_none(stored.released_at),
         }
     )
 
 
-def page(inbox_id: str, rows: list[Delivery], after: int, has_more: bool) -> MessagePage:
-    last = rows[-1].seq if rows else after
+def page(result: agent.MessagePage) -> MessagePage:
     return MessagePage.from_json(
         {
             "messages": [
@@ -122,53 +107,71 @@ def page(inbox_id: str, rows: list[Delivery], after: int, has_more: bool) -> Mes
                     "size": d.size,
                     "claimed": d.claim is not None,
                 }
-                for d in rows
+                for d in result.messages
             ],
-            "next_cursor": encode_cursor(inbox_id, last),
-            "has_more": has_more,
+            "next_cursor": result.next_cursor,
+            "has_more": result.has_more,
         }
     )
 
 
-def report(
-    run_id: str, rows: Iterable[tuple[Lease, str | None, int]], events: Iterable[Event]
-) -> RunReport:
-    """The run report from (inbox, accepted message id, retention_s) rows and the events."""
+def report(result: agent.RunReport) -> RunReport:
     return RunReport.from_json(
         {
-            "run_id": run_id,
-            "inboxes": [_report_row(*row) for row in rows],
+            "run_id": result.run_id,
+            "inboxes": [
+                {
+                    "inbox_id": r.inbox.inbox_id,
+                    "purpose": r.inbox.purpose,
+                    "address": r.inbox.address,
+                    "policy": r.inbox.policy_name,
+                    "state": r.inbox.state.value,
+                    "reason": r.inbox.reason,
+                    "reserved_at": rfc3339(r.inbox.created_at),
+                    "expires_at": rfc3339(r.inbox.expires_at),
+                    "attempt": r.inbox.polls_used,
+                    "remaining_attempts": r.inbox.remaining_polls,
+                    "last_poll_at": rfc3339_or_none(r.inbox.last_poll_at),
+                    "last_poll_latency_ms": r.inbox.last_poll_latency_ms,
+                    "accepted_message_id": r.accepted_message_id,
+                    "last_change_reason": r.last_change_reason,
+                    "evidence_release_at": rfc3339_or_none(r.evidence_release_at),
+                    "released_at": rfc3339_or_none(r.inbox.released_at),
+                }
+                for r in result.inboxes
+            ],
             "events": [
                 {
                     "at": rfc3339(e.at),
                     "type": e.type,
                     "inbox_id": e.inbox_id,
                     "message_id": e.message_id,
-                    "detail": dict(e.detail or {}),
+                    "detail": dict(e.detail),
                 }
-                for e in sorted(events, key=lambda e: e.at)
+                for e in result.events
             ],
         }
     )
 
 
-def _report_row(inbox: Lease, accepted_message_id: str | None, retention_s: int) -> dict[str, Any]:
-    ended = inbox.expired_at or inbox.expires_at
-    return {
-        "inbox_id": inbox.inbox_id,
-        "purpose": inbox.purpose,
-        "address": inbox.address,
-        "policy": inbox.policy_name,
-        "state": inbox.state.value,
-        "reason": inbox.reason,
-        "reserved_at": rfc3339(inbox.created_at),
-        "expires_at": rfc3339(inbox.expires_at),
-        "attempt": inbox.polls_used,
-        "remaining_attempts": inbox.remaining_polls,
-        "last_poll_at": rfc3339_or_none(inbox.last_poll_at),
-        "last_poll_latency_ms": inbox.last_poll_latency_ms,
-        "accepted_message_id": accepted_message_id,
-        "last_change_reason": inbox.reason,
-        "evidence_release_at": rfc3339(inbox.released_at or ended + retention_s),
-        "released_at": rfc3339_or_none(inbox.released_at),
-    }
+def error(exc: errors.RunsinkError) -> client.ApiError:
+    """The client's exception for what the server would answer with an error body."""
+    if isinstance(exc, errors.OwnershipRefused):
+        return client.OwnershipRefused(_REFUSAL_STATUS[exc.reason], exc.reason, exc.message)
+    for cls, status, code in errors.STATUS_AND_CODE:
+        if isinstance(exc, cls):
+            details: dict[str, Any] = dict(exc.details)
+            if status == 503:
+                # As the Retry-After header says it: whole seconds, at least one.
+                wait = exc.retry_after if isinstance(exc, errors.CircuitOpen) else 1.0
+                retry_after = float(max(1, math.ceil(wait)))
+                return client.Unavailable(
+                    status, code, exc.message, details, retry_after=retry_after
+                )
+            return client.ApiError(status, code, exc.message, details)
+    raise exc
+
+
+def invalid(field: str, problem: str) -> client.ApiError:
+    """Input the HTTP API's request models refuse (422)."""
+    return client.ApiError(422, "invalid_request", f"{field}: {problem}", {"field": field})

@@ -1,11 +1,28 @@
-"""What happens during the fake's waits (the script), and the fake's clock."""
+"""What happens during the fake's waits (the script), and how each step is acted out.
+
+Each step goes in through the product's own hooks: ``Received`` is mail through ingest,
+``ProviderTimeout``/``ProviderError`` an injected fault, ``Expired`` the clock (or, for
+``timeout``, the polls that spend the budget), ``CircuitOpen`` the breaker.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
 
-EPOCH = 1_893_456_000.0  # 2030-01-01T00:00:00Z: a fixed start, so timestamps repeat too
+from sink.clock import EPOCH, FakeClock
+
+__all__ = [
+    "EPOCH",
+    "CircuitOpen",
+    "Expired",
+    "FakeClock",
+    "ProviderError",
+    "ProviderTimeout",
+    "Received",
+    "Step",
+    "Waiting",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,23 +65,3 @@ class CircuitOpen:
 
 
 Step = Waiting | Received | Expired | ProviderTimeout | ProviderError | CircuitOpen
-
-
-class FakeClock:
-    """Fake time: ``now`` (epoch seconds) moves only when told to, or when someone sleeps."""
-
-    def __init__(self, start: float = EPOCH) -> None:
-        self._now = start
-
-    def now(self) -> float:
-        return self._now
-
-    def monotonic(self) -> float:
-        return self._now
-
-    def sleep(self, seconds: float) -> None:
-        self.advance(seconds)
-
-    def advance(self, seconds: float) -> None:
-        if seconds > 0:
-            self._now += seconds

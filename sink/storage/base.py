@@ -1,14 +1,17 @@
 """The storage port: the handful of operations the domain needs, shaped like it.
 
-Adapters (``sqlite.py``; a PostgreSQL one later) implement ``Store`` and translate
-their driver's errors into ``sink.errors.StorageError``. Atomic rules (one claim
-per message, one inbox per idempotency key, the per-purpose inbox limit) are the
-adapter's to enforce inside the database, not check-then-write above it.
+``Store`` is what the agent and ingest call; ``Maintenance`` is what only the sweeper
+calls (expiry, retention, the size cap). Adapters (``sqlite.py``, ``memory.py``; a
+PostgreSQL one later) implement both and translate their driver's errors into
+``sink.errors.StorageError``. Atomic rules (one claim per message, one inbox per
+idempotency key, the per-purpose inbox limit) are the adapter's to enforce inside the
+database, not check-then-write above it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 
 from sink.inbox import Claim, Delivery, Inbox
@@ -25,7 +28,7 @@ class NewInbox:
     retention_s: int
 
 
-class CreateOutcome:
+class CreateOutcome(StrEnum):
     CREATED = "created"
     REPLAYED = "replayed"
     CONFLICT = "conflict"
@@ -120,6 +123,8 @@ class UnroutedMail:
 
 
 class Store(Protocol):
+    """What the domain needs: inboxes, deliveries, polls, claims, releases, reports."""
+
     async def ping(self) -> None: ...
 
     async def create_inbox(self, new: NewInbox, event: Event) -> CreateResult: ...
@@ -153,21 +158,8 @@ class Store(Protocol):
     async def expire(self, inbox: Inbox, retention_s: int) -> None:
         """Persist an expiry (idempotent) with its event."""
 
-    async def expire_due(self, now: float, limit: int) -> list[Inbox]:
-        """Live inboxes whose lease ended: for the sweeper to persist."""
-
     async def release_run(self, run_id: str, now: float) -> list[str]:
         """Expire the run's live inboxes (lease) and release their bodies now."""
-
-    async def release_due(self, now: float, limit: int) -> int:
-        """Release bodies whose retention ended; returns how many inboxes were released."""
-
-    async def release_oldest_expired(self, now: float, limit: int) -> int:
-        """Release the oldest evidence whose lease is over (for the store size cap)."""
-
-    async def used_bytes(self) -> int: ...
-
-    async def trim_unrouted(self, keep: int) -> int: ...
 
     async def add_events(self, events: list[Event]) -> None: ...
 
@@ -180,3 +172,27 @@ class Store(Protocol):
         the same ones for every process sharing the store, across restarts."""
 
     async def close(self) -> None: ...
+
+
+class Maintenance(Protocol):
+    """What only the sweeper needs: leases that ended, retention, the size cap."""
+
+    async def expire(self, inbox: Inbox, retention_s: int) -> None:
+        """Persist an expiry (idempotent) with its event."""
+
+    async def expire_due(self, now: float, limit: int) -> list[Inbox]:
+        """Live inboxes whose lease ended: for the sweeper to persist."""
+
+    async def release_due(self, now: float, limit: int) -> int:
+        """Release bodies whose retention ended; returns how many inboxes were released."""
+
+    async def release_oldest_expired(self, now: float, limit: int) -> int:
+        """Release the oldest evidence whose lease is over (for the store size cap)."""
+
+    async def used_bytes(self) -> int: ...
+
+    async def trim_unrouted(self, keep: int) -> int: ...
+
+
+class Storage(Store, Maintenance, Protocol):
+    """An adapter: the domain's port and the sweeper's, over one database."""

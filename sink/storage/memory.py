@@ -1,0 +1,466 @@
+"""The memory adapter: ``Store`` and ``Maintenance`` over dicts, for the fake and the fuzz tests.
+
+Nothing here awaits anything, so each operation is atomic on the event loop, which is
+how it keeps the rules SQLite keeps with ``UPDATE ... WHERE``: one claim per message, one
+inbox per idempotency key, a poll recorded only over the snapshot it was made from. The
+shared storage suite (``tests/test_storage.py``) runs against it and SQLite alike.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sink.errors import StorageError
+from sink.inbox import Claim, Delivery, Evidence, Inbox, State
+from sink.message import Summary
+from sink.storage.base import (
+    CreateOutcome,
+    CreateResult,
+    Event,
+    InboxReport,
+    Incoming,
+    NewInbox,
+    Route,
+    StoredMessage,
+    UnroutedMail,
+)
+
+_NEVER = 1e18  # evidence_release_at of an inbox whose expiry set no retention
+
+
+@dataclass(slots=True)
+class _Inbox:
+    inbox: Inbox  # its evidence is rebuilt on every load (the claim may have changed)
+    local_part: str
+    evidence_message_id: str | None
+    evidence_release_at: float
+    last_change_reason: str | None
+
+
+@dataclass(slots=True)
+class _Message:
+    raw: bytes | None
+    size: int
+    summary: Summary
+    mail_from: str
+    received_at: float
+    released_at: float | None = None
+
+
+@dataclass(slots=True)
+class _Delivery:
+    seq: int
+    message_id: str
+    inbox_id: str
+    message: _Message
+    rcpts: tuple[str, ...]
+    claim: Claim | None = None
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self._open = True
+        self._inboxes: dict[str, _Inbox] = {}
+        self._by_local: dict[str, str] = {}
+        self._keys: dict[str, tuple[str, str]] = {}  # idempotency key -> (request_json, inbox)
+        self._deliveries: dict[str, _Delivery] = {}  # by message_id
+        self._by_inbox: dict[str, list[_Delivery]] = {}  # oldest first
+        self._seq = itertools.count(1)  # one sequence over every inbox, as in SQLite
+        self._unrouted: list[UnroutedMail] = []
+        self._events: list[Event] = []
+        self._signing_key = secrets.token_bytes(32)  # lives as long as the store, as its data
+
+    async def open(self) -> None:
+        self._open = True
+
+    async def close(self) -> None:
+        self._open = False
+
+    async def ping(self) -> None:
+        self._check()
+
+    # -- inboxes -----------------------------------------------------------------
+
+    async def create_inbox(self, new: NewInbox, event: Event) -> CreateResult:
+        self._check()
+        inbox = new.inbox
+        known = self._keys.get(new.idempotency_key)
+        if known is not None:
+            request_json, inbox_id = known
+            if request_json != new.request_json:
+                return CreateResult(CreateOutcome.CONFLICT)
+            existing = self._load(inbox_id)
+            if existing.effective(inbox.created_at).state is not State.EXPIRED:
+                return CreateResult(CreateOutcome.REPLAYED, existing)
+        count = self._count(inbox.run_id, inbox.purpose)
+        if count >= new.inboxes_per_purpose:
+            return CreateResult(CreateOutcome.FORBIDDEN, count=count)
+        stored = replace(inbox, polls_used=0, cursor_seq=0, state=State.CREATED, evidence=None)
+        self._inboxes[inbox.inbox_id] = _Inbox(
+            stored, new.local_part, None, inbox.expires_at + new.retention_s, "created"
+        )
+        self._by_local[new.local_part] = inbox.inbox_id
+        self._by_inbox[inbox.inbox_id] = []
+        self._keys[new.idempotency_key] = (new.request_json, inbox.inbox_id)
+        self._events.append(event)
+        return CreateResult(CreateOutcome.CREATED, stored)
+
+    async def load_inbox(self, inbox_id: str) -> Inbox | None:
+        self._check()
+        return self._load(inbox_id) if inbox_id in self._inboxes else None
+
+    async def count_inboxes(self, run_id: str, purpose: str) -> int:
+        self._check()
+        return self._count(run_id, purpose)
+
+    async def route(self, local_part: str) -> Route | None:
+        self._check()
+        inbox_id = self._by_local.get(local_part)
+        if inbox_id is None:
+            return None
+        inbox = self._inboxes[inbox_id].inbox
+        return Route(
+            inbox_id,
+            inbox.run_id,
+            inbox.policy_name,
+            inbox.expires_at,
+            inbox.state is State.EXPIRED,
+        )
+
+    async def save_poll(self, before: Inbox, after: Inbox, event: Event) -> bool:
+        self._check()
+        row = self._inboxes[after.inbox_id]
+        if row.inbox.polls_used != before.polls_used or row.inbox.state is State.EXPIRED:
+            return False
+        if row.inbox.state is not after.state:
+            row.last_change_reason = after.reason or "evidence_found"
+        row.inbox = replace(
+            row.inbox,
+            polls_used=after.polls_used,
+            next_poll_at=after.next_poll_at,
+            cursor_seq=after.cursor_seq,
+            state=after.state,
+            reason=after.reason,
+            last_poll_at=after.last_poll_at,
+            last_poll_latency_ms=after.last_poll_latency_ms,
+            expired_at=after.expired_at,
+            last_error=after.last_error,
+        )
+        row.evidence_message_id = after.evidence.message_id if after.evidence else None
+        self._events.append(event)
+        if after.state is State.EXPIRED:
+            self._events.append(_expired_event(after))
+        return True
+
+    async def set_last_error(self, inbox_id: str, code: str) -> None:
+        self._check()
+        row = self._inboxes.get(inbox_id)
+        if row is not None:
+            row.inbox = replace(row.inbox, last_error=code)
+
+    async def expire(self, inbox: Inbox, retention_s: int) -> None:
+        self._check()
+        self._persist_expiry(inbox, retention_s)
+
+    async def expire_due(self, now: float, limit: int) -> list[Inbox]:
+        self._check()
+        due = [
+            row.inbox.inbox_id
+            for row in self._inboxes.values()
+            if row.inbox.state is not State.EXPIRED and row.inbox.expires_at <= now
+        ]
+        return [self._load(inbox_id) for inbox_id in due[:limit]]
+
+    # -- messages ----------------------------------------------------------------
+
+    async def save_message(self, incoming: Incoming) -> None:
+        self._check()
+        size = len(incoming.raw)
+        if incoming.deliveries:
+            message = _Message(
+                incoming.raw, size, incoming.summary, incoming.mail_from, incoming.received_at
+            )
+            for d in incoming.deliveries:
+                delivery = _Delivery(next(self._seq), d.message_id, d.inbox_id, message, d.rcpts)
+                self._deliveries[d.message_id] = delivery
+                self._by_inbox.setdefault(d.inbox_id, []).append(delivery)
+                self._events.append(
+                    Event(
+                        run_id=d.run_id,
+                        type="message_accepted",
+                        at=incoming.received_at,
+                        inbox_id=d.inbox_id,
+                        message_id=d.message_id,
+                        detail={"size": size},
+                    )
+                )
+        self._unrouted.extend(
+            UnroutedMail(rcpt, incoming.mail_from, incoming.received_at, size)
+            for rcpt in incoming.unrouted
+        )
+        self._events.extend(
+            Event(
+                run_id=late.run_id,
+                type="late_arrival",
+                at=incoming.received_at,
+                inbox_id=late.inbox_id,
+                detail={"size": size, "action": "dropped"},
+            )
+            for late in incoming.late
+        )
+
+    async def deliveries_after(self, inbox_id: str, after_seq: int, limit: int) -> list[Delivery]:
+        self._check()
+        rows = self._by_inbox.get(inbox_id, [])
+        return [_delivery(d) for d in rows if d.seq > after_seq][:limit]
+
+    async def delivery(self, message_id: str) -> Delivery | None:
+        self._check()
+        found = self._deliveries.get(message_id)
+        return None if found is None else _delivery(found)
+
+    async def raw(self, message_id: str) -> bytes | None:
+        self._check()
+        found = self._deliveries.get(message_id)
+        if found is None or self._inboxes[found.inbox_id].inbox.released_at is not None:
+            return None
+        return found.message.raw
+
+    async def message(self, message_id: str) -> StoredMessage | None:
+        self._check()
+        found = self._deliveries.get(message_id)
+        if found is None:
+            return None
+        inbox = self._inboxes[found.inbox_id].inbox
+        message = found.message
+        return StoredMessage(
+            delivery=_delivery(found),
+            run_id=inbox.run_id,
+            raw=message.raw if inbox.released_at is None else None,
+            mail_from=message.mail_from,
+            rcpts=found.rcpts,
+            to=tuple(message.summary.to),
+            cc=tuple(message.summary.cc),
+            date=message.summary.date,
+            released_at=inbox.released_at or message.released_at,
+        )
+
+    async def claim(self, delivery: Delivery, claim: Claim, after: Inbox) -> Claim:
+        self._check()
+        found = self._deliveries[claim.message_id]
+        if found.claim is not None:
+            return found.claim
+        found.claim = claim
+        row = self._inboxes[delivery.inbox_id]
+        if row.inbox.state is not State.EXPIRED:
+            if row.inbox.state is not State.RECEIVED:
+                row.last_change_reason = "claimed"
+            row.inbox = replace(
+                row.inbox,
+                state=State.RECEIVED,
+                reason=None,
+                cursor_seq=max(row.inbox.cursor_seq, delivery.seq),
+            )
+            row.evidence_message_id = claim.message_id
+        self._events.append(
+            Event(
+                run_id=claim.run_id,
+                type="claimed",
+                at=claim.claimed_at,
+                inbox_id=delivery.inbox_id,
+                message_id=claim.message_id,
+                detail={"claim_id": claim.claim_id},
+            )
+        )
+        return claim
+
+    # -- release and retention ---------------------------------------------------
+
+    async def release_run(self, run_id: str, now: float) -> list[str]:
+        self._check()
+        inboxes = [
+            self._load(row.inbox.inbox_id)
+            for row in self._inboxes.values()
+            if row.inbox.run_id == run_id and row.inbox.released_at is None
+        ]
+        for inbox in inboxes:
+            if inbox.effective(now).state is not State.EXPIRED:
+                self._persist_expiry(inbox.expire("lease", now), 0, cause="released")
+            else:
+                self._persist_expiry(inbox.effective(now), 0)
+        released = [i.inbox_id for i in inboxes]
+        self._release(released, now)
+        return released
+
+    async def release_due(self, now: float, limit: int) -> int:
+        self._check()
+        due = sorted(
+            (r for r in self._unreleased() if r.evidence_release_at <= now),
+            key=lambda r: r.evidence_release_at,
+        )
+        return self._release_rows(due[:limit], now)
+
+    async def release_oldest_expired(self, now: float, limit: int) -> int:
+        self._check()
+        over = sorted(
+            (
+                r
+                for r in self._unreleased()
+                if r.inbox.state is State.EXPIRED or r.inbox.expires_at <= now
+            ),
+            key=lambda r: r.inbox.expired_at or r.inbox.expires_at,
+        )
+        return self._release_rows(over[:limit], now)
+
+    async def used_bytes(self) -> int:
+        self._check()
+        messages = {id(d.message): d.message for d in self._deliveries.values()}
+        return sum(m.size for m in messages.values() if m.raw is not None)
+
+    async def trim_unrouted(self, keep: int) -> int:
+        self._check()
+        dropped = max(0, len(self._unrouted) - keep)
+        del self._unrouted[:dropped]
+        return dropped
+
+    # -- reports -----------------------------------------------------------------
+
+    async def add_events(self, events: list[Event]) -> None:
+        self._check()
+        self._events.extend(events)
+
+    async def run_report(self, run_id: str) -> tuple[list[InboxReport], list[Event]]:
+        self._check()
+        rows = sorted(
+            (r for r in self._inboxes.values() if r.inbox.run_id == run_id),
+            key=lambda r: (r.inbox.created_at, r.inbox.inbox_id),
+        )
+        reports = []
+        for row in rows:
+            claimed = [d for d in self._by_inbox[row.inbox.inbox_id] if d.claim is not None]
+            accepted = max(claimed, key=lambda d: _claimed_at(d), default=None)
+            reports.append(
+                InboxReport(
+                    inbox=self._load(row.inbox.inbox_id),
+                    accepted_message_id=accepted.message_id if accepted else None,
+                    last_change_reason=row.last_change_reason,
+                    evidence_release_at=row.inbox.released_at or row.evidence_release_at,
+                )
+            )
+        order = {id(e): n for n, e in enumerate(self._events)}
+        events = sorted(
+            (e for e in self._events if e.run_id == run_id), key=lambda e: (e.at, order[id(e)])
+        )
+        return reports, events[:10_000]
+
+    async def unrouted(self, limit: int) -> list[UnroutedMail]:
+        self._check()
+        return self._unrouted[::-1][:limit]
+
+    async def signing_key(self) -> bytes:
+        self._check()
+        return self._signing_key
+
+    # -- rows --------------------------------------------------------------------
+
+    def _check(self) -> None:
+        if not self._open:
+            raise StorageError("the store is closed")
+
+    def _load(self, inbox_id: str) -> Inbox:
+        row = self._inboxes[inbox_id]
+        found = self._deliveries.get(row.evidence_message_id or "")
+        if found is None:
+            return row.inbox  # stored with evidence=None
+        evidence = Evidence(
+            found.message_id,
+            found.seq,
+            found.message.summary.subject,
+            found.message.summary.from_addr,
+            found.message.received_at,
+            found.claim,
+        )
+        return replace(row.inbox, evidence=evidence)
+
+    def _count(self, run_id: str, purpose: str) -> int:
+        wanted = (run_id, purpose)
+        return sum(1 for r in self._inboxes.values() if (r.inbox.run_id, r.inbox.purpose) == wanted)
+
+    def _unreleased(self) -> list[_Inbox]:
+        return [r for r in self._inboxes.values() if r.inbox.released_at is None]
+
+    def _persist_expiry(self, inbox: Inbox, retention_s: int, cause: str | None = None) -> None:
+        if inbox.state is not State.EXPIRED:
+            return
+        row = self._inboxes[inbox.inbox_id]
+        if row.inbox.state is State.EXPIRED:
+            return
+        at = inbox.expired_at if inbox.expired_at is not None else inbox.expires_at
+        row.inbox = replace(row.inbox, state=State.EXPIRED, reason=inbox.reason, expired_at=at)
+        row.evidence_release_at = min(
+            row.evidence_release_at, at + retention_s if retention_s else _NEVER
+        )
+        row.last_change_reason = cause or inbox.reason
+        self._events.append(_expired_event(inbox, cause))
+
+    def _release_rows(self, rows: list[_Inbox], now: float) -> int:
+        inboxes = [self._load(r.inbox.inbox_id) for r in rows]
+        for inbox in inboxes:
+            self._persist_expiry(inbox.effective(now), 0)
+        self._release([i.inbox_id for i in inboxes], now)
+        return len(inboxes)
+
+    def _release(self, inbox_ids: list[str], now: float) -> None:
+        for inbox_id in inbox_ids:
+            row = self._inboxes[inbox_id]
+            if row.inbox.released_at is not None:
+                continue
+            row.inbox = replace(row.inbox, released_at=now)
+            row.evidence_release_at = now
+        for inbox_id in inbox_ids:
+            for delivery in self._by_inbox[inbox_id]:
+                message = delivery.message
+                # A message stored once for several inboxes keeps its body until every one
+                # is released.
+                if message.raw is not None and all(
+                    self._inboxes[d.inbox_id].inbox.released_at is not None
+                    for d in self._deliveries.values()
+                    if d.message is message
+                ):
+                    message.raw = None
+                    message.released_at = now
+            run_id = self._inboxes[inbox_id].inbox.run_id
+            self._events.append(Event(run_id=run_id, type="released", at=now, inbox_id=inbox_id))
+
+
+def _delivery(d: _Delivery) -> Delivery:
+    return Delivery(
+        seq=d.seq,
+        message_id=d.message_id,
+        inbox_id=d.inbox_id,
+        subject=d.message.summary.subject,
+        from_addr=d.message.summary.from_addr,
+        received_at=d.message.received_at,
+        size=d.message.size,
+        claim=d.claim,
+    )
+
+
+def _claimed_at(d: _Delivery) -> float:
+    return d.claim.claimed_at if d.claim is not None else 0.0
+
+
+def _expired_event(inbox: Inbox, cause: str | None = None) -> Event:
+    detail: dict[str, Any] = {"reason": inbox.reason}
+    if cause:
+        detail["cause"] = cause
+    return Event(
+        run_id=inbox.run_id,
+        type="expired",
+        at=inbox.expired_at if inbox.expired_at is not None else inbox.expires_at,
+        inbox_id=inbox.inbox_id,
+        detail=detail,
+    )
