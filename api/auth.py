@@ -22,19 +22,26 @@ scope covers the owner but who named another run, as before.
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import MutableMapping
+from collections.abc import Awaitable, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.datastructures import Headers
 
 from sink import scopes
-from sink.errors import ForbiddenScope, NotFound
+from sink.errors import ForbiddenScope, NotFound, ProviderTimeout
 from sink.ids import RUN_ID
 from sink.scopes import Kind, Op
 from sink.storage.base import Store
 from sink.tokens import OPEN, Grant, Keyring
+
+T = TypeVar("T")
+
+# The owner of an inbox or message is looked up for runs: and run tokens; as long at most
+# as the default policy's provider deadline.
+_LOOKUP_DEADLINE_S = 2.0
 
 # Paths that need no token at all.
 OPEN_PATHS = ("/healthz", "/readyz")
@@ -182,7 +189,7 @@ class Authority:
         if not _depends_on_run(grant):
             _refuse_unless(grant, op, None, owner=True)
             return
-        inbox = await self._store.load_inbox(inbox_id)
+        inbox = await _bounded(self._store.load_inbox(inbox_id))
         if inbox is None:
             raise NotFound(f"no inbox {inbox_id[:64]!r}")
         _refuse_unless(grant, op, inbox.run_id, owner=True)
@@ -191,12 +198,22 @@ class Authority:
         if not _depends_on_run(grant):
             _refuse_unless(grant, op, None, owner=True)
             return
-        delivery = await self._store.delivery(message_id)
-        inbox = None if delivery is None else await self._store.load_inbox(delivery.inbox_id)
+        delivery = await _bounded(self._store.delivery(message_id))
+        inbox = (
+            None if delivery is None else await _bounded(self._store.load_inbox(delivery.inbox_id))
+        )
         if inbox is None:
             # Unknown (or caught mail, which has no run): a runs: token sees neither.
             raise NotFound(f"no message {message_id[:64]!r}")
         _refuse_unless(grant, op, inbox.run_id, owner=True)
+
+
+async def _bounded(lookup: Awaitable[T]) -> T:
+    """An owner lookup, bounded like any provider call: a store that hangs is a 503."""
+    try:
+        return await asyncio.wait_for(lookup, _LOOKUP_DEADLINE_S)
+    except TimeoutError:
+        raise ProviderTimeout("the store did not answer the owner lookup in time") from None
 
 
 def _depends_on_run(grant: Grant) -> bool:

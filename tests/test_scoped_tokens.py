@@ -604,3 +604,24 @@ def test_bearer_scheme_is_case_insensitive_and_the_token_exact(scoped: Server) -
     ]:
         response = httpx.get(f"{scoped.url}/v1/unrouted", headers={"Authorization": header})
         assert response.status_code == status, header
+
+
+def test_search_shows_a_runs_token_only_its_runs_and_no_caught_mail(scoped: Server) -> None:
+    """GET /v1/messages?query= with a runs: token never shows another run's or caught mail.
+
+    Search is being built beside this work: until it lands the route is 404 and this test
+    checks only that; once it answers, nothing outside the token's runs may be in it.
+    """
+    ours = make_world(scoped, prefix="team-a", subject="Searchable code")
+    theirs = make_world(scoped, prefix="team-b", subject="Searchable code")
+    caught = f"nobody-{new_run_id('x')}@sink.test"
+    scoped.send(caught, subject="Searchable code")
+    for token, hidden in [
+        (TEAM_A, [theirs.message_id, theirs.run_id, caught]),
+        (ours.run_token, [theirs.message_id, theirs.run_id, caught]),
+    ]:
+        with scoped.http(headers=bearer(token)) as client:
+            response = client.get("/v1/messages", params={"query": "searchable"})
+        assert response.status_code in (200, 404), response.text
+        for secret in hidden:
+            assert secret not in response.text
