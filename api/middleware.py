@@ -23,6 +23,7 @@ from sink import clock, ids
 from sink.errors import RunsinkError
 from sink.logs import log
 from sink.metrics import Metrics
+from sink.tokens import OPEN
 
 MAX_BODY_BYTES = 1024 * 1024
 
@@ -128,7 +129,8 @@ class EdgeMiddleware:
                 401, "unauthorized", grant.message, headers={"WWW-Authenticate": "Bearer"}
             )
         set_grant(scope, grant)
-        scope["runsink.token_name"] = grant.name
+        if grant is not OPEN:  # the access log names the token's entry, never the token
+            scope["runsink.token_name"] = grant.name
         query_run = QueryParams(scope.get("query_string", b"")).get("run_id")
         try:
             await self.authority.check_route(grant, scope["method"], scope["path"], query_run)
