@@ -265,8 +265,10 @@ ENDPOINTS = [
 ]
 
 
-def send(server: Server, world: World, endpoint: Endpoint, token: str | None) -> tuple[int, Any]:
-    """(status, JSON body or None): streamed, so an event stream is not read to its end."""
+def send(
+    server: Server, world: World, endpoint: Endpoint, token: str | None
+) -> tuple[int, httpx.Headers, Any]:
+    """(status, headers, JSON body or None): streamed, so an event stream is not read to its end."""
     headers = {} if token is None else bearer(token)
     body = None
     if endpoint.body is not None:
@@ -277,8 +279,8 @@ def send(server: Server, world: World, endpoint: Endpoint, token: str | None) ->
     ):
         if response.headers.get("content-type", "").startswith("application/json"):
             response.read()
-            return response.status_code, response.json()
-        return response.status_code, None
+            return response.status_code, response.headers, response.json()
+        return response.status_code, response.headers, None
 
 
 @pytest.mark.parametrize("caller", CALLERS)
@@ -288,7 +290,7 @@ def test_every_scope_against_every_endpoint(
 ) -> None:
     """Each caller gets the endpoint's answer, 401, or 403 forbidden_scope naming the scope."""
     world = make_world(scoped)
-    status, body = send(scoped, world, endpoint, token_of(caller, world))
+    status, headers, body = send(scoped, world, endpoint, token_of(caller, world))
     if caller in ("none", "bad") and not endpoint.open:
         assert status == 401, (status, body)
         assert body["error"]["code"] == "unauthorized"
@@ -304,6 +306,7 @@ def test_every_scope_against_every_endpoint(
     assert body["error"]["code"] == "forbidden_scope", body
     assert body["error"]["details"] == {"needed": world.fill(needed)}
     assert world.fill(needed) in body["error"]["message"]
+    assert "insufficient_scope" in headers.get("www-authenticate", "")
 
 
 @dataclass(frozen=True)
