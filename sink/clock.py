@@ -49,8 +49,11 @@ class SystemClock:
         remaining = deadline - self.now()
         if remaining <= 0:
             return False
+        # asyncio.timeout, not wait_for: wait_for wraps the wait in a task of its own
+        # (Python 3.11), and a parked long-poll should cost as little as it can.
         try:
-            await asyncio.wait_for(signal.wait(), remaining)
+            async with asyncio.timeout(remaining):
+                await signal.wait()
         except TimeoutError:
             return signal.is_set()
         return True

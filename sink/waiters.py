@@ -14,25 +14,40 @@ from collections.abc import Iterable
 
 
 class Wakeup:
-    """One wait's wake-up: set on new mail, or with ``ended`` when its inbox ended."""
+    """One wait's wake-up: set on new mail, or with ``ended`` when its inbox ended.
 
-    __slots__ = ("_event", "ended")
+    One long-poll waits on it at a time, so a flag and a future made only while it waits
+    do what an ``asyncio.Event`` (its deque, its future per wait) would: thousands of
+    parked long-polls each hold one.
+    """
+
+    __slots__ = ("_future", "_set", "ended")
 
     def __init__(self) -> None:
-        self._event = asyncio.Event()
+        self._set = False
+        self._future: asyncio.Future[None] | None = None
         self.ended = False
 
     def set(self) -> None:
-        self._event.set()
+        self._set = True
+        future = self._future
+        if future is not None and not future.done():
+            future.set_result(None)
 
     def clear(self) -> None:
-        self._event.clear()
+        self._set = False
 
     def is_set(self) -> bool:
-        return self._event.is_set()
+        return self._set
 
     async def wait(self) -> None:
-        await self._event.wait()
+        if self._set:
+            return
+        self._future = asyncio.get_running_loop().create_future()
+        try:
+            await self._future
+        finally:
+            self._future = None
 
 
 class Waiters:
