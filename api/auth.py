@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, MutableMapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from starlette.datastructures import Headers
 
+from api.context import context_of
 from sink import scopes
 from sink.errors import ForbiddenScope, NotFound, ProviderTimeout
 from sink.ids import RUN_ID
@@ -45,8 +46,6 @@ _LOOKUP_DEADLINE_S = 2.0
 
 # Paths that need no token at all.
 OPEN_PATHS = ("/healthz", "/readyz")
-
-_GRANT = "runsink.grant"
 
 
 def bearer_token(headers: Headers) -> str | None:
@@ -69,19 +68,15 @@ class Refused:
     message: str
 
 
-def grant_of(scope: MutableMapping[str, Any]) -> Grant:
+def grant_of(scope: Mapping[str, Any]) -> Grant:
     """The request's grant (the middleware sets it before any route runs)."""
-    grant = scope.get(_GRANT)
-    if not isinstance(grant, Grant):  # never a silent default: that would be a way in
+    grant = context_of(scope).grant
+    if grant is None:  # never a silent default: that would be a way in
         raise RuntimeError("no grant on this request: is the app behind EdgeMiddleware?")
     return grant
 
 
-def set_grant(scope: MutableMapping[str, Any], grant: Grant) -> None:
-    scope[_GRANT] = grant
-
-
-def visibility_of(scope: MutableMapping[str, Any]) -> scopes.Visibility:
+def visibility_of(scope: Mapping[str, Any]) -> scopes.Visibility:
     """What a filtered view (search, live events) may show this request: its runs, and
     whether caught mail. ``runs:`` and run tokens see their runs only and no caught mail."""
     return scopes.visibility(grant_of(scope).scope)

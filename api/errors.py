@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from api.context import context_of
 from api.schemas import ErrorBody, ErrorOut, RefusalOut
 from sink import errors
 from sink.logs import error as log_error
@@ -30,8 +31,7 @@ def error_response(
 
 
 def trace_of(request: Request) -> str:
-    trace: str = request.scope.get("runsink.trace_id") or request.scope["runsink.fallback_trace"]
-    return trace
+    return context_of(request.scope).trace
 
 
 def runsink_error(request: Request, exc: errors.RunsinkError) -> Response:

@@ -28,11 +28,12 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from api.auth import Authority, grant_of
+from api.context import context_of
 from api.errors import internal_error, runsink_error, validation_error
 from api.schemas import ClaimIn, CreateInboxIn, WaitIn
-from api.views import envelope_out, match_from, message_out, run_report_out
+from api.views import create_request, envelope_out, message_out, run_report_out, wait_request
 from sink import scopes
-from sink.agent import Agent, CreateRequest, WaitRequest
+from sink.agent import Agent
 from sink.envelope import Envelope
 from sink.errors import InvalidRequest, RunsinkError
 from sink.mcp.server import Backend, Json, tools_server
@@ -87,22 +88,15 @@ class AgentBackend:
         assert isinstance(authority, Authority)
         self._authority = authority
         self._grant = grant_of(request.scope)
-        self._trace: str | None = request.scope.get("runsink.explicit_trace")
+        self._context = context_of(request.scope)
+        self._trace = self._context.explicit_trace
 
     async def create_inbox(self, body: Json) -> Json:
         async def create() -> Json:
             given = CreateInboxIn.model_validate(body)
             self._note(run_id=given.run_id)
             self._authority.check_run(self._grant, scopes.CREATE, given.run_id)
-            request = CreateRequest(
-                run_id=given.run_id,
-                purpose=given.purpose,
-                ttl_s=given.ttl_s,
-                poll_budget=given.poll_budget,
-                policy=given.policy,
-                match=match_from(given.match),
-            )
-            created = await self._agent.create(request, body, None, self._trace)
+            created = await self._agent.create(create_request(given), body, None, self._trace)
             return self._envelope(created.envelope)
 
         return await self._answer(create())
@@ -115,12 +109,7 @@ class AgentBackend:
             self._note(run_id=given.run_id)
             if given.run_id is not None:
                 self._authority.check_run(self._grant, scopes.WAIT, given.run_id)
-            request = WaitRequest(
-                timeout_s=given.timeout_s or 0.0,
-                cursor=given.cursor,
-                match=match_from(given.match) if given.match is not None else None,
-                run_id=given.run_id,
-            )
+            request = wait_request(given, given.run_id)
             return self._envelope(await self._agent.wait(inbox_id, request, self._trace))
 
         return await self._answer(wait())
@@ -172,15 +161,13 @@ class AgentBackend:
 
     def _envelope(self, envelope: Envelope) -> Json:
         # As the routes do: the access log and X-Trace-Id of the /mcp request name them.
-        self._request.scope["runsink.trace_id"] = envelope.trace_id
-        self._note(run_id=envelope.run_id, inbox_id=envelope.inbox_id)
+        self._context.note(
+            run_id=envelope.run_id, inbox_id=envelope.inbox_id, trace_id=envelope.trace_id
+        )
         return envelope_out(envelope).model_dump(mode="json")
 
     def _note(self, run_id: str | None = None, inbox_id: str | None = None) -> None:
-        if run_id is not None:
-            self._request.scope["runsink.run_id"] = run_id
-        if inbox_id is not None:
-            self._request.scope["runsink.inbox_id"] = inbox_id
+        self._context.note(run_id=run_id, inbox_id=inbox_id)
 
 
 def _json_of(raw: bytes | memoryview) -> Json:

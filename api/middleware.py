@@ -17,7 +17,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.auth import OPEN_PATHS, Authority, Refused, set_grant
+from api.auth import OPEN_PATHS, Authority, Refused
+from api.context import KEY as CONTEXT
+from api.context import RequestContext
 from api.errors import error_response, runsink_error
 from sink import clock, ids
 from sink.errors import RunsinkError
@@ -75,16 +77,15 @@ class EdgeMiddleware:
         started = time.perf_counter()
         headers = Headers(scope=scope)
         explicit = explicit_trace(headers)
-        scope["runsink.explicit_trace"] = explicit
-        scope["runsink.fallback_trace"] = explicit or ids.new_trace_id()
+        context = RequestContext(explicit, explicit or ids.new_trace_id())
+        scope[CONTEXT] = context
         status_seen = {"status": 500}
 
         async def send_wrapped(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status_seen["status"] = message["status"]
                 out = MutableHeaders(scope=message)
-                trace = scope.get("runsink.trace_id") or scope["runsink.fallback_trace"]
-                out["x-trace-id"] = trace
+                out["x-trace-id"] = context.trace
                 for name, value in _SAFE_HEADERS:
                     if name.decode() not in out:
                         out.raw.append((name, value))
@@ -93,7 +94,7 @@ class EdgeMiddleware:
         path: str = scope["path"]
         try:
             if not path.startswith(OPEN_PATHS):
-                refusal = await self._authorise(scope, headers)
+                refusal = await self._authorise(scope, headers, context)
                 if refusal is not None:
                     await refusal(scope, receive, send_wrapped)
                     return
@@ -115,28 +116,34 @@ class EdgeMiddleware:
                 route=route,
                 status=status_seen["status"],
                 latency_ms=round(elapsed * 1000, 3),
-                trace_id=scope.get("runsink.trace_id") or scope["runsink.fallback_trace"],
-                run_id=scope.get("runsink.run_id"),
-                inbox_id=scope.get("runsink.inbox_id"),
-                auth=scope.get("runsink.token_name"),
+                trace_id=context.trace,
+                run_id=context.run_id,
+                inbox_id=context.inbox_id,
+                auth=_token_name(context),
             )
 
-    async def _authorise(self, scope: Scope, headers: Headers) -> Response | None:
+    async def _authorise(
+        self, scope: Scope, headers: Headers, context: RequestContext
+    ) -> Response | None:
         """The refusal (401, 403) for a request its token does not allow, else None."""
         grant = self.authority.grant_for(headers, clock.now())
         if isinstance(grant, Refused):
             return error_response(
                 401, "unauthorized", grant.message, headers={"WWW-Authenticate": "Bearer"}
             )
-        set_grant(scope, grant)
-        if grant is not OPEN:  # the access log names the token's entry, never the token
-            scope["runsink.token_name"] = grant.name
+        context.grant = grant
         query_run = QueryParams(scope.get("query_string", b"")).get("run_id")
         try:
             await self.authority.check_route(grant, scope["method"], scope["path"], query_run)
         except RunsinkError as exc:
             return runsink_error(Request(scope), exc)
         return None
+
+
+def _token_name(context: RequestContext) -> str | None:
+    """The access log names the token's entry (never the token); nothing on an open server."""
+    grant = context.grant
+    return None if grant is None or grant is OPEN else grant.name
 
 
 def _capped(receive: Receive) -> Receive:

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from api import schemas as s
-from sink import __version__
+from sink import __version__, ids
 
 _MODELS: list[type[BaseModel]] = [
     s.CreateInboxIn,
@@ -113,7 +113,7 @@ _RUN_HEADER = {
     "in": "header",
     "required": False,
     "description": "The calling run; a run that does not own the resource gets 403 wrong_run.",
-    "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"},
+    "schema": {"type": "string", "pattern": ids.anchored(ids.RUN_ID)},
 }
 _TRACE_HEADERS = [
     {"name": "traceparent", "in": "header", "required": False, "schema": {"type": "string"}},
@@ -130,9 +130,9 @@ def _path_id(name: str, pattern: str) -> dict[str, Any]:
     }
 
 
-_INBOX = _path_id("inbox_id", "^ib_[a-z2-7]{20}$")
-_MESSAGE = _path_id("message_id", "^msg_[a-z2-7]{24}$")
-_RUN = _path_id("run_id", "^[A-Za-z0-9._:-]{1,128}$")
+_INBOX = _path_id("inbox_id", ids.anchored(ids.INBOX_ID))
+_MESSAGE = _path_id("message_id", ids.anchored(ids.MESSAGE_ID))
+_RUN = _path_id("run_id", ids.anchored(ids.RUN_ID))
 
 
 def _envelope(description: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -178,7 +178,7 @@ def _paths() -> dict[str, Any]:
                         "in": "header",
                         "required": False,
                         "description": "Default: purpose:run_id. Same key + same body replays.",
-                        "schema": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,255}$"},
+                        "schema": {"type": "string", "pattern": ids.anchored(ids.IDEMPOTENCY_KEY)},
                     },
                     *_TRACE_HEADERS,
                 ],

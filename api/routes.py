@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import json
 import math
-import re
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -15,6 +14,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from api.auth import Authority, grant_of, route_op
+from api.context import context_of
 from api.errors import error_response
 from api.middleware import BodyTooLarge
 from api.openapi import openapi_document
@@ -28,16 +28,17 @@ from api.schemas import (
     WaitIn,
 )
 from api.views import (
+    create_request,
     envelope_out,
     fault_out,
-    match_from,
     message_list_out,
     message_out,
     run_report_out,
     unrouted_out,
+    wait_request,
 )
 from sink import clock, ids, run_tokens
-from sink.agent import Agent, CreateRequest, WaitRequest
+from sink.agent import Agent
 from sink.envelope import Envelope
 from sink.errors import FaultsDisabled, InvalidRequest, NotFound, StorageError
 from sink.faults import FaultSpec
@@ -48,7 +49,7 @@ M = TypeVar("M", bound=BaseModel)
 _INBOX_ID = ids.INBOX_ID
 _MESSAGE_ID = ids.MESSAGE_ID
 _RUN_ID = ids.RUN_ID
-_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+_IDEMPOTENCY_KEY = ids.IDEMPOTENCY_KEY
 
 
 # -- helpers ---------------------------------------------------------------------
@@ -90,7 +91,7 @@ def _inbox_id(request: Request) -> str:
     inbox_id: str = request.path_params["inbox_id"]
     if not _INBOX_ID.fullmatch(inbox_id):
         raise NotFound(f"no inbox {inbox_id[:64]!r}")
-    request.scope["runsink.inbox_id"] = inbox_id
+    context_of(request.scope).note(inbox_id=inbox_id)
     return inbox_id
 
 
@@ -116,8 +117,8 @@ def _caller_run(request: Request, body_run: str | None = None) -> str | None:
     if len(set(given)) > 1:
         raise InvalidRequest("the run is named twice, differently (body, X-Run-Id, ?run_id)")
     run = given[0] if given else None
+    context_of(request.scope).note(run_id=run)
     if run is not None:
-        request.scope["runsink.run_id"] = run
         _check_named_run(request, run)
     return run
 
@@ -147,9 +148,9 @@ def _int_query(request: Request, name: str, default: int, low: int, high: int) -
 def _envelope_response(
     envelope: Envelope, request: Request, extra: dict[str, str] | None = None
 ) -> Response:
-    request.scope["runsink.trace_id"] = envelope.trace_id
-    request.scope["runsink.run_id"] = envelope.run_id
-    request.scope["runsink.inbox_id"] = envelope.inbox_id
+    context_of(request.scope).note(
+        run_id=envelope.run_id, inbox_id=envelope.inbox_id, trace_id=envelope.trace_id
+    )
     headers = dict(extra or {})
     if envelope.retry_after is not None:
         headers["Retry-After"] = str(math.ceil(envelope.retry_after))
@@ -162,8 +163,7 @@ def _model_response(model: BaseModel, status: int = 200) -> JSONResponse:
 
 
 def _explicit_trace(request: Request) -> str | None:
-    trace: str | None = request.scope.get("runsink.explicit_trace")
-    return trace
+    return context_of(request.scope).explicit_trace
 
 
 # -- inboxes -----------------------------------------------------------------------
@@ -175,20 +175,10 @@ async def create_inbox(request: Request) -> Response:
     key = request.headers.get("idempotency-key")
     if key is not None and not _IDEMPOTENCY_KEY.fullmatch(key):
         raise InvalidRequest("Idempotency-Key: 1-255 printable ASCII characters, no spaces")
-    request.scope["runsink.run_id"] = given.run_id
+    context_of(request.scope).note(run_id=given.run_id)
     _check_named_run(request, given.run_id)
     created = await _agent(request).create(
-        CreateRequest(
-            run_id=given.run_id,
-            purpose=given.purpose,
-            ttl_s=given.ttl_s,
-            poll_budget=given.poll_budget,
-            policy=given.policy,
-            match=match_from(given.match),
-        ),
-        body,
-        key,
-        _explicit_trace(request),
+        create_request(given), body, key, _explicit_trace(request)
     )
     envelope = created.envelope
     if created.replayed:
@@ -212,12 +202,7 @@ async def wait_for_message(request: Request) -> Response:
     inbox_id = _inbox_id(request)
     given = _model(WaitIn, await _json_body(request, required=False))
     run_id = _caller_run(request, given.run_id)
-    wait = WaitRequest(
-        timeout_s=given.timeout_s or 0.0,
-        cursor=given.cursor,
-        match=match_from(given.match) if given.match is not None else None,
-        run_id=run_id,
-    )
+    wait = wait_request(given, run_id)
     work = asyncio.ensure_future(_agent(request).wait(inbox_id, wait, _explicit_trace(request)))
     gone = asyncio.ensure_future(_client_gone(request))
     try:
@@ -287,7 +272,7 @@ async def claim_message(request: Request) -> Response:
 def _run_path(request: Request) -> str:
     run_id: str = request.path_params["run_id"]
     _run_id_param(run_id, "run_id")
-    request.scope["runsink.run_id"] = run_id
+    context_of(request.scope).note(run_id=run_id)
     return run_id
 
 

@@ -12,12 +12,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
-from sink.vocabulary import NextAction, Reason, State
-from sink.vocabulary import Status as StatusT
+from sink import ids
+from sink.vocabulary import NextActionName as NextAction
+from sink.vocabulary import ReasonName as Reason
+from sink.vocabulary import StateName as State
+from sink.vocabulary import StatusName as StatusT
 
-RunId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
-Purpose = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,64}$")]
-PolicyName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,64}$")]
+RunId = Annotated[str, StringConstraints(pattern=ids.anchored(ids.RUN_ID))]
+Purpose = Annotated[str, StringConstraints(pattern=ids.anchored(ids.PURPOSE))]
+PolicyName = Annotated[str, StringConstraints(pattern=ids.anchored(ids.POLICY_NAME))]
 Needle = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 
 

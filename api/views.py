@@ -1,10 +1,15 @@
-"""Domain values -> wire models. The only place that knows both shapes."""
+"""Wire models <-> domain values. The only place that knows both shapes.
+
+Requests become the Agent's requests here (``create_request``, ``wait_request``), once
+for the HTTP routes and the ``/mcp`` tools alike; answers become wire models.
+"""
 
 from __future__ import annotations
 
 from api.schemas import (
     AttachmentOut,
     ClaimOut,
+    CreateInboxIn,
     EnvelopeOut,
     FaultOut,
     MatchIn,
@@ -18,8 +23,9 @@ from api.schemas import (
     SmtpEnvelopeOut,
     UnroutedItem,
     UnroutedOut,
+    WaitIn,
 )
-from sink.agent import MessagePage, ReadResult, RunReport
+from sink.agent import CreateRequest, MessagePage, ReadResult, RunReport, WaitRequest
 from sink.clock import rfc3339, rfc3339_or_none
 from sink.envelope import Envelope
 from sink.faults import Fault
@@ -36,6 +42,27 @@ def match_from(given: MatchIn | None) -> Match:
         from_contains=given.from_contains,
         body_contains=given.body_contains,
         max_age_s=given.max_age_s,
+    )
+
+
+def create_request(given: CreateInboxIn) -> CreateRequest:
+    return CreateRequest(
+        run_id=given.run_id,
+        purpose=given.purpose,
+        ttl_s=given.ttl_s,
+        poll_budget=given.poll_budget,
+        policy=given.policy,
+        match=match_from(given.match),
+    )
+
+
+def wait_request(given: WaitIn, run_id: str | None) -> WaitRequest:
+    """``run_id``: the calling run, as the transport names it (body, header or query)."""
+    return WaitRequest(
+        timeout_s=given.timeout_s or 0.0,
+        cursor=given.cursor,
+        match=match_from(given.match) if given.match is not None else None,
+        run_id=run_id,
     )
 
 

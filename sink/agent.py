@@ -21,9 +21,7 @@ from sink.breaker import BreakerKey
 from sink.clock import Clock, SystemClock, rfc3339_or_none
 from sink.config import Settings
 from sink.envelope import (
-    Action,
     Envelope,
-    Status,
     already_claimed,
     blocked,
     describe,
@@ -47,7 +45,6 @@ from sink.inbox import (
     GateKind,
     Inbox,
     Match,
-    State,
     after_claim,
     after_poll,
     wait_gate,
@@ -66,6 +63,7 @@ from sink.storage.base import (
     StoredMessage,
     UnroutedMail,
 )
+from sink.vocabulary import NextAction, Reason, State, Status
 from sink.waiters import Waiters
 
 
@@ -237,18 +235,18 @@ class Agent:
                 if attempt.refused:
                     self._metrics.blocked("wait", "circuit_open")
                     view = await self._describe(inbox, started, trace_id)
-                    return blocked(view, "circuit_open", attempt.retry_after)
+                    return blocked(view, Reason.CIRCUIT_OPEN, attempt.retry_after)
                 gate = wait_gate(inbox, started)
                 busy_until = self._polls.busy_until(inbox_id)
                 if gate.kind is GateKind.TOO_EARLY or busy_until is not None:
                     retry_after = gate.retry_after or max(0.1, (busy_until or started) - started)
                     self._metrics.blocked("wait", "too_early")
                     view = await self._describe(inbox, started, trace_id)
-                    return blocked(view, "too_early", retry_after)
+                    return blocked(view, Reason.TOO_EARLY, retry_after)
                 if gate.kind is GateKind.REPEAT_RECEIVED:
                     return await self._describe(inbox, started, trace_id)
                 if gate.kind is GateKind.OUT_OF_BUDGET:
-                    expired = inbox.expire("timeout", started)
+                    expired = inbox.expire(Reason.TIMEOUT, started)
                     return await self._expired(inbox, expired, policy, started, trace_id)
 
                 # A half-open probe is a short look: one scan, no long-poll, so the breaker
@@ -315,7 +313,7 @@ class Agent:
                 if attempt.refused:
                     self._metrics.blocked("claim", "circuit_open")
                     view = await self._describe(inbox, now, trace_id)
-                    return blocked(view, "circuit_open", attempt.retry_after)
+                    return blocked(view, Reason.CIRCUIT_OPEN, attempt.retry_after)
                 standing = await attempt.call(lambda: self._store.claim(delivery, claim, after))
         except ProviderTrouble as exc:
             return await self._provider_trouble(exc, key, inbox, now, trace_id)
@@ -354,7 +352,7 @@ class Agent:
         state = State.EXPIRED if current.state is State.EXPIRED else State.RECEIVED
         shown = replace(current, state=State.RECEIVED, evidence=claimed.as_evidence())
         view = describe(shown, now, False, trace_id)
-        view = replace(view, state=state.value, status=Status.COMPLETED, next_action=Action.PROCEED)
+        view = replace(view, state=state, status=Status.COMPLETED, next_action=NextAction.PROCEED)
         return already_claimed(view)
 
     async def _provider_trouble(
@@ -379,21 +377,21 @@ class Agent:
     # -- read --------------------------------------------------------------------
 
     async def read(self, message_id: str, run_id: str | None, trace: str | None) -> ReadResult:
-        stored = await self._readable(message_id, run_id)
+        stored, inbox = await self._readable(message_id, run_id)
         if stored.raw is None:
             return ReadResult(stored, None)
         parsed = await asyncio.to_thread(parse, stored.raw)
         log(
             "message_read",
-            run_id=stored.run_id,
-            inbox_id=stored.delivery.inbox_id,
+            run_id=inbox.run_id,
+            inbox_id=inbox.inbox_id,
             message_id=message_id,
-            trace_id=trace,
+            trace_id=trace or inbox.trace_id,
         )
         return ReadResult(stored, parsed)
 
     async def raw(self, message_id: str, run_id: str | None) -> bytes:
-        stored = await self._readable(message_id, run_id)
+        stored, _ = await self._readable(message_id, run_id)
         if stored.raw is None:
             raise EvidenceReleased(
                 f"message {message_id}: its body was released; only metadata is left",
@@ -401,7 +399,7 @@ class Agent:
             )
         return stored.raw
 
-    async def _readable(self, message_id: str, run_id: str | None) -> StoredMessage:
+    async def _readable(self, message_id: str, run_id: str | None) -> tuple[StoredMessage, Inbox]:
         """A message the caller may read: ownership, then the read breaker and faults (a
         refusal is a 503 error, not an envelope)."""
         stored = await self._stored(message_id)
@@ -422,7 +420,7 @@ class Agent:
         except ProviderTrouble as exc:
             self._metrics.provider_failure("read", exc.reason)
             raise
-        return stored
+        return stored, inbox
 
     async def messages(
         self, inbox_id: str, after: str | None, limit: int, run_id: str | None

@@ -10,31 +10,16 @@ from dataclasses import dataclass, replace
 
 from sink.clock import seconds_up
 from sink.ids import encode_cursor
-from sink.inbox import Claim, Evidence, Inbox, State
-
-
-class Status:
-    COMPLETED = "completed"
-    RETRYABLE = "retryable"
-    BLOCKED = "blocked"
-
-
-class Action:
-    WAIT_FOR_MESSAGE = "wait_for_message"
-    CLAIM_MESSAGE = "claim_message"
-    PROCEED = "proceed"
-    WAIT_THEN_RETRY = "wait_then_retry"
-    VERIFY_TRIGGER = "verify_trigger"
-    CREATE_NEW_INBOX = "create_new_inbox"
-    STOP = "stop"
+from sink.inbox import Claim, Evidence, Inbox
+from sink.vocabulary import NextAction, Reason, State, Status
 
 
 @dataclass(frozen=True, slots=True)
 class Envelope:
-    state: str
-    status: str
-    next_action: str
-    reason: str | None
+    state: State
+    status: Status
+    next_action: NextAction
+    reason: Reason | None
     inbox_id: str
     run_id: str
     purpose: str
@@ -57,9 +42,9 @@ def describe(inbox: Inbox, now: float, can_create_another: bool, trace_id: str) 
     current = inbox.effective(now)
     evidence = current.evidence
     base = Envelope(
-        state=current.state.value,
+        state=current.state,
         status=Status.COMPLETED,
-        next_action=Action.WAIT_FOR_MESSAGE,
+        next_action=NextAction.WAIT_FOR_MESSAGE,
         reason=None,
         inbox_id=current.inbox_id,
         run_id=current.run_id,
@@ -79,20 +64,20 @@ def describe(inbox: Inbox, now: float, can_create_another: bool, trace_id: str) 
     if current.state is State.CREATED:
         return base
     if current.state is State.WAITING:
-        mismatch = current.reason == "evidence_mismatch"
+        mismatch = current.reason == Reason.EVIDENCE_MISMATCH
         wait_s = 0.0 if current.next_poll_at is None else current.next_poll_at - now
         return replace(
             base,
             status=Status.RETRYABLE,
-            next_action=Action.VERIFY_TRIGGER if mismatch else Action.WAIT_FOR_MESSAGE,
-            reason=current.reason or "evidence_not_found",
+            next_action=NextAction.VERIFY_TRIGGER if mismatch else NextAction.WAIT_FOR_MESSAGE,
+            reason=current.reason or Reason.EVIDENCE_NOT_FOUND,
             retry_after=seconds_up(wait_s),
         )
     if current.state is State.RECEIVED:
         assert evidence is not None, f"inbox {current.inbox_id} is received without evidence"
         return replace(
             base,
-            next_action=Action.PROCEED if evidence.claim else Action.CLAIM_MESSAGE,
+            next_action=NextAction.PROCEED if evidence.claim else NextAction.CLAIM_MESSAGE,
             message=evidence,
             claim=evidence.claim,
             cursor=encode_cursor(current.inbox_id, max(0, evidence.seq - 1)),
@@ -101,7 +86,7 @@ def describe(inbox: Inbox, now: float, can_create_another: bool, trace_id: str) 
     if evidence is not None and evidence.claim is not None:
         return replace(
             base,
-            next_action=Action.PROCEED,
+            next_action=NextAction.PROCEED,
             reason=current.reason,
             message=evidence,
             claim=evidence.claim,
@@ -109,28 +94,28 @@ def describe(inbox: Inbox, now: float, can_create_another: bool, trace_id: str) 
     return replace(
         base,
         status=Status.BLOCKED,
-        next_action=Action.CREATE_NEW_INBOX if can_create_another else Action.STOP,
+        next_action=NextAction.CREATE_NEW_INBOX if can_create_another else NextAction.STOP,
         reason=current.reason,
     )
 
 
-def blocked(view: Envelope, reason: str, retry_after: float) -> Envelope:
+def blocked(view: Envelope, reason: Reason, retry_after: float) -> Envelope:
     """A call that changed nothing: too early, or the circuit is open."""
     return replace(
         view,
         status=Status.BLOCKED,
-        next_action=Action.WAIT_THEN_RETRY,
+        next_action=NextAction.WAIT_THEN_RETRY,
         reason=reason,
         retry_after=max(0.1, seconds_up(retry_after)),
     )
 
 
-def provider_trouble(view: Envelope, reason: str, retry_after: float) -> Envelope:
+def provider_trouble(view: Envelope, reason: Reason, retry_after: float) -> Envelope:
     """The provider did not answer well: nothing was spent, try again shortly."""
     return replace(
         view,
         status=Status.RETRYABLE,
-        next_action=Action.WAIT_THEN_RETRY,
+        next_action=NextAction.WAIT_THEN_RETRY,
         reason=reason,
         retry_after=max(0.1, seconds_up(retry_after)),
         last_error=reason,
@@ -138,7 +123,7 @@ def provider_trouble(view: Envelope, reason: str, retry_after: float) -> Envelop
 
 
 def already_claimed(view: Envelope) -> Envelope:
-    return replace(view, reason="already_claimed")
+    return replace(view, reason=Reason.ALREADY_CLAIMED)
 
 
 def lease_expired(view: Envelope, can_create_another: bool) -> Envelope:
@@ -146,8 +131,8 @@ def lease_expired(view: Envelope, can_create_another: bool) -> Envelope:
     return replace(
         view,
         status=Status.BLOCKED,
-        next_action=Action.CREATE_NEW_INBOX if can_create_another else Action.STOP,
-        reason="lease_expired",
+        next_action=NextAction.CREATE_NEW_INBOX if can_create_another else NextAction.STOP,
+        reason=Reason.LEASE_EXPIRED,
         retry_after=None,
         message=None,
         claim=None,

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sink.vocabulary import Reason
+
 
 class RunsinkError(Exception):
     """Base of every error runsink raises on purpose."""
@@ -105,19 +107,19 @@ class OwnershipRefused(RunsinkError):
 class ProviderTrouble(RunsinkError):
     """The provider (the store, or an injected fault) did not answer well."""
 
-    reason = "provider_error"
+    reason: Reason = Reason.PROVIDER_ERROR
 
 
 class ProviderTimeout(ProviderTrouble):
     """The provider did not answer within the policy's provider_deadline_s."""
 
-    reason = "provider_timeout"
+    reason = Reason.PROVIDER_TIMEOUT
 
 
 class ProviderError(ProviderTrouble):
     """The provider failed."""
 
-    reason = "provider_error"
+    reason = Reason.PROVIDER_ERROR
 
 
 class StorageError(ProviderError):
@@ -127,7 +129,7 @@ class StorageError(ProviderError):
 class CircuitOpen(ProviderTrouble):
     """The circuit breaker refuses the call until its cooldown ends."""
 
-    reason = "circuit_open"
+    reason = Reason.CIRCUIT_OPEN
 
     def __init__(self, message: str, retry_after: float) -> None:
         super().__init__(message, {"retry_after": retry_after})

@@ -10,11 +10,19 @@ from collections.abc import Callable
 
 from sink.errors import InvalidCursor
 
-# The shapes of what callers name: every transport checks input against these.
+# The shapes of what callers name: every transport checks input against these, and the
+# OpenAPI document and the MCP tool schemas publish them (``anchored``).
 INBOX_ID = re.compile(r"ib_[a-z2-7]{20}")
 MESSAGE_ID = re.compile(r"msg_[a-z2-7]{24}")
 RUN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 PURPOSE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+POLICY_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+
+
+def anchored(shape: re.Pattern[str]) -> str:
+    """The shape as a JSON Schema ``pattern`` (which matches anywhere unless anchored)."""
+    return f"^{shape.pattern}$"
 
 
 class Ids:

@@ -14,13 +14,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from sink.policy import Policy
-
-
-class State(StrEnum):
-    CREATED = "created"
-    WAITING = "waiting"
-    RECEIVED = "received"
-    EXPIRED = "expired"
+from sink.vocabulary import Reason, State
 
 
 class IllegalTransition(Exception):
@@ -118,7 +112,7 @@ class Inbox:
     next_poll_at: float | None
     cursor_seq: int
     state: State
-    reason: str | None
+    reason: Reason | None
     evidence: Evidence | None
     match: Match
     trace_id: str
@@ -138,14 +132,14 @@ class Inbox:
     def effective(self, now: float) -> Inbox:
         """The inbox as of ``now``: the lease applied (what GET reports; GET never scans)."""
         if self.state is not State.EXPIRED and self.lease_over(now):
-            return self.expire("lease", self.expires_at)
+            return self.expire(Reason.LEASE, self.expires_at)
         return self
 
-    def expire(self, reason: str, at: float) -> Inbox:
+    def expire(self, reason: Reason, at: float) -> Inbox:
         """Move to ``expired`` (terminal). Expiring an expired inbox changes nothing."""
         if self.state is State.EXPIRED:
             return self
-        if reason not in ("lease", "timeout"):
+        if reason not in (Reason.LEASE, Reason.TIMEOUT):
             raise IllegalTransition(f"cannot expire inbox {self.inbox_id}: unknown reason {reason}")
         return replace(self, state=State.EXPIRED, reason=reason, expired_at=at)
 
@@ -229,16 +223,16 @@ def after_poll(
     waited = replace(
         inbox,
         state=State.WAITING,
-        reason="evidence_mismatch" if result.mismatched else "evidence_not_found",
+        reason=Reason.EVIDENCE_MISMATCH if result.mismatched else Reason.EVIDENCE_NOT_FOUND,
         evidence=None,
         cursor_seq=cursor,
         **common,  # type: ignore[arg-type]
     )
     if waited.lease_over(ended):
-        return waited.expire("lease", waited.expires_at)
+        return waited.expire(Reason.LEASE, waited.expires_at)
     if waited.remaining_polls == 0:
         # The last poll without evidence ends the inbox.
-        return waited.expire("timeout", ended)
+        return waited.expire(Reason.TIMEOUT, ended)
     return waited
 
 

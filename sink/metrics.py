@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from sink.inbox import Inbox, State
+from sink.inbox import Inbox
+from sink.vocabulary import State
 
 _POLL_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
 _EVIDENCE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800)

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sink import clock
-from sink.inbox import State
 from sink.logs import log
 from sink.policy import Policy
 from sink.storage.base import Event, Store
 from sink.tokens import Grant, Keyring
+from sink.vocabulary import State
 
 
 @dataclass(frozen=True, slots=True)

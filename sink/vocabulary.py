@@ -1,40 +1,89 @@
 """The contract's words, once: states, statuses, next actions and reasons.
 
-The wire models (``api/schemas.py``), the Python client and the MCP tool schemas all
-take their enumerations from here, so no transport can drift from the others.
+Each is a ``StrEnum``: the domain (``sink.inbox``, ``sink.envelope``) sets and compares
+the members, so mypy checks every reason that is set. The ``...Name`` aliases are the same
+members as ``Literal`` types, for the wire models (``api/schemas.py``, whose JSON Schema
+lists their values) and the Python client's typed fields; the MCP tool schemas take the
+tuples. No transport can drift from the others.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Literal, get_args
 
-State = Literal["created", "waiting", "received", "expired"]
-Status = Literal["completed", "retryable", "blocked"]
-NextAction = Literal[
-    "wait_for_message",
-    "claim_message",
-    "proceed",
-    "wait_then_retry",
-    "verify_trigger",
-    "create_new_inbox",
-    "stop",
+
+class State(StrEnum):
+    CREATED = "created"
+    WAITING = "waiting"
+    RECEIVED = "received"
+    EXPIRED = "expired"
+
+
+class Status(StrEnum):
+    COMPLETED = "completed"
+    RETRYABLE = "retryable"
+    BLOCKED = "blocked"
+
+
+class NextAction(StrEnum):
+    WAIT_FOR_MESSAGE = "wait_for_message"
+    CLAIM_MESSAGE = "claim_message"
+    PROCEED = "proceed"
+    WAIT_THEN_RETRY = "wait_then_retry"
+    VERIFY_TRIGGER = "verify_trigger"
+    CREATE_NEW_INBOX = "create_new_inbox"
+    STOP = "stop"
+
+
+class Reason(StrEnum):
+    EVIDENCE_NOT_FOUND = "evidence_not_found"
+    EVIDENCE_MISMATCH = "evidence_mismatch"
+    PROVIDER_TIMEOUT = "provider_timeout"
+    PROVIDER_ERROR = "provider_error"
+    CIRCUIT_OPEN = "circuit_open"
+    TOO_EARLY = "too_early"
+    LEASE = "lease"
+    TIMEOUT = "timeout"
+    ALREADY_CLAIMED = "already_claimed"
+    CLAIMED_BY_OTHER_RUN = "claimed_by_other_run"
+    WRONG_RUN = "wrong_run"
+    LEASE_EXPIRED = "lease_expired"
+
+
+StateName = Literal[State.CREATED, State.WAITING, State.RECEIVED, State.EXPIRED]
+StatusName = Literal[Status.COMPLETED, Status.RETRYABLE, Status.BLOCKED]
+NextActionName = Literal[
+    NextAction.WAIT_FOR_MESSAGE,
+    NextAction.CLAIM_MESSAGE,
+    NextAction.PROCEED,
+    NextAction.WAIT_THEN_RETRY,
+    NextAction.VERIFY_TRIGGER,
+    NextAction.CREATE_NEW_INBOX,
+    NextAction.STOP,
 ]
-Reason = Literal[
-    "evidence_not_found",
-    "evidence_mismatch",
-    "provider_timeout",
-    "provider_error",
-    "circuit_open",
-    "too_early",
-    "lease",
-    "timeout",
-    "already_claimed",
-    "claimed_by_other_run",
-    "wrong_run",
-    "lease_expired",
+ReasonName = Literal[
+    Reason.EVIDENCE_NOT_FOUND,
+    Reason.EVIDENCE_MISMATCH,
+    Reason.PROVIDER_TIMEOUT,
+    Reason.PROVIDER_ERROR,
+    Reason.CIRCUIT_OPEN,
+    Reason.TOO_EARLY,
+    Reason.LEASE,
+    Reason.TIMEOUT,
+    Reason.ALREADY_CLAIMED,
+    Reason.CLAIMED_BY_OTHER_RUN,
+    Reason.WRONG_RUN,
+    Reason.LEASE_EXPIRED,
 ]
 
-STATES: tuple[str, ...] = get_args(State)
-STATUSES: tuple[str, ...] = get_args(Status)
-NEXT_ACTIONS: tuple[str, ...] = get_args(NextAction)
-REASONS: tuple[str, ...] = get_args(Reason)
+STATES: tuple[State, ...] = get_args(StateName)
+STATUSES: tuple[Status, ...] = get_args(StatusName)
+NEXT_ACTIONS: tuple[NextAction, ...] = get_args(NextActionName)
+REASONS: tuple[Reason, ...] = get_args(ReasonName)
+
+# A Literal lists the members by hand (typing cannot build one from an Enum): it must
+# name every member, in order.
+for _enum, _names in ((State, STATES), (Status, STATUSES), (NextAction, NEXT_ACTIONS)):
+    assert tuple(_enum) == _names, f"{_enum.__name__}: the Literal lists other members"
+assert tuple(Reason) == REASONS, "Reason: the Literal lists other members"

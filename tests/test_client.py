@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -376,6 +377,26 @@ def test_fake_reads_the_policy_file(tmp_path: Path) -> None:
     policies.write_text("[policy.quick]\npoll_budget = 2\nlong_poll_max_s = 3\n")
     inbox = FakeSink(policy_file=policies).create_inbox("run-1", "p", policy="quick")
     assert inbox.envelope.remaining_attempts == 2
+
+
+def test_the_fake_leaves_no_thread_behind() -> None:
+    """Every call runs on a loop of its own that is closed (with its threads) before it returns."""
+    before = threading.active_count()
+    fake = FakeSink([Received(subject="Reset", text="Your code is 424242")])
+    inbox = fake.create_inbox("run-1", "password-reset")
+    message = inbox.expect_message(subject_contains="reset")
+    assert message.code == "424242"
+    assert threading.active_count() == before
+
+
+def test_the_sync_fake_works_inside_a_running_loop() -> None:
+    """A FakeSink called from async code runs each call on a thread that is joined at once."""
+
+    async def scenario() -> str:
+        fake = FakeSink([Received(subject="Hi")])
+        return fake.create_inbox("run-1", "signup-check").wait().state
+
+    assert asyncio.run(scenario()) == "received"
 
 
 def test_async_fake_follows_the_same_script() -> None:

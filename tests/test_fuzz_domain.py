@@ -37,7 +37,7 @@ from sink import ids
 from sink.agent import Agent, CreateRequest, WaitRequest
 from sink.clock import FakeClock
 from sink.config import Settings
-from sink.envelope import Action, Envelope, Status
+from sink.envelope import Envelope
 from sink.errors import OwnershipRefused, PolicyForbids
 from sink.guard import Guard
 from sink.inbox import Claim, Delivery, Inbox, Match, ScanResult, State
@@ -46,6 +46,8 @@ from sink.metrics import Metrics
 from sink.policy import BUILTIN, CI, Policy
 from sink.storage.base import Event
 from sink.storage.memory import MemoryStore
+from sink.vocabulary import NextAction as Action
+from sink.vocabulary import Status
 from sink.waiters import Waiters
 
 R = TypeVar("R")

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from sink.envelope import Action, Status, describe
+from sink.envelope import describe
 from sink.inbox import (
     Claim,
     Delivery,
@@ -21,6 +21,8 @@ from sink.inbox import (
     wait_gate,
 )
 from sink.policy import CI
+from sink.vocabulary import NextAction as Action
+from sink.vocabulary import Status
 
 T0 = 1_000_000.0
 

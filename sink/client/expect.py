@@ -20,7 +20,13 @@ from dataclasses import dataclass
 
 from sink.client.errors import ExpectationFailed, Unavailable
 from sink.client.models import Envelope, Match
+from sink.vocabulary import NextAction, Reason, State, Status
 
+_RETRY_ACTIONS = (
+    NextAction.WAIT_FOR_MESSAGE,
+    NextAction.VERIFY_TRIGGER,
+    NextAction.WAIT_THEN_RETRY,
+)
 _REASONS = {
     "evidence_not_found": "no mail arrived for this inbox",
     "evidence_mismatch": "mail arrived, but none matched the criteria",
@@ -105,22 +111,25 @@ class Expectation:
 
     def after_wait(self, envelope: Envelope, now: float) -> Found | Pause:
         self.last = envelope
-        if envelope.reason == "evidence_mismatch":
+        if envelope.reason == Reason.EVIDENCE_MISMATCH:
             self.mismatch = True
-        if envelope.state == "expired":
+        if envelope.state == State.EXPIRED:
             # Even "proceed" here means an earlier, already claimed message: nothing new can come.
             raise self.failure(envelope)
-        if envelope.message is not None and envelope.next_action in ("claim_message", "proceed"):
+        if envelope.message is not None and envelope.next_action in (
+            NextAction.CLAIM_MESSAGE,
+            NextAction.PROCEED,
+        ):
             return Found(envelope.message.message_id)
-        if envelope.next_action in ("wait_for_message", "verify_trigger", "wait_then_retry"):
+        if envelope.next_action in _RETRY_ACTIONS:
             return self._pause(envelope, now)
         raise self.failure(envelope)
 
     def after_claim(self, envelope: Envelope, now: float) -> Claimed | Pause:
         self.last = envelope
-        if envelope.next_action == "proceed" and envelope.claim is not None:
+        if envelope.next_action == NextAction.PROCEED and envelope.claim is not None:
             return Claimed(envelope.claim.message_id)
-        if envelope.next_action == "wait_then_retry":
+        if envelope.next_action == NextAction.WAIT_THEN_RETRY:
             return self._pause(envelope, now)
         raise self.failure(envelope)
 
@@ -143,7 +152,7 @@ class Expectation:
         return Pause(delay)
 
     def _pause(self, envelope: Envelope, now: float) -> Pause:
-        if envelope.status == "blocked" and envelope.retry_after is None:
+        if envelope.status == Status.BLOCKED and envelope.retry_after is None:
             raise self.failure(envelope)  # blocked with no retry_after: do not repeat it at all
         delay = envelope.retry_after or 0.0
         if now + delay >= self.deadline:
@@ -162,14 +171,14 @@ class Expectation:
             )
         if reason is not None:
             lines.append(f"reason: {_REASONS.get(reason, reason)}")
-        if envelope.state == "expired" and envelope.claim is not None:
+        if envelope.state == State.EXPIRED and envelope.claim is not None:
             lines.append(
                 f"next: the inbox expired after its message {envelope.claim.message_id} was "
                 "claimed; no new message can arrive here: create a new inbox"
             )
         else:
             lines.append(f"next: {_ACTIONS.get(action, action)}")
-        if self.mismatch and reason != "evidence_mismatch":
+        if self.mismatch and reason != Reason.EVIDENCE_MISMATCH:
             lines.append("note: mail did arrive, but none matched the criteria (evidence_mismatch)")
         lines.append(f"last answer: {envelope.summary()}")
         return ExpectationFailed(

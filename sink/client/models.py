@@ -15,7 +15,10 @@ from datetime import datetime
 from typing import Any, cast
 
 from sink.client.errors import ProtocolError
-from sink.vocabulary import NextAction, Reason, State, Status
+from sink.vocabulary import NextActionName as NextAction
+from sink.vocabulary import ReasonName as Reason
+from sink.vocabulary import StateName as State
+from sink.vocabulary import StatusName as Status
 
 Json = Mapping[str, Any]
 

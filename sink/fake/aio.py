@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from email.message import EmailMessage
 from email.policy import SMTP
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sink import ids
 from sink.agent import Agent, CreateRequest, WaitRequest
@@ -41,6 +41,9 @@ from sink.metrics import Metrics
 from sink.policy import BUILTIN, Policy, load_policies
 from sink.storage.memory import MemoryStore
 from sink.waiters import Waiters
+
+if TYPE_CHECKING:
+    from sink.fake.sink import FakeSink
 
 T = TypeVar("T")
 
@@ -97,6 +100,13 @@ class AsyncFakeSink:
     @property
     def fake_clock(self) -> FakeClock:
         return self._clock
+
+    @property
+    def sync(self) -> FakeSink:
+        """The same fake behind the synchronous interface."""
+        from sink.fake.sink import FakeSink  # sink.py builds on this module
+
+        return FakeSink.over(self)
 
     def script(self, *steps: Step) -> None:
         """Add steps for the next waits that reach the provider."""

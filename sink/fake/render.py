@@ -23,10 +23,11 @@ def envelope(view: domain.Envelope) -> Envelope:
     message, claim = view.message, view.claim
     return Envelope.from_json(
         {
-            "state": view.state,
-            "status": view.status,
-            "next_action": view.next_action,
-            "reason": view.reason,
+            # Plain strings, as JSON gives them to the client (not the domain's members).
+            "state": view.state.value,
+            "status": view.status.value,
+            "next_action": view.next_action.value,
+            "reason": None if view.reason is None else view.reason.value,
             "inbox_id": view.inbox_id,
             "run_id": view.run_id,
             "purpose": view.purpose,
@@ -126,7 +127,7 @@ def report(result: agent.RunReport) -> RunReport:
                     "address": r.inbox.address,
                     "policy": r.inbox.policy_name,
                     "state": r.inbox.state.value,
-                    "reason": r.inbox.reason,
+                    "reason": None if r.inbox.reason is None else r.inbox.reason.value,
                     "reserved_at": rfc3339(r.inbox.created_at),
                     "expires_at": rfc3339(r.inbox.expires_at),
                     "attempt": r.inbox.polls_used,

@@ -49,6 +49,13 @@ class FakeSink:
             clock=clock,
         )
 
+    @classmethod
+    def over(cls, core: AsyncFakeSink) -> FakeSink:
+        """The synchronous face of an existing ``AsyncFakeSink`` (the same inboxes and clock)."""
+        fake = cls.__new__(cls)
+        fake.aio = core
+        return fake
+
     # -- the fake's own controls ------------------------------------------------------------
 
     @property

@@ -10,8 +10,10 @@ field (``tests/test_mcp.py`` holds them against the wire models).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
+from sink import ids
 from sink.vocabulary import NEXT_ACTIONS, REASONS, STATES, STATUSES
 
 
@@ -182,6 +184,11 @@ def _object(
     return schema
 
 
+def _values(words: tuple[StrEnum, ...]) -> list[str]:
+    """An enumeration as the plain strings a JSON Schema lists."""
+    return [word.value for word in words]
+
+
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return {"anyOf": [schema, {"type": "null"}]}
 
@@ -189,7 +196,7 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
 _RUN_ID = _string(
     "Your run's id, chosen by you and the same for every call of the run: 1-128 chars "
     "of A-Za-z0-9._:-",
-    "^[A-Za-z0-9._:-]{1,128}$",
+    ids.anchored(ids.RUN_ID),
 )
 _INBOX_ID = _string("The inbox_id from create_inbox's answer.")
 _MESSAGE_ID = _string("The message.message_id from wait_for_message's answer.")
@@ -219,7 +226,7 @@ _CREATE_INPUT = _object(
         "run_id": _RUN_ID,
         "purpose": _string(
             "What the address is for, e.g. signup-check: 1-64 chars of A-Za-z0-9._-",
-            "^[A-Za-z0-9._-]{1,64}$",
+            ids.anchored(ids.PURPOSE),
         ),
         "ttl_s": {
             "type": "integer",
@@ -233,7 +240,7 @@ _CREATE_INPUT = _object(
         },
         "policy": _string(
             "Policy name (default: the server's default policy, e.g. ci).",
-            "^[A-Za-z0-9._-]{1,64}$",
+            ids.anchored(ids.POLICY_NAME),
         ),
     },
     required=("run_id", "purpose"),
@@ -289,10 +296,10 @@ _CLAIM = _object({"claim_id": _STR, "message_id": _STR, "run_id": _STR, "claimed
 
 ENVELOPE_SCHEMA = _object(
     {
-        "state": {"enum": list(STATES)},
-        "status": {"enum": list(STATUSES)},
-        "next_action": {"enum": list(NEXT_ACTIONS)},
-        "reason": {"enum": [*REASONS, None]},
+        "state": {"enum": _values(STATES)},
+        "status": {"enum": _values(STATUSES)},
+        "next_action": {"enum": _values(NEXT_ACTIONS)},
+        "reason": {"enum": [*_values(REASONS), None]},
         "inbox_id": _STR,
         "run_id": _STR,
         "purpose": _STR,
@@ -353,7 +360,7 @@ RUN_REPORT_SCHEMA = _object(
                     "purpose": _STR,
                     "address": _STR,
                     "policy": _STR,
-                    "state": {"enum": list(STATES)},
+                    "state": {"enum": _values(STATES)},
                     "reason": _STR_OR_NULL,
                     "reserved_at": _STR,
                     "expires_at": _STR,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sink.errors import StorageError
-from sink.inbox import Claim, Delivery, Evidence, Inbox, State
+from sink.inbox import Claim, Delivery, Evidence, Inbox
 from sink.message import Summary
 from sink.storage.base import (
     CreateOutcome,
@@ -27,6 +27,7 @@ from sink.storage.base import (
     StoredMessage,
     UnroutedMail,
 )
+from sink.vocabulary import Reason, State
 
 _NEVER = 1e18  # evidence_release_at of an inbox whose expiry set no retention
 
@@ -288,7 +289,7 @@ class MemoryStore:
         ]
         for inbox in inboxes:
             if inbox.effective(now).state is not State.EXPIRED:
-                self._persist_expiry(inbox.expire("lease", now), 0, cause="released")
+                self._persist_expiry(inbox.expire(Reason.LEASE, now), 0, cause="released")
             else:
                 self._persist_expiry(inbox.effective(now), 0)
         released = [i.inbox_id for i in inboxes]

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from sink.errors import StorageError
-from sink.inbox import Claim, Delivery, Evidence, Inbox, Match, State
+from sink.inbox import Claim, Delivery, Evidence, Inbox, Match
 from sink.storage.base import (
     CreateOutcome,
     CreateResult,
@@ -35,6 +35,7 @@ from sink.storage.base import (
     UnroutedMail,
 )
 from sink.storage.sqlite_writer import CONNECTION_PRAGMAS, Writer
+from sink.vocabulary import Reason, State
 
 T = TypeVar("T")
 Row = sqlite3.Row
@@ -416,7 +417,7 @@ class SQLiteStore:
             inboxes = [_inbox(row) for row in rows]
             for inbox in inboxes:
                 if inbox.effective(now).state is not State.EXPIRED:
-                    _persist_expiry(db, inbox.expire("lease", now), 0, cause="released")
+                    _persist_expiry(db, inbox.expire(Reason.LEASE, now), 0, cause="released")
                 else:
                     _persist_expiry(db, inbox.effective(now), 0)
             _release(db, [i.inbox_id for i in inboxes], now, {i.inbox_id: run_id for i in inboxes})
@@ -584,7 +585,7 @@ def _inbox(row: Row) -> Inbox:
         next_poll_at=row["next_poll_at"],
         cursor_seq=row["cursor_seq"],
         state=State(row["state"]),
-        reason=row["reason"],
+        reason=None if row["reason"] is None else Reason(row["reason"]),
         evidence=evidence,
         match=Match(**json.loads(row["match_json"])),
         trace_id=row["trace_id"],

@@ -1,0 +1,216 @@
+"""Does a bigger store slow the agent down? list, wait and claim latency at 10k .. 1M messages.
+
+    .venv/bin/python bench/store_size.py             # 10k, 100k and 1M stored messages
+    .venv/bin/python bench/store_size.py --quick     # 10k and 100k
+    .venv/bin/python bench/store_size.py --sizes 10000,50000
+
+The store is filled through the real SQLite adapter (``SQLiteStore.create_inbox`` and
+``save_message``, group commit and all: no hand-made SQL), spread over many runs and
+inboxes, ~600-byte messages. At each size a runsink process is started on that file and
+a fresh inbox gets 200 messages over SMTP; then, over HTTP on one kept-alive connection:
+- **list**: `GET /v1/inboxes/{id}/messages?limit=50`, 200 times;
+- **wait**: `POST /v1/inboxes/{id}/wait` with `timeout_s` 0 (it finds the oldest
+  unclaimed message), then **claim** it, 200 times.
+The peer is the same operations at the smallest size, measured in the same run: the table
+gives p50/p95 and each size's p50 as a ratio of the smallest's (flat = 1.0; the goal is
+within 1.2).
+
+Loopback only; bounded loops. Exits 0 whatever the figures are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _common import SMTPClient, make_message, percentile, start_runsink
+
+from sink import ids
+from sink.inbox import Inbox, Match, State
+from sink.message import summarize
+from sink.storage.base import Delivered, Event, Incoming, NewInbox
+from sink.storage.sqlite import SQLiteStore
+
+POLICIES = """
+[policy.ci]
+poll_interval_s = [0]
+poll_budget = 100000
+ttl_default_s = 3600
+ttl_max_s = 3600
+inboxes_per_purpose = 100000
+"""
+MESSAGES_PER_INBOX = 50
+OPERATIONS = 200
+_CONCURRENCY = 512
+
+
+def _raw(address: str, n: int) -> bytes:
+    return (
+        f"From: App <app@example.test>\r\nTo: <{address}>\r\nSubject: Code {n:06d}\r\n"
+        f"Date: Tue, 20 Oct 2026 02:30:00 +0000\r\nMessage-ID: <{n}@example.test>\r\n\r\n"
+        f"Hello, your code is {n:06d}. https://app.example.test/verify?t={n}\r\n" + "x" * 400
+    ).encode()
+
+
+def _new_inbox(now: float) -> NewInbox:
+    local = ids.new_local_part()
+    run_id = f"fill-{uuid.uuid4().hex[:10]}"
+    inbox = Inbox(
+        inbox_id=ids.new_inbox_id(),
+        run_id=run_id,
+        purpose="fill",
+        address=f"{local}@sink.test",
+        policy_name="ci",
+        created_at=now,
+        expires_at=now + 3600,
+        poll_budget=12,
+        polls_used=0,
+        next_poll_at=None,
+        cursor_seq=0,
+        state=State.CREATED,
+        reason=None,
+        evidence=None,
+        match=Match(),
+        trace_id=uuid.uuid4().hex,
+    )
+    return NewInbox(inbox, local, f"fill:{run_id}", "{}", 100, 86400)
+
+
+async def fill(path: Path, count: int) -> float:
+    """Add ``count`` messages through the real store; returns messages per second."""
+    store = SQLiteStore(path)
+    await store.open()
+    started = time.perf_counter()
+    try:
+        done = 0
+        while done < count:
+            now = time.time()
+            new = _new_inbox(now)
+            await store.create_inbox(
+                new, Event(new.inbox.run_id, "created", now, new.inbox.inbox_id)
+            )
+            batch = min(MESSAGES_PER_INBOX, count - done)
+            raws = [_raw(new.inbox.address, done + i) for i in range(batch)]
+            incoming = [
+                Incoming(
+                    raw=raw,
+                    summary=summarize(raw),
+                    mail_from="app@example.test",
+                    received_at=now,
+                    deliveries=(
+                        Delivered(
+                            new.inbox.inbox_id,
+                            new.inbox.run_id,
+                            ids.new_message_id(),
+                            (new.inbox.address,),
+                        ),
+                    ),
+                )
+                for raw in raws
+            ]
+            await asyncio.gather(*(store.save_message(item) for item in incoming))
+            done += batch
+    finally:
+        await store.close()
+    return count / (time.perf_counter() - started)
+
+
+async def measure(url: str, smtp_port: int) -> dict[str, list[float]]:
+    timings: dict[str, list[float]] = {"list": [], "wait": [], "claim": []}
+    run_id = f"probe-{uuid.uuid4().hex[:10]}"
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        created = await http.post("/v1/inboxes", json={"run_id": run_id, "purpose": "probe"})
+        inbox = created.json()
+        smtp = await SMTPClient.connect(smtp_port)
+        message = make_message(inbox["address"], 1024)
+        for _ in range(OPERATIONS):
+            code = await smtp.send(b"app@example.test", inbox["address"].encode(), message)
+            if code != 250:
+                raise RuntimeError(f"SMTP answered {code}")
+        await smtp.close()
+        path = f"/v1/inboxes/{inbox['inbox_id']}"
+        for _ in range(OPERATIONS):
+            started = time.perf_counter()
+            listed = await http.get(f"{path}/messages", params={"limit": 50})
+            timings["list"].append((time.perf_counter() - started) * 1000)
+            assert listed.status_code == 200, listed.text
+        for _ in range(OPERATIONS):
+            started = time.perf_counter()
+            waited = await http.post(f"{path}/wait", json={"timeout_s": 0, "run_id": run_id})
+            timings["wait"].append((time.perf_counter() - started) * 1000)
+            body: dict[str, Any] = waited.json()
+            if body.get("state") != "received":
+                raise RuntimeError(f"unexpected wait answer: {waited.text}")
+            started = time.perf_counter()
+            claimed = await http.post(
+                f"/v1/messages/{body['message']['message_id']}/claim", json={"run_id": run_id}
+            )
+            timings["claim"].append((time.perf_counter() - started) * 1000)
+            assert claimed.status_code == 200, claimed.text
+    return timings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="10k and 100k only")
+    parser.add_argument("--sizes", help="comma-separated stored-message counts, ascending")
+    parser.add_argument("--keep", action="store_true", help="keep the database")
+    args = parser.parse_args(argv)
+    default = "10000,100000" if args.quick else "10000,100000,1000000"
+    sizes = [int(s) for s in (args.sizes or default).split(",")]
+    folder = Path(tempfile.mkdtemp(prefix="runsink-store-size-"))
+    (folder / "policies.toml").write_text(POLICIES)
+    db = folder / "bench.db"  # where start_runsink points the server
+    rows = []
+    stored = 0
+    try:
+        for size in sizes:
+            print(f"filling to {size} ...", file=sys.stderr, flush=True)
+            rate = asyncio.run(fill(db, size - stored))
+            stored = size
+            server = start_runsink(folder, policy_file=folder / "policies.toml")
+            try:
+                timings = asyncio.run(measure(server.url, server.smtp_port))
+            finally:
+                server.stop()
+            rows.append((size, rate, timings, db.stat().st_size / 2**20))
+    finally:
+        if not args.keep:
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)
+
+    base = rows[0][2]
+    print(f"store size, load average {os.getloadavg()[0]:.2f}; {OPERATIONS} of each operation")
+    print()
+    print(
+        "| stored messages | DB MB | fill msg/s | list p50/p95 ms | wait p50/p95 ms "
+        "| claim p50/p95 ms | p50 vs smallest (list / wait / claim) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for size, rate, timings, mb in rows:
+        cells = []
+        ratios = []
+        for op in ("list", "wait", "claim"):
+            cells.append(f"{percentile(timings[op], 50):.2f} / {percentile(timings[op], 95):.2f}")
+            ratios.append(f"{percentile(timings[op], 50) / percentile(base[op], 50):.2f}")
+        print(f"| {size:,} | {mb:.0f} | {rate:.0f} | {' | '.join(cells)} | {' / '.join(ratios)} |")
+    print()
+    print("target (issue 13): list, wait and claim p50 within 1.2x of the smallest store")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
