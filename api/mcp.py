@@ -97,7 +97,7 @@ class AgentBackend:
             self._note(run_id=given.run_id)
             self._authority.check_run(self._grant, scopes.CREATE, given.run_id)
             created = await self._agent.create(create_request(given), body, None, self._trace)
-            return self._envelope(created.envelope)
+            return {**self._envelope(created.envelope), "capped": list(created.capped)}
 
         return await self._answer(create())
 

@@ -20,6 +20,7 @@ _MODELS: list[type[BaseModel]] = [
     s.RunTokenIn,
     s.RunTokenOut,
     s.EnvelopeOut,
+    s.CreatedOut,
     s.ErrorOut,
     s.RefusalOut,
     s.MessageListOut,
@@ -191,9 +192,11 @@ def _paths() -> dict[str, Any]:
                     },
                 ),
                 "responses": {
-                    "201": _json("EnvelopeOut", "created"),
+                    "201": _json(
+                        "CreatedOut", "created; `capped` names the values the policy lowered"
+                    ),
                     "200": _json(
-                        "EnvelopeOut", "replay of a live inbox (Idempotent-Replayed: true)"
+                        "CreatedOut", "replay of a live inbox (Idempotent-Replayed: true)"
                     ),
                     **_errors("400", "401", "403", "409", "413", "422"),
                 },

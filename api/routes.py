@@ -29,6 +29,7 @@ from api.schemas import (
 )
 from api.views import (
     create_request,
+    created_out,
     envelope_out,
     fault_out,
     message_list_out,
@@ -146,7 +147,10 @@ def _int_query(request: Request, name: str, default: int, low: int, high: int) -
 
 
 def _envelope_response(
-    envelope: Envelope, request: Request, extra: dict[str, str] | None = None
+    envelope: Envelope,
+    request: Request,
+    extra: dict[str, str] | None = None,
+    capped: tuple[str, ...] | None = None,
 ) -> Response:
     context_of(request.scope).note(
         run_id=envelope.run_id, inbox_id=envelope.inbox_id, trace_id=envelope.trace_id
@@ -154,7 +158,8 @@ def _envelope_response(
     headers = dict(extra or {})
     if envelope.retry_after is not None:
         headers["Retry-After"] = str(math.ceil(envelope.retry_after))
-    body = envelope_out(envelope).model_dump(mode="json")
+    model = envelope_out(envelope) if capped is None else created_out(envelope, capped)
+    body = model.model_dump(mode="json")
     return JSONResponse(body, status_code=envelope.http_status, headers=headers)
 
 
@@ -180,10 +185,10 @@ async def create_inbox(request: Request) -> Response:
     created = await _agent(request).create(
         create_request(given), body, key, _explicit_trace(request)
     )
-    envelope = created.envelope
+    envelope, capped = created.envelope, created.capped
     if created.replayed:
-        return _envelope_response(envelope, request, {"Idempotent-Replayed": "true"})
-    return _envelope_response(_with_status(envelope, 201), request)
+        return _envelope_response(envelope, request, {"Idempotent-Replayed": "true"}, capped)
+    return _envelope_response(_with_status(envelope, 201), request, None, capped)
 
 
 def _with_status(envelope: Envelope, status: int) -> Envelope:

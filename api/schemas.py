@@ -125,6 +125,15 @@ class EnvelopeOut(_Response):
     trace_id: str
 
 
+class CreatedOut(EnvelopeOut):
+    """The create answer: the envelope, and which of the caller's values the policy capped."""
+
+    capped: list[Literal["ttl_s", "poll_budget"]] = Field(
+        description="Fields of the request that the policy lowered to its maximum, e.g. "
+        '["ttl_s"]; [] when none was.'
+    )
+
+
 class ErrorBody(_Response):
     code: str
     message: str
@@ -183,7 +192,12 @@ class MessageOut(_Response):
     message_id: str
     inbox_id: str
     headers: dict[str, list[str]] | None
-    from_: str = Field(alias="from")
+    from_: str = Field(
+        alias="from", description="The sender's bare address (From, parsed strictly)."
+    )
+    from_name: str | None = Field(
+        description="The sender's display name, decoded; null when there is none."
+    )
     to: list[str]
     cc: list[str]
     subject: str
@@ -193,6 +207,10 @@ class MessageOut(_Response):
     attachments: list[AttachmentOut]
     links: list[str]
     codes: list[str]
+    parse_warnings: list[str] = Field(
+        description="What could not be parsed strictly (e.g. a malformed From), instead of a "
+        "guessed value; [] when everything parsed."
+    )
     envelope: SmtpEnvelopeOut
     size: int
     claimed: bool

@@ -16,8 +16,9 @@ from typing import Any
 import uvicorn
 
 from sink.config import Settings
+from sink.errors import ConfigError
 from sink.logs import announce
-from sink.runtime import Runtime
+from sink.runtime import Runtime, listen_error
 
 
 class _UvicornServer(uvicorn.Server):
@@ -61,7 +62,13 @@ def bind_http(settings: Settings) -> socket.socket:
     # (about 40 ms per request on Linux).
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((settings.http_host, settings.http_port))
+    try:
+        sock.bind((settings.http_host, settings.http_port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            listen_error("--http-port", settings.http_host, settings.http_port, exc)
+        ) from exc
     sock.listen(1024)
     sock.setblocking(False)
     return sock
@@ -95,6 +102,7 @@ async def serve(
             "listening",
             smtp_host=settings.smtp_host,
             smtp_port=runtime.smtp_port,
+            smtps_port=runtime.smtps_port,
             http_host=settings.http_host,
             http_port=sock.getsockname()[1],
             domain=settings.domain,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from api.schemas import (
     AttachmentOut,
     ClaimOut,
+    CreatedOut,
     CreateInboxIn,
     EnvelopeOut,
     FaultOut,
@@ -111,6 +112,10 @@ def envelope_out(envelope: Envelope) -> EnvelopeOut:
     )
 
 
+def created_out(envelope: Envelope, capped: tuple[str, ...]) -> CreatedOut:
+    return CreatedOut(**envelope_out(envelope).model_dump(), capped=list(capped))
+
+
 def message_list_out(page: MessagePage) -> MessageListOut:
     return MessageListOut(
         messages=[
@@ -138,6 +143,7 @@ def message_out(result: ReadResult) -> MessageOut:
         inbox_id=delivery.inbox_id,
         headers=parsed.headers if parsed else None,
         from_=delivery.from_addr,
+        from_name=parsed.from_name if parsed else None,
         to=list(stored.to),
         cc=list(stored.cc),
         subject=delivery.subject,
@@ -152,6 +158,7 @@ def message_out(result: ReadResult) -> MessageOut:
         ],
         links=list(parsed.links) if parsed else [],
         codes=list(parsed.codes) if parsed else [],
+        parse_warnings=list(parsed.parse_warnings) if parsed else [],
         envelope=SmtpEnvelopeOut(mail_from=stored.mail_from, rcpt_to=list(stored.rcpts)),
         size=delivery.size,
         claimed=delivery.claim is not None,

@@ -89,6 +89,7 @@ class WaitRequest:
 class Created:
     envelope: Envelope
     replayed: bool
+    capped: tuple[str, ...] = ()  # the request's fields the policy lowered (ttl_s, poll_budget)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +208,8 @@ class Agent:
             inbox_id=stored.inbox_id,
             trace_id=trace_id,
         )
-        return Created(await self._describe(stored, now, trace_id), replayed)
+        capped = policy.capped(request.ttl_s, request.poll_budget)
+        return Created(await self._describe(stored, now, trace_id), replayed, capped)
 
     async def get(self, inbox_id: str, trace: str | None, run_id: str | None = None) -> Envelope:
         inbox = await self._load(inbox_id)

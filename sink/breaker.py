@@ -1,6 +1,6 @@
 """The circuit breaker, one per (run, inbox, operation); pure: ``now`` is always a parameter.
 
-The rules (CONTRACT.md, "Circuit breaker")::
+The rules (docs/contract.md, "The circuit breaker")::
 
     CLOSED    -- failure_threshold consecutive failures -->  OPEN       (for cooldown_s)
     OPEN      -- cooldown over: one call admitted, the probe --> HALF_OPEN

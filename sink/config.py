@@ -45,6 +45,8 @@ class Settings:
     smtp_auth: tuple[str, str] | None = None
     smtp_max_connections: int = 512
     smtp_no_starttls: bool = False
+    smtp_require_tls: bool = False
+    smtps_port: int | None = None
     max_store_mb: int | None = None
     log_level: str = "info"
     event_loop: str = "auto"
@@ -87,22 +89,58 @@ _OPTIONS: list[tuple[str, str, str]] = [
     ("smtp-auth", "RUNSINK_SMTP_AUTH", "text"),
     ("smtp-max-connections", "RUNSINK_SMTP_MAX_CONNECTIONS", "positive"),
     ("smtp-no-starttls", "RUNSINK_SMTP_NO_STARTTLS", "bool"),
+    ("smtp-require-tls", "RUNSINK_SMTP_REQUIRE_TLS", "bool"),
+    ("smtps-port", "RUNSINK_SMTPS_PORT", "port"),
     ("max-store-mb", "RUNSINK_MAX_STORE_MB", "positive"),
     ("log-level", "RUNSINK_LOG_LEVEL", "level"),
     ("event-loop", "RUNSINK_EVENT_LOOP", "loop"),
 ]
 
 
+# flag -> what it does and its default, for ``runsink serve --help``.
+_HELP: dict[str, str] = {
+    "smtp-host": "address the SMTP listener binds (default: 127.0.0.1)",
+    "smtp-port": "SMTP port; 0 picks any free port (default: 1025)",
+    "http-host": "address the HTTP API binds; not loopback needs --api-token (default: 127.0.0.1)",
+    "http-port": "HTTP API port; 0 picks any free port (default: 8025)",
+    "db": "SQLite database file, created if missing (default: ./runsink.db)",
+    "domain": "mail domain of the inbox addresses (default: sink.test)",
+    "policy-file": "TOML file of policies, added to or replacing the built-ins (default: none)",
+    "default-policy": "policy of an inbox created without one (default: ci)",
+    "enable-faults": "allow fault injection at /v1/faults, never under production (default: off)",
+    "tls-cert": "PEM certificate (chain) for STARTTLS and --smtps-port; with --tls-key, "
+    "STARTTLS is offered (default: none, no STARTTLS)",
+    "tls-key": "PEM private key of --tls-cert (default: none)",
+    "api-token": "bearer token the HTTP API requires, 16+ characters (default: none)",
+    "insecure-no-auth": "serve the API without a token on a non-loopback --http-host "
+    "(default: off)",
+    "smtp-auth": "USER:PASSWORD that SMTP clients must AUTH with (default: none, no AUTH)",
+    "smtp-max-connections": "open SMTP connections; one more gets 421 (default: 512)",
+    "smtp-no-starttls": "do not offer STARTTLS even with --tls-cert; without a certificate "
+    "it is never offered, so this does nothing (default: off)",
+    "smtp-require-tls": "refuse MAIL with 530 until STARTTLS (or on --smtps-port); needs "
+    "--tls-cert (default: off)",
+    "smtps-port": "also listen for implicit TLS (SMTPS) on this port; needs --tls-cert; 0 picks "
+    "any free port (default: off)",
+    "max-store-mb": "release the oldest expired evidence beyond this size (default: no cap)",
+    "log-level": "debug, info, warning or error (default: info)",
+    "event-loop": "auto (uvloop where installed), uvloop or asyncio (default: auto)",
+}
+
+
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     for flag, env, kind in _OPTIONS:
         dest = flag.replace("-", "_")
+        text = f"{_HELP[flag]}; env {env}" if flag in _HELP else f"env {env}"
+        # argparse expands "%" in help texts.
+        text = text.replace("%", "%%")
         if kind == "bool":
             parser.add_argument(
-                f"--{flag}", dest=dest, action="store_true", default=None, help=f"env {env}"
+                f"--{flag}", dest=dest, action="store_true", default=None, help=text
             )
         else:
             parser.add_argument(
-                f"--{flag}", dest=dest, default=None, metavar=kind.upper(), help=f"env {env}"
+                f"--{flag}", dest=dest, default=None, metavar=kind.upper(), help=text
             )
 
 
@@ -194,12 +232,24 @@ def _check(settings: Settings) -> None:
         )
     if (settings.tls_cert is None) != (settings.tls_key is None):
         raise ConfigError("--tls-cert and --tls-key go together: give both or neither")
+    if settings.tls_cert is None:
+        for flag, given in (
+            ("--smtp-require-tls", settings.smtp_require_tls),
+            ("--smtps-port", settings.smtps_port is not None),
+        ):
+            if given:
+                raise ConfigError(f"{flag}: needs a certificate: give --tls-cert and --tls-key")
+    if settings.smtp_require_tls and settings.smtp_no_starttls and settings.smtps_port is None:
+        raise ConfigError(
+            "--smtp-require-tls with --smtp-no-starttls: no client could ever send; "
+            "drop one, or add --smtps-port"
+        )
     if not settings.db.parent.exists():
         raise ConfigError(f"--db: the folder {str(settings.db.parent)!r} does not exist")
     if settings.api_token is not None:
-        given = api_token_entry(settings.api_token).digest
+        admin_digest = api_token_entry(settings.api_token).digest
         for entry in settings.file_tokens:
-            if entry.digest == given:
+            if entry.digest == admin_digest:
                 raise ConfigError(
                     f"--tokens-file {settings.tokens_file}: [tokens.{entry.name}] has the same "
                     "token as --api-token (which is admin); give each token one scope"

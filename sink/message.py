@@ -18,8 +18,8 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from email.message import Message
-from email.utils import getaddresses
 
+from sink.address import Mailbox, parse_from, parse_list
 from sink.extract import extract_evidence, html_to_text
 
 MAX_DEPTH = 50  # multipart nesting followed; deeper parts are ignored
@@ -37,10 +37,12 @@ class Summary:
     """The header facts ingest stores for every message."""
 
     subject: str
-    from_addr: str
+    from_addr: str  # the first From mailbox's address, parsed strictly ("" when it cannot be)
     to: tuple[str, ...]
     cc: tuple[str, ...]
     date: str | None
+    from_name: str | None = None  # its display name, decoded
+    warnings: tuple[str, ...] = ()  # what could not be parsed strictly (sink.address)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,8 @@ class ParsedMessage:
     attachments: tuple[Attachment, ...]
     links: tuple[str, ...]  # best first, see sink.extract.find_links
     codes: tuple[str, ...]  # most likely first, see sink.extract.find_codes
+    from_name: str | None = None
+    parse_warnings: tuple[str, ...] = ()
 
 
 def summarize(raw: bytes) -> Summary:
@@ -101,6 +105,8 @@ def parse(raw: bytes) -> ParsedMessage:
             attachments=tuple(bodies.attachments),
             links=evidence.links,
             codes=evidence.codes,
+            from_name=summary.from_name,
+            parse_warnings=summary.warnings,
         )
     except Exception:  # a bug here must not make a message unreadable: keep the header facts
         summary = summarize(raw)
@@ -116,6 +122,8 @@ def parse(raw: bytes) -> ParsedMessage:
             attachments=(),
             links=(),
             codes=(),
+            from_name=summary.from_name,
+            parse_warnings=(*summary.warnings, "the message body could not be parsed"),
         )
 
 
@@ -135,9 +143,8 @@ def searchable_text(raw: bytes) -> str:
 
 _FIELD_NAME = re.compile(r"[!-9;-~]+")  # RFC 5322 2.2: printable US-ASCII except ":"
 _CONTROLS = dict.fromkeys([*range(32), *range(127, 160), 0x2028, 0x2029], " ")
-_WHITESPACE = re.compile(r"\s")
 _ENCODED_WORD = re.compile(r"=\?([^?\s*]+)(?:\*[^?\s]*)?\?([bBqQ])\?([^?\s]*)\?=")
-# "Name <local@domain>" or "local@domain": most From/To values, parsed without getaddresses.
+# "Name <local@domain>" or "local@domain": most From/To values, without the strict tokenizer.
 _ADDR_SPEC = r'[^<>\s@",;:()\\]+@[^<>\s@",;:()\\]+'
 _SIMPLE_ADDRESS = re.compile(rf'[^<>"(),;:@\\]*<({_ADDR_SPEC})>|({_ADDR_SPEC})')
 
@@ -195,27 +202,51 @@ _SUMMARY_FIELDS = frozenset({"subject", "from", "to", "cc", "date"})
 
 
 def _summary(fields: list[tuple[str, str]]) -> Summary:
-    subject = from_addr = ""
+    subject = ""
+    from_value: str | None = None
     date: str | None = None
     to: list[str] = []
     cc: list[str] = []
     seen: set[str] = set()
+    warnings: list[str] = []
     for name, value in fields:
         key = name.lower()
         if key == "to":
-            to += _addresses(value)
+            to += _addresses(value, "To", warnings)
         elif key == "cc":
-            cc += _addresses(value)
+            cc += _addresses(value, "Cc", warnings)
         elif key in seen:  # the first Subject, From and Date win
             continue
         elif key == "subject":
             subject = _clean(_decode_words(value))[:SUBJECT_MAX_CHARS].strip()
         elif key == "from":
-            from_addr = next(iter(_addresses(value)), "")
+            from_value = value
         elif key == "date":
             date = _clean(value)[:SUBJECT_MAX_CHARS] or None
         seen.add(key)
-    return Summary(subject=subject, from_addr=from_addr, to=tuple(to), cc=tuple(cc), date=date)
+    sender = _from(from_value)
+    return Summary(
+        subject=subject,
+        from_addr=sender.address,
+        to=tuple(to),
+        cc=tuple(cc),
+        date=date,
+        from_name=sender.name,
+        warnings=(*sender.warnings, *warnings),
+    )
+
+
+def _from(value: str | None) -> Mailbox:
+    """The From mailbox: the usual ``Name <a@b>`` by a regex, anything else strictly."""
+    if value is not None:
+        value = value.translate(_CONTROLS).strip()
+        simple = _SIMPLE_ADDRESS.fullmatch(value)
+        if simple and "=?" not in value and '"' not in value:
+            address = simple.group(1) or simple.group(2)
+            local, _, domain = address.rpartition("@")
+            name = value[: simple.start(1) - 1].strip() if simple.group(1) else ""
+            return Mailbox(f"{local}@{domain.lower()}", " ".join(name.split()) or None)
+    return parse_from(value, _decode_words)
 
 
 def _headers(fields: list[tuple[str, str]]) -> dict[str, list[str]]:
@@ -232,22 +263,18 @@ def _clean(value: str) -> str:
     return value.translate(_CONTROLS).strip()
 
 
-def _addresses(value: str) -> list[str]:
+def _addresses(value: str, field: str, warnings: list[str]) -> list[str]:
+    """A To or Cc value's addresses: the usual forms by a regex, anything else strictly."""
     value = value.translate(_CONTROLS).strip()
     simple = _SIMPLE_ADDRESS.fullmatch(value)
-    if simple:
-        pairs = [("", simple.group(1) or simple.group(2))]
-    else:
-        try:
-            pairs = getaddresses([value])
-        except Exception:  # the pure-Python address parser recurses on nested comments
-            return []
-    found: list[str] = []
-    for _, address in pairs[:MAX_ADDRESSES]:
-        local, at, domain = address.strip().rpartition("@")
-        if at and local and domain and "@" not in domain and not _WHITESPACE.search(address):
-            found.append(f"{local}@{domain.lower()}")
-    return found
+    if simple and "=?" not in value:
+        local, _, domain = (simple.group(1) or simple.group(2)).rpartition("@")
+        return [f"{local}@{domain.lower()}"]
+    if not value:
+        return []
+    found, problems = parse_list(value, _decode_words, field)
+    warnings.extend(problems)
+    return list(found[:MAX_ADDRESSES])
 
 
 def _decode_words(value: str) -> str:

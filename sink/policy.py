@@ -51,6 +51,15 @@ class Policy:
     def budget(self, requested: int | None) -> int:
         return self.poll_budget if requested is None else min(requested, self.poll_budget)
 
+    def capped(self, ttl_s: int | None, poll_budget: int | None) -> tuple[str, ...]:
+        """The caller's values this policy lowered (the create answer's ``capped``)."""
+        lowered = []
+        if ttl_s is not None and ttl_s > self.ttl_max_s:
+            lowered.append("ttl_s")
+        if poll_budget is not None and poll_budget > self.poll_budget:
+            lowered.append("poll_budget")
+        return tuple(lowered)
+
 
 CI = Policy(name="ci")
 PREVIEW = replace(CI, name="preview", ttl_default_s=900, ttl_max_s=7200, poll_budget=20)

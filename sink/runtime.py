@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import random
 import ssl
+from collections.abc import Callable
 
 from sink.agent import Agent
 from sink.clock import SystemClock
 from sink.config import Settings
+from sink.errors import ConfigError
 from sink.faults import FaultRegistry
 from sink.guard import Guard
 from sink.ingest import Ingest
@@ -48,6 +51,8 @@ class Runtime:
         self.ingest = Ingest(self.store, self.waiters, settings, self.metrics, self.clock)
         self.smtp_server: asyncio.Server | None = None
         self.smtp_port = settings.smtp_port
+        self.smtps_server: asyncio.Server | None = None
+        self.smtps_port: int | None = None
         self.tls_context: ssl.SSLContext | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._over_cap = False
@@ -68,13 +73,25 @@ class Runtime:
             self.faults,
             self.settings.smtp_auth is not None,
             Limits(max_connections=self.settings.smtp_max_connections),
+            require_tls=self.settings.smtp_require_tls,
         )
-        self.smtp_server = await loop.create_server(
+        self.smtp_server = await _listen(
+            loop,
             lambda: smtp_factory(self.settings, handler, self.tls_context, loop),
-            host=self.settings.smtp_host,
-            port=self.settings.smtp_port,
+            self.settings.smtp_host,
+            self.settings.smtp_port,
+            "--smtp-port",
         )
         self.smtp_port = self.smtp_server.sockets[0].getsockname()[1]
+        if self.settings.smtps_port is not None:
+            self.smtps_server = await _listen(
+                loop,
+                lambda: smtp_factory(self.settings, handler, self.tls_context, loop, True),
+                self.settings.smtp_host,
+                self.settings.smtps_port,
+                "--smtps-port",
+            )
+            self.smtps_port = self.smtps_server.sockets[0].getsockname()[1]
         self._sweeper = asyncio.create_task(self._sweep(), name="sweeper")
 
     def begin_shutdown(self) -> None:
@@ -83,8 +100,9 @@ class Runtime:
             return
         self.stopping.set()
         self.waiters.close()
-        if self.smtp_server is not None:
-            self.smtp_server.close()
+        for server in (self.smtp_server, self.smtps_server):
+            if server is not None:
+                server.close()
 
     async def close(self) -> None:
         self.begin_shutdown()
@@ -92,8 +110,9 @@ class Runtime:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
-        if self.smtp_server is not None:
-            self.smtp_server.close()
+        for server in (self.smtp_server, self.smtps_server):
+            if server is not None:
+                server.close()
         await self.store.close()
         announce("stopped")
 
@@ -132,3 +151,27 @@ class Runtime:
                 self._over_cap = True
                 return
         self._over_cap = False
+
+
+async def _listen(
+    loop: asyncio.AbstractEventLoop,
+    factory: Callable[[], asyncio.BaseProtocol],
+    host: str,
+    port: int,
+    flag: str,
+) -> asyncio.Server:
+    """A listening socket; a port in use is a ConfigError naming the flag to change."""
+    try:
+        return await loop.create_server(factory, host=host, port=port)
+    except OSError as exc:
+        raise ConfigError(listen_error(flag, host, port, exc)) from exc
+
+
+def listen_error(flag: str, host: str, port: int, exc: OSError) -> str:
+    """What to change when a port cannot be bound (the same words for SMTP and HTTP)."""
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"{flag} {port}: address already in use on {host} (another runsink, Mailpit or "
+            f"MailHog?); choose another {flag}, or {flag} 0 for any free port"
+        )
+    return f"{flag} {port} on {host}: cannot listen ({exc.strerror or exc})"

@@ -50,6 +50,7 @@ class Server:
     smtp_port: int
     http_port: int
     args: list[str] = field(default_factory=list)
+    smtps_port: int | None = None
 
     @property
     def url(self) -> str:
@@ -138,7 +139,14 @@ def start_server(
         for line in _lines(log_path):
             if line.get("event") == "listening":
                 server = Server(
-                    process, folder, db, log_path, line["smtp_port"], line["http_port"], list(args)
+                    process,
+                    folder,
+                    db,
+                    log_path,
+                    line["smtp_port"],
+                    line["http_port"],
+                    list(args),
+                    line.get("smtps_port"),
                 )
                 _wait_ready(server, deadline)
                 return server
@@ -181,3 +189,47 @@ def create_inbox(
 
 def wait(client: httpx.Client, inbox_id: str, **body: Any) -> httpx.Response:
     return client.post(f"/v1/inboxes/{inbox_id}/wait", json=body)
+
+
+def make_certificate(folder: Path, name: str = "sink.test") -> tuple[Path, Path]:
+    """A self-signed certificate for ``name``, localhost and 127.0.0.1 (a client that
+    trusts it as its CA verifies it), and its key: PEM files in ``folder``."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    names: list[x509.GeneralName] = [
+        x509.DNSName(name),
+        x509.DNSName("localhost"),
+        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+    ]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path

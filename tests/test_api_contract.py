@@ -23,7 +23,8 @@ def _received(server: Server, client: httpx.Client, inbox: dict, subject: str = 
 
 
 def test_created_envelope_has_every_field(server: Server) -> None:
-    """Create answers 201 with the full envelope: created, completed, wait_for_message."""
+    """Create answers 201 with the full envelope (and v2's `capped`): created, completed,
+    wait_for_message."""
     with server.http() as client:
         response = client.post(
             "/v1/inboxes", json={"run_id": new_run_id(), "purpose": "signup-check"}
@@ -33,8 +34,9 @@ def test_created_envelope_has_every_field(server: Server) -> None:
     assert set(body) == {
         "state", "status", "next_action", "reason", "inbox_id", "run_id", "purpose", "address",
         "expires_at", "attempt", "remaining_attempts", "retry_after", "next_poll_at", "cursor",
-        "message", "claim", "last_error", "trace_id",
+        "message", "claim", "last_error", "trace_id", "capped",
     }  # fmt: skip
+    assert body["capped"] == []
     assert (body["state"], body["status"], body["next_action"], body["reason"]) == (
         "created", "completed", "wait_for_message", None,
     )  # fmt: skip

@@ -56,6 +56,9 @@ def test_flag_beats_environment_beats_default(tmp_path: Path) -> None:
         (["--http-host", "0.0.0.0"], {}, "--api-token"),
         (["--api-token", "short"], {}, "--api-token"),
         (["--db", "/nonexistent-folder/x.db"], {}, "--db"),
+        (["--smtp-require-tls"], {}, "--smtp-require-tls"),
+        (["--smtps-port", "0"], {}, "--smtps-port"),
+        ([], {"RUNSINK_SMTPS_PORT": "465"}, "--smtps-port"),
     ],
 )
 def test_bad_values_name_the_flag(
@@ -107,16 +110,38 @@ def test_non_loopback_without_token_refuses_unless_opted_out(tmp_path: Path) -> 
     assert with_token.api_token == "x" * 24  # type: ignore[attr-defined]
 
 
-def test_busy_port_exits_2_without_hanging(tmp_path: Path) -> None:
-    """A port already in use stops start-up with exit 2 (after the store opened), no hang."""
+@pytest.mark.parametrize("flag", ["--smtp-port", "--http-port"])
+def test_busy_port_exits_2_naming_the_flag_and_port_0(flag: str, tmp_path: Path) -> None:
+    """A port in use stops start-up with exit 2, naming the flag to change and suggesting 0."""
     import socket
 
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         port = str(busy.getsockname()[1])
-        result = _run("--db", str(tmp_path / "x.db"), "--smtp-port", port, "--http-port", "0")
-    assert result.returncode == 2 and "cannot listen" in result.stderr
+        ports = {"--smtp-port": "0", "--http-port": "0", flag: port}
+        result = _run("--db", str(tmp_path / "x.db"), *(x for kv in ports.items() for x in kv))
+    assert result.returncode == 2
+    assert "address already in use" in result.stderr
+    assert f"{flag} {port}" in result.stderr and f"{flag} 0 for any free port" in result.stderr
+
+
+def test_serve_help_describes_every_flag_with_its_default() -> None:
+    """`runsink serve --help` explains each flag, its default and its environment variable."""
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    flags = [a for a in parser._actions if a.option_strings and a.dest != "help"]
+    assert flags
+    for action in flags:
+        text = action.help or ""
+        assert "default:" in text and "env RUNSINK_" in text, action.option_strings
+    assert "does nothing" in next(
+        a.help or "" for a in flags if "--smtp-no-starttls" in a.option_strings
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "sink", "serve", "--help"], capture_output=True, text=True
+    )
+    assert result.returncode == 0 and "--smtps-port" in result.stdout
 
 
 def test_unusable_certificate_exits_2(tmp_path: Path) -> None:

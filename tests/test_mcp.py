@@ -147,6 +147,8 @@ def test_agent_follows_next_action_from_create_to_claim(server: Server, transpor
     assert message["codes"][0] == CODE
     assert message["links"][0] == LINK
     assert message["claimed"] is True
+    assert message["from_name"] is None  # From: app@example.test, no display name
+    assert message["parse_warnings"] == []
     types = [event["type"] for event in report["events"]]
     for expected in ("created", "polled", "message_accepted", "claimed"):
         assert expected in types

@@ -105,6 +105,8 @@ def test_summary_agrees_with_parse(name: str) -> None:
         to=message.to,
         cc=message.cc,
         date=message.date,
+        from_name=message.from_name,
+        warnings=message.parse_warnings,
     )
     assert summary.subject
 
@@ -118,6 +120,7 @@ def test_summarize_reads_encoded_headers() -> None:
         to=("run17@sink.test",),
         cc=("audit@sink.test",),
         date="Sat, 18 May 2024 02:03:04 +0000",
+        from_name="Bookings \u2013 Hotel App",
     )
     assert summarize(read("japanese_signup_iso2022jp.eml")).subject == (
         "【Example Shop】本登録のお願い"
@@ -177,8 +180,9 @@ def test_summarize_sanitises_the_date() -> None:
 
 def test_summarize_reports_empty_facts_for_missing_headers() -> None:
     """No From, To, Cc, Subject or Date: empty values, not errors."""
-    assert summarize(b"") == Summary("", "", (), (), None)
-    assert summarize(b"\r\njust a body") == Summary("", "", (), (), None)
+    missing = ("From: the message has no From header",)
+    assert summarize(b"") == Summary("", "", (), (), None, warnings=missing)
+    assert summarize(b"\r\njust a body") == Summary("", "", (), (), None, warnings=missing)
     assert summarize(b"From: nobody\r\nTo: ;\r\n\r\n").from_addr == ""
 
 

@@ -47,14 +47,16 @@ def plain(to: str, subject: str = "Hello", body: str = "Hello from the app.\r\n"
 
 
 def test_ehlo_advertises_the_contracts_extensions(server: Server) -> None:
-    """EHLO offers SIZE (the largest policy limit), 8BITMIME, SMTPUTF8, PIPELINING, STARTTLS."""
+    """EHLO offers SIZE, 8BITMIME, SMTPUTF8, PIPELINING, ENHANCEDSTATUSCODES; no STARTTLS
+    without a certificate (contract v2), no AUTH without credentials."""
     with server.smtp() as client:
         code, _ = client.ehlo("client.example.test")
         assert code == 250
         assert client.esmtp_features["size"] == str(LARGEST_MESSAGE_BYTES)
-        for extension in ("8bitmime", "smtputf8", "pipelining", "starttls"):
+        for extension in ("8bitmime", "smtputf8", "pipelining", "enhancedstatuscodes"):
             assert extension in client.esmtp_features, extension
         assert "auth" not in client.esmtp_features
+        assert "starttls" not in client.esmtp_features
 
 
 def test_dot_stuffed_lines_come_back_exactly(server: Server, http: httpx.Client) -> None:
@@ -311,3 +313,16 @@ def test_email_message_with_attachment_round_trips(server: Server, http: httpx.C
     flattened = io.BytesIO()
     BytesGenerator(flattened).flatten(message, linesep="\r\n")
     assert raw_of(http, listed["message_id"]) == flattened.getvalue()
+
+
+def test_every_reply_carries_an_enhanced_status_code(server: Server) -> None:
+    """ENHANCEDSTATUSCODES is kept: aiosmtpd's own replies get RFC 3463 codes too."""
+    import re
+
+    with server.smtp() as client:
+        client.ehlo("client.example.test")
+        for command in ("NOOP", "RSET", "BOGUS", "EXPN x", "DATA", "MAIL FROM:<bad"):
+            code, text = client.docmd(command)
+            assert re.match(rb"[245]\.\d+\.\d+ ", text), (command, code, text)
+        code, text = client.docmd("QUIT")
+        assert (code, text) == (221, b"2.0.0 Bye")

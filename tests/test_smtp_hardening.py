@@ -1,4 +1,4 @@
-"""SMTP input hardening (issue 4): smuggling, strict paths, HTTP, limits, TLS and AUTH.
+"""SMTP input hardening (issue 4): smuggling, strict paths, HTTP, limits, AUTH (TLS: elsewhere).
 
 Most tests speak raw bytes over a socket to the real server and check what was stored over
 the HTTP API. Timeouts and the connection limit need limits too small for a real server's
@@ -21,7 +21,6 @@ from typing import Any
 
 import httpx
 import pytest
-from cryptography import x509
 
 from sink.config import Settings
 from sink.errors import StorageError
@@ -29,11 +28,10 @@ from sink.ingest import Ingest
 from sink.metrics import Metrics
 from sink.smtp.listener import Handler, Limits, smtp_factory
 from sink.smtp.syntax import command_path, header_field_count, http_request_line
-from sink.smtp.tls import self_signed
 from sink.storage.base import Incoming
 from sink.storage.sqlite import SQLiteStore
 from sink.waiters import Waiters
-from tests.support import Server, create_inbox, start_server
+from tests.support import Server, create_inbox, make_certificate, start_server
 
 SENDER = "app@example.test"
 LIMITS = Limits()
@@ -554,47 +552,6 @@ def test_rcpt_and_data_faults_are_451(server: Server, faults: httpx.Client) -> N
     assert listed["subject"] == "twice"
 
 
-# -- STARTTLS --------------------------------------------------------------------------
-
-
-def test_starttls_with_a_generated_certificate(server: Server, http: httpx.Client) -> None:
-    """Without --tls-cert the server still offers STARTTLS, and mail over TLS is stored."""
-    inbox = create_inbox(http)
-    with server.smtp() as client:
-        client.ehlo()
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        assert client.starttls(context=context)[0] == 220
-        assert client.sock is not None
-        presented = client.sock.getpeercert(binary_form=True)
-        assert presented is not None
-        cert = x509.load_der_x509_certificate(presented)
-        assert cert.subject.rfc4514_string() == "CN=sink.test"
-        client.ehlo()
-        assert "starttls" not in client.esmtp_features
-        assert client.docmd("STARTTLS")[0] == 503  # no TLS inside TLS
-        client.sendmail(SENDER, [inbox["address"]], b"Subject: over tls\r\n\r\nbody\r\n")
-    (listed,) = messages(http, inbox["inbox_id"])
-    assert listed["subject"] == "over tls"
-
-
-def test_plaintext_pipelined_after_starttls_is_discarded(
-    server: Server, http: httpx.Client
-) -> None:
-    """Commands sent in the clear after STARTTLS never run inside the TLS session."""
-    inbox = create_inbox(http)
-    with Raw(server.smtp_port) as client:
-        greeted(client)
-        client.send(f"STARTTLS\r\nMAIL FROM:<{SENDER}>\r\nRCPT TO:<{inbox['address']}>\r\n")
-        assert client.code() == 220
-        client.starttls()
-        client.send("EHLO client.example.test\r\n")
-        assert client.reply().startswith("250-sink.test")
-        assert client.cmd(f"RCPT TO:<{inbox['address']}>") == 503  # the MAIL was dropped
-        assert client.cmd(f"MAIL FROM:<{SENDER}>") == 250
-
-
 # -- a server with a configured certificate and credentials ------------------------------
 
 USER, PASSWORD = "ci-app", "s3cret-pass"
@@ -602,12 +559,7 @@ USER, PASSWORD = "ci-app", "s3cret-pass"
 
 @pytest.fixture(scope="module")
 def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    folder = tmp_path_factory.mktemp("tls")
-    cert_pem, key_pem = self_signed("configured.test")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    cert.write_bytes(cert_pem)
-    key.write_bytes(key_pem)
-    return cert, key
+    return make_certificate(tmp_path_factory.mktemp("tls"), "configured.test")
 
 
 @pytest.fixture(scope="module")
@@ -880,14 +832,3 @@ def test_many_real_connections_then_421(server: Server) -> None:
             if client.code() == 220:
                 break
         assert time.monotonic() < deadline, "the listener did not recover"
-
-
-def test_generated_certificate_names_the_domain_and_localhost() -> None:
-    """The self-signed certificate is for the mail domain and localhost, and not a CA."""
-    cert_pem, key_pem = self_signed("sink.test")
-    cert = x509.load_pem_x509_certificate(cert_pem)
-    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert {"sink.test", "localhost"} <= set(names.get_values_for_type(x509.DNSName))
-    assert not cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
-    assert cert.issuer == cert.subject
-    assert b"PRIVATE KEY" in key_pem

@@ -101,7 +101,7 @@ class AsyncSink:
                 idempotency_key=idempotency_key,
             )
         )
-        return AsyncInbox(self, created.envelope, replayed=created.replayed)
+        return AsyncInbox(self, created.envelope, replayed=created.replayed, capped=created.capped)
 
     async def open_inbox(self, inbox_id: str) -> AsyncInbox:
         return AsyncInbox(self, await self.get_inbox(inbox_id))

@@ -20,10 +20,12 @@ DEFAULT_LONG_POLL_S = 10.0
 class _Handle:
     """What both handles share: the creation answer and the last answer seen."""
 
-    def __init__(self, envelope: Envelope, replayed: bool) -> None:
+    def __init__(self, envelope: Envelope, replayed: bool, capped: tuple[str, ...]) -> None:
         self.created = envelope
         self.envelope = envelope
         self.replayed = replayed
+        self.capped = capped
+        """The creation values the policy lowered, e.g. ``("ttl_s",)``; empty when none."""
 
     @property
     def inbox_id(self) -> str:
@@ -86,8 +88,15 @@ def _match(
 class Inbox(_Handle):
     """A leased inbox bound to its run (sync). Every call names the run, so the server checks it."""
 
-    def __init__(self, sink: SinkApi, envelope: Envelope, *, replayed: bool = False) -> None:
-        super().__init__(envelope, replayed)
+    def __init__(
+        self,
+        sink: SinkApi,
+        envelope: Envelope,
+        *,
+        replayed: bool = False,
+        capped: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(envelope, replayed, capped)
         self._sink = sink
 
     def refresh(self) -> Envelope:
@@ -181,8 +190,15 @@ class Inbox(_Handle):
 class AsyncInbox(_Handle):
     """A leased inbox bound to its run (asyncio). See ``Inbox``; every method is awaited."""
 
-    def __init__(self, sink: AsyncSinkApi, envelope: Envelope, *, replayed: bool = False) -> None:
-        super().__init__(envelope, replayed)
+    def __init__(
+        self,
+        sink: AsyncSinkApi,
+        envelope: Envelope,
+        *,
+        replayed: bool = False,
+        capped: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(envelope, replayed, capped)
         self._sink = sink
 
     async def refresh(self) -> Envelope:

@@ -1,6 +1,6 @@
 """What the server answers, as frozen dataclasses parsed from its JSON.
 
-The field names are the contract's (CONTRACT.md), except ``from`` which is ``from_`` in
+The field names are the contract's (docs/contract.md), except ``from`` which is ``from_`` in
 Python. Times are aware UTC ``datetime`` values. Parsing is lenient about values the
 contract may grow (a new ``reason`` arrives as a plain string) and strict about shape:
 a missing field is a ``ProtocolError``, because a client that guesses is worse than one
@@ -189,6 +189,10 @@ class Message:
     claimed: bool
     received_at: datetime
     released_at: datetime | None
+    from_name: str | None = None
+    """The sender's display name, decoded (``"Acme" <noreply@acme.example>``: ``Acme``)."""
+    parse_warnings: tuple[str, ...] = ()
+    """What the server could not parse strictly (a malformed From, ...), instead of a guess."""
 
     @property
     def code(self) -> str | None:
@@ -235,6 +239,9 @@ class Message:
             claimed=bool(data.get("claimed", False)),
             received_at=_time(data, "received_at"),
             released_at=_optional_time(data, "released_at"),
+            # Both v2: a v1 server leaves them out.
+            from_name=_optional_str(data, "from_name"),
+            parse_warnings=_strs(data, "parse_warnings") if "parse_warnings" in data else (),
         )
 
 

@@ -114,7 +114,7 @@ class Sink:
                 idempotency_key=idempotency_key,
             )
         )
-        return Inbox(self, created.envelope, replayed=created.replayed)
+        return Inbox(self, created.envelope, replayed=created.replayed, capped=created.capped)
 
     def open_inbox(self, inbox_id: str) -> Inbox:
         """A handle on an existing inbox (its envelope as of now)."""

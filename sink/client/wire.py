@@ -45,6 +45,7 @@ class Call(Generic[T]):
 class Created:
     envelope: Envelope
     replayed: bool
+    capped: tuple[str, ...] = ()  # v2: the request's values the policy lowered
 
 
 def create_inbox(
@@ -144,7 +145,10 @@ def envelope(response: httpx.Response) -> Envelope:
 
 def _created(response: httpx.Response) -> Created:
     replayed = response.headers.get("idempotent-replayed", "").lower() == "true"
-    return Created(envelope(response), replayed)
+    data = _json(response)
+    capped = data.get("capped") if isinstance(data, dict) else None
+    fields = tuple(str(field) for field in capped) if isinstance(capped, list) else ()
+    return Created(envelope(response), replayed, fields)
 
 
 def _reader(parse: Callable[[dict[str, Any]], T]) -> Callable[[httpx.Response], T]:

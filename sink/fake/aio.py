@@ -146,10 +146,10 @@ class AsyncFakeSink:
         match: Match | None = None,
         idempotency_key: str | None = None,
     ) -> AsyncInbox:
-        envelope, replayed = await self.create(
+        envelope, replayed, capped = await self.create(
             run_id, purpose, ttl_s, poll_budget, policy, match, idempotency_key
         )
-        return AsyncInbox(self, envelope, replayed=replayed)
+        return AsyncInbox(self, envelope, replayed=replayed, capped=capped)
 
     async def get_inbox(self, inbox_id: str) -> Envelope:
         return render.envelope(await self._call(self._agent.get(inbox_id, None)))
@@ -222,7 +222,7 @@ class AsyncFakeSink:
         policy: str | None,
         match: Match | None,
         key: str | None,
-    ) -> tuple[Envelope, bool]:
+    ) -> tuple[Envelope, bool, tuple[str, ...]]:
         if not _RUN_ID.fullmatch(run_id):
             raise render.invalid("run_id", "a run_id is 1-128 chars of A-Za-z0-9._:-")
         if not _PURPOSE.fullmatch(purpose):
@@ -245,7 +245,7 @@ class AsyncFakeSink:
             match=_criteria(match) if match else Criteria(),
         )
         created = await self._call(self._agent.create(request, body, key, None))
-        return render.envelope(created.envelope), created.replayed
+        return render.envelope(created.envelope), created.replayed, created.capped
 
     # -- the script ---------------------------------------------------------------------------
 

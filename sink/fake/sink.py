@@ -111,10 +111,10 @@ class FakeSink:
         match: Match | None = None,
         idempotency_key: str | None = None,
     ) -> Inbox:
-        envelope, replayed = _portal(
+        envelope, replayed, capped = _portal(
             self.aio.create(run_id, purpose, ttl_s, poll_budget, policy, match, idempotency_key)
         )
-        return Inbox(self, envelope, replayed=replayed)
+        return Inbox(self, envelope, replayed=replayed, capped=capped)
 
     def get_inbox(self, inbox_id: str) -> Envelope:
         return _portal(self.aio.get_inbox(inbox_id))

@@ -72,7 +72,9 @@ wait_for_message. Calling again with the same run_id, purpose and arguments whil
 inbox is live returns the same inbox, so a lost answer is safe to retry. Once that \
 inbox has expired, the same call creates the run's next inbox for the purpose, until \
 the policy's limit (then error policy_forbids: stop). ttl_s and poll_budget are capped \
-by the policy, never raised past it.
+by the policy, never raised past it: the answer's `capped` lists the ones that were \
+lowered (e.g. ["ttl_s"]; [] when none), so plan with the returned expires_at and \
+remaining_attempts.
 
 """
     + _ENVELOPE_GUIDE
@@ -121,6 +123,11 @@ message that wait_for_message returned and you claimed; pass run_id so the serve
 refuses (wrong_run) mail that belongs to another run. After the evidence is released \
 the bodies are null (released_at is set). Provider trouble is a tool error \
 (provider_timeout, provider_error, circuit_open): read again after a pause.
+
+Trust from, not from_name: from is the sender's address parsed strictly; from_name is \
+only the display name, which anyone can set to anything (even an address). When \
+parse_warnings is not empty, part of the message (e.g. its From) could not be parsed \
+strictly: treat the sender as unknown rather than guessing.
 
 """
     + _ERRORS
@@ -326,7 +333,11 @@ MESSAGE_SCHEMA = _object(
             "additionalProperties": _STRINGS,
             "description": "Header name -> its values; null once released.",
         },
-        "from": _STR,
+        "from": {**_STR, "description": "The sender's bare address (From, parsed strictly)."},
+        "from_name": {
+            **_STR_OR_NULL,
+            "description": "The sender's display name, decoded; null when none. Decide on from.",
+        },
         "to": _STRINGS,
         "cc": _STRINGS,
         "subject": _STR,
@@ -341,6 +352,10 @@ MESSAGE_SCHEMA = _object(
         },
         "links": {**_STRINGS, "description": "Absolute http(s) URLs, action links first."},
         "codes": {**_STRINGS, "description": "Likely one-time codes, most likely first."},
+        "parse_warnings": {
+            **_STRINGS,
+            "description": "What could not be parsed strictly (e.g. a malformed From).",
+        },
         "envelope": _object({"mail_from": _STR, "rcpt_to": _STRINGS}),
         "size": _INT,
         "claimed": {"type": "boolean"},
@@ -392,13 +407,28 @@ RUN_REPORT_SCHEMA = _object(
 )
 
 
+CREATED_SCHEMA = {
+    **ENVELOPE_SCHEMA,
+    "properties": {
+        **ENVELOPE_SCHEMA["properties"],
+        "capped": {
+            "type": "array",
+            "items": {"enum": ["ttl_s", "poll_budget"]},
+            "description": 'Your values the policy lowered to its maximum, e.g. ["ttl_s"]; '
+            "[] when none was.",
+        },
+    },
+    "required": [*ENVELOPE_SCHEMA["required"], "capped"],
+}
+
+
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "create_inbox",
         "Create a run-scoped inbox",
         CREATE_INBOX,
         _CREATE_INPUT,
-        ENVELOPE_SCHEMA,
+        CREATED_SCHEMA,
         read_only=False,
         idempotent=True,
         url_args=(),

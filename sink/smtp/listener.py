@@ -11,6 +11,8 @@ control, so it is strict where being lenient would let one message pass for anot
   Nothing is repaired into another mailbox: a malformed path is a 5xx.
 - A connection that opens with an HTTP request line (a browser made to post to this
   port) is answered with an error and closed before any of its bytes reach the SMTP reader.
+- TLS only with the configured certificate (``sink/smtp/tls.py``): STARTTLS, or SMTPS from
+  the first byte on ``--smtps-port``; a failed handshake is logged with OpenSSL's reason.
 - Limits, each with its code: connections (421), command lines (500), DATA lines (500),
   recipients (452), message size (552), header fields (552), idle and DATA time (421).
 
@@ -21,13 +23,15 @@ tells the sender not to retry; trouble is a 451 here (temporary: send again late
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto as sslproto
 import collections
 import contextlib
 import hmac
+import re
 import ssl
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, AnyStr
 
 from aiosmtpd.smtp import (
     SMTP,
@@ -46,6 +50,7 @@ from sink.ingest import DataVerdict, Ingest, Recipient, Verdict
 from sink.logs import log, warn
 from sink.metrics import Metrics
 from sink.smtp.syntax import command_path, header_field_count, http_request_line
+from sink.smtp.tls import failure_cause
 
 TEMPORARY = "451 4.3.0 Temporary failure: please try again later"
 _FAULT_TIMEOUT_S = 2.0  # how long an injected SMTP "timeout" holds the reply
@@ -119,9 +124,11 @@ class Handler:
         faults: FaultRegistry | None,
         auth_enabled: bool,
         limits: Limits | None = None,
+        require_tls: bool = False,
     ) -> None:
         self._ingest = ingest
         self.requires_auth = auth_enabled
+        self.requires_tls = require_tls
         self.limits = limits or Limits()
         self.connections = ConnectionGate(self.limits.max_connections)
         self._metrics = metrics
@@ -147,12 +154,16 @@ class Handler:
         if not self.requires_auth:
             # aiosmtpd advertises AUTH (always failing) without credentials; we offer none.
             responses = [r for r in responses if not r.startswith("250-AUTH")]
-        # aiosmtpd answers pipelined commands in order but does not advertise it (RFC 2920).
-        return [*responses[:-1], "250-PIPELINING", responses[-1]]
+        # aiosmtpd answers pipelined commands in order but does not advertise it (RFC 2920);
+        # every reply carries an enhanced status code (RunsinkSMTP.push).
+        return [*responses[:-1], "250-PIPELINING", "250-ENHANCEDSTATUSCODES", responses[-1]]
 
     async def handle_MAIL(
         self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
     ) -> str:
+        if self.requires_tls and session.ssl is None:
+            # --smtp-require-tls: nothing travels in the clear (RFC 3207 4: 530).
+            return "530 5.7.0 Must issue a STARTTLS command first"
         if self.requires_auth and not session.authenticated:
             # Credentials are configured: mail from a client that did not use them is
             # refused, so an app that forgot its SMTP login fails here as it would in
@@ -218,9 +229,14 @@ class Handler:
         """The last resort for an exception in a command: never aiosmtpd's ``500 Error``."""
         if isinstance(error, TLSSetupException):
             # A client that fails the handshake; aiosmtpd closes the connection after this.
-            log("smtp_tls_failed")
+            self.tls_failed(error, "starttls")
             return TEMPORARY
         return self._trouble("command", error)
+
+    def tls_failed(self, error: BaseException, mode: str) -> None:
+        """Log why a handshake failed (OpenSSL's reason: the client's alert, or ours)."""
+        with contextlib.suppress(Exception):
+            warn("smtp_tls_failed", mode=mode, **failure_cause(error))
 
     def _trouble(self, step: str, error: Exception) -> str:
         # A failure to log must not turn the reply into aiosmtpd's 500 (it calls this from
@@ -251,6 +267,23 @@ def _longest_line(data: bytearray) -> int:
         longest = max(longest, end + 2 - start)
         start = end + 2
     return max(longest, len(data) - start)
+
+
+_STATUS_CODE = re.compile(r"[245]\.\d{1,3}\.\d{1,3}(?: |$)")
+# RFC 3463 codes for aiosmtpd's replies that have none; otherwise the class's X.0.0.
+_STATUS_CODES = {"500": "5.5.2", "501": "5.5.4", "502": "5.5.1", "503": "5.5.1", "504": "5.5.4"}
+_STATUS_CODES |= {"530": "5.7.0", "535": "5.7.8", "552": "5.3.4", "553": "5.1.3"}
+
+
+def with_status_code(reply: str) -> str:
+    """``250 OK`` -> ``250 2.0.0 OK``: an enhanced status code on single-line 2xx/4xx/5xx
+    replies that lack one (RFC 2034 3; not the 220 greeting, nor 3xx replies)."""
+    code, separator, text = reply[:3], reply[3:4], reply[4:]
+    if separator != " " or code[:1] not in "245" or not code.isdigit() or code == "220":
+        return reply
+    if _STATUS_CODE.match(text):
+        return reply
+    return f"{code} {_STATUS_CODES.get(code, code[0] + '.0.0')} {text}"
 
 
 def _declared_size(options: list[str]) -> int | None:
@@ -296,6 +329,7 @@ class RunsinkSMTP(SMTP):
         limits: Limits,
         gate: ConnectionGate,
         authenticator: Authenticator | None,
+        implicit_tls: ssl.SSLContext | None = None,
         **kwargs: Any,
     ) -> None:
         # aiosmtpd sizes its StreamReader from `line_length_limit` in __init__: set it first.
@@ -321,15 +355,38 @@ class RunsinkSMTP(SMTP):
         self.offers_auth = authenticator is not None
         self._sniffing = True  # until the first line shows it is not an HTTP request
         self._held = b""
+        self._implicit_tls = implicit_tls
+        self._greeting_reply = False
+        self._handshake: asyncio.Future[None] | None = None
 
     # -- connection life ----------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # aiosmtpd calls this again on the same protocol when STARTTLS completes; it tells
         # the two apart by `_original_transport` (set by smtp_STARTTLS). Count only the first.
-        if self._original_transport is None:
+        first = self._original_transport is None
+        if first:
             self._admitted = self._gate.enter()
         super().connection_made(transport)
+        if first and self._implicit_tls is not None:
+            self._begin_implicit_tls(self._implicit_tls)
+
+    def _begin_implicit_tls(self, context: ssl.SSLContext) -> None:
+        """SMTPS (RFC 8314 3.3): the TLS layer first, then the greeting inside it.
+
+        The same layering as aiosmtpd's smtp_STARTTLS (so its connection_made, session.ssl
+        and EHLO rules apply as after STARTTLS), put in place here, before any byte of the
+        client's hello can reach the SMTP reader. ``_handle_client`` awaits the handshake.
+        """
+        self._handshake = self.loop.create_future()
+        self._tls_protocol = sslproto.SSLProtocol(
+            self.loop, self, context, self._handshake, server_side=True
+        )
+        self._original_transport = self.transport
+        assert self._original_transport is not None
+        self._original_transport.set_protocol(self._tls_protocol)
+        self.transport = self._tls_protocol._app_transport
+        self._tls_protocol.connection_made(self._original_transport)
 
     def connection_lost(self, error: Exception | None) -> None:
         # aiosmtpd may call this twice (itself after a failed TLS handshake, then asyncio).
@@ -358,6 +415,18 @@ class RunsinkSMTP(SMTP):
     async def _handle_client(self) -> None:
         # aiosmtpd's connection_made runs this as the connection's task; it sends the 220
         # greeting, then reads commands. A refused connection gets its 421 instead.
+        if self._handshake is not None:
+            try:
+                await self._handshake
+            except Exception as error:
+                self.event_handler.tls_failed(error, "implicit")
+                # asyncio's SSL layer tells the protocol nothing of a failed handshake: end
+                # the connection here, as aiosmtpd does after a failed STARTTLS (the
+                # connection slot, the idle timer).
+                if self._original_transport is not None:
+                    self._original_transport.close()
+                self.connection_lost(error)
+                return
         if self.transport is None or self.transport.is_closing():
             return  # refused while being set up (an HTTP request line): no greeting
         if not self._admitted:
@@ -389,7 +458,26 @@ class RunsinkSMTP(SMTP):
         # aiosmtpd adds the SIZE and SMTPUTF8 allowances to the MAIL line limit on every
         # EHLO; start from the base each time so a repeated EHLO does not raise it.
         self.command_size_limits.clear()
-        await super().smtp_EHLO(hostname)
+        self._greeting_reply = True  # EHLO's lines name extensions: no status codes in them
+        try:
+            await super().smtp_EHLO(hostname)
+        finally:
+            self._greeting_reply = False
+
+    @syntax("HELO hostname")
+    async def smtp_HELO(self, hostname: str) -> None:
+        self._greeting_reply = True
+        try:
+            await super().smtp_HELO(hostname)
+        finally:
+            self._greeting_reply = False
+
+    async def push(self, status: AnyStr) -> None:
+        # ENHANCEDSTATUSCODES (RFC 2034) is advertised: aiosmtpd's own replies ("250 OK",
+        # "221 Bye", "500 Error: bad syntax") get a status code too (RFC 3463).
+        if isinstance(status, str) and not self._greeting_reply:
+            status = with_status_code(status)
+        await super().push(status)
 
     @syntax("MAIL FROM: <address>", extended=" [SP <mail-parameters>]")
     async def smtp_MAIL(self, arg: str | None) -> None:
@@ -582,17 +670,22 @@ def smtp_factory(
     handler: Handler,
     tls_context: ssl.SSLContext | None,
     loop: asyncio.AbstractEventLoop,
+    implicit_tls: bool = False,
 ) -> SMTP:
+    """One connection's protocol: plaintext with STARTTLS (when a certificate is configured
+    and not --smtp-no-starttls), or, with ``implicit_tls``, TLS from the first byte."""
     auth = settings.smtp_auth
+    starttls = None if implicit_tls or settings.smtp_no_starttls else tls_context
     return RunsinkSMTP(
         handler,
         limits=handler.limits,
         gate=handler.connections,
         authenticator=Authenticator(*auth) if auth else None,
+        implicit_tls=tls_context if implicit_tls else None,
         data_size_limit=settings.largest_message_bytes,
         enable_SMTPUTF8=True,
         hostname=settings.domain,
         ident="runsink",
-        tls_context=tls_context,
+        tls_context=starttls,
         loop=loop,
     )
