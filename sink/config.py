@@ -101,7 +101,8 @@ _OPTIONS: list[tuple[str, str, str]] = [
 _HELP: dict[str, str] = {
     "smtp-host": "address the SMTP listener binds (default: 127.0.0.1)",
     "smtp-port": "SMTP port; 0 picks any free port (default: 1025)",
-    "http-host": "address the HTTP API binds; not loopback needs --api-token (default: 127.0.0.1)",
+    "http-host": "address the HTTP API binds; not loopback needs --api-token or --tokens-file "
+    "(default: 127.0.0.1)",
     "http-port": "HTTP API port; 0 picks any free port (default: 8025)",
     "db": "SQLite database file, created if missing (default: ./runsink.db)",
     "domain": "mail domain of the inbox addresses (default: sink.test)",
@@ -111,7 +112,10 @@ _HELP: dict[str, str] = {
     "tls-cert": "PEM certificate (chain) for STARTTLS and --smtps-port; with --tls-key, "
     "STARTTLS is offered (default: none, no STARTTLS)",
     "tls-key": "PEM private key of --tls-cert (default: none)",
-    "api-token": "bearer token the HTTP API requires, 16+ characters (default: none)",
+    "api-token": "bearer token the HTTP API requires, 16+ characters; the admin scope "
+    "(default: none)",
+    "tokens-file": "TOML file of named tokens, each with a scope: admin, read or runs:<glob> "
+    "(default: none)",
     "insecure-no-auth": "serve the API without a token on a non-loopback --http-host "
     "(default: off)",
     "smtp-auth": "USER:PASSWORD that SMTP clients must AUTH with (default: none, no AUTH)",
