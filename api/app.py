@@ -7,10 +7,11 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from api.auth import Authority
+from api.connections import LongPollGate
 from api.errors import error_response, internal_error, runsink_error, validation_error
 from api.middleware import EdgeMiddleware
 from api.routes import ROUTES
@@ -43,6 +44,12 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
     return validation_error(request, exc)
 
 
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    # The client left (or api/connections.py closed it at its deadline) while its body was
+    # being read: nobody will read an answer, and it is not the server's failure.
+    return Response(status_code=499)
+
+
 async def _unexpected(request: Request, exc: Exception) -> Response:
     return internal_error(request, exc)
 
@@ -54,10 +61,13 @@ def create_app(runtime: Runtime, extra_routes: list[Any] | None = None) -> Any:
             HTTPException: _http_error,
             RunsinkError: _runsink_error,
             ValidationError: _validation_error,
+            ClientDisconnect: _client_gone,
             Exception: _unexpected,
         },
     )
     app.state.runtime = runtime
+    caps = runtime.capacity
+    app.state.long_polls = LongPollGate(caps.long_polls if caps else 1 << 30)
     assert runtime.keyring is not None, "the runtime is not started"
     authority = Authority(runtime.keyring, runtime.store)
     app.state.authority = authority

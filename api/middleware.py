@@ -18,6 +18,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import OPEN_PATHS, Authority, Refused
+from api.connections import MAX_TARGET_BYTES
 from api.context import KEY as CONTEXT
 from api.context import RequestContext
 from api.errors import error_response, runsink_error
@@ -93,6 +94,16 @@ class EdgeMiddleware:
 
         path: str = scope["path"]
         try:
+            query = scope["query_string"]
+            target_bytes = len(scope.get("raw_path") or b"") + (len(query) + 1 if query else 0)
+            if target_bytes > MAX_TARGET_BYTES:
+                self.metrics.refused("http", "uri_too_long")
+                # Longer targets than h11's buffer are answered in api/connections.py.
+                response = error_response(
+                    414, "uri_too_long", f"the request target is over {MAX_TARGET_BYTES} bytes"
+                )
+                await response(scope, receive, send_wrapped)
+                return
             if not path.startswith(OPEN_PATHS):
                 refusal = await self._authorise(scope, headers, context)
                 if refusal is not None:

@@ -43,7 +43,10 @@ _ERRORS = {
     "410": "evidence_released",
     "413": "the request body is too large",
     "422": "invalid_request",
-    "503": "provider_timeout, provider_error or circuit_open (with Retry-After)",
+    "503": (
+        "provider_timeout, provider_error, circuit_open, or over_capacity (too many connections "
+        "or waits in progress), with Retry-After"
+    ),
 }
 
 
@@ -402,7 +405,7 @@ def _paths() -> dict[str, Any]:
         "/readyz": {
             "get": {
                 "operationId": "readyz",
-                "summary": "Readiness (the store answers)",
+                "summary": "Readiness (the store can commit)",
                 "responses": {
                     "200": _json("ReadyOut", "ready"),
                     "503": _json(

@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from api.auth import Authority, grant_of, route_op
+from api.connections import LongPollGate
 from api.context import context_of
 from api.errors import error_response
 from api.middleware import BodyTooLarge
@@ -39,7 +40,7 @@ from api.views import (
     wait_request,
 )
 from sink import clock, ids, run_tokens
-from sink.agent import Agent
+from sink.agent import Agent, WaitRequest
 from sink.envelope import Envelope
 from sink.errors import FaultsDisabled, InvalidRequest, NotFound, StorageError
 from sink.faults import FaultSpec
@@ -78,8 +79,16 @@ async def _json_body(request: Request, required: bool = True) -> Any:
         return {}
     try:
         return json.loads(raw)
+    except RecursionError as exc:
+        # 1,000 nested brackets (2 KB) reach the interpreter's recursion limit.
+        raise InvalidRequest("the JSON nests too deeply", {"problem": "json_too_deep"}) from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InvalidRequest(f"the body is not valid JSON ({exc.__class__.__name__})") from exc
+    except ValueError as exc:
+        # int() refuses more than sys.get_int_max_str_digits() digits (4,300 by default).
+        raise InvalidRequest(
+            "a number in the JSON has too many digits", {"problem": "json_number_too_long"}
+        ) from exc
 
 
 def _model(model: type[M], body: Any) -> M:
@@ -208,6 +217,23 @@ async def wait_for_message(request: Request) -> Response:
     given = _model(WaitIn, await _json_body(request, required=False))
     run_id = _caller_run(request, given.run_id)
     wait = wait_request(given, run_id)
+    gate: LongPollGate = request.app.state.long_polls
+    if wait.timeout_s > 0 and not gate.enter():
+        _runtime(request).metrics.refused("http", "too_many_long_polls")
+        return error_response(
+            503,
+            "over_capacity",
+            f"{gate.limit} waits are already in progress; retry shortly",
+            headers={"Retry-After": "1"},
+        )
+    try:
+        return await _wait(request, inbox_id, wait)
+    finally:
+        if wait.timeout_s > 0:
+            gate.leave()
+
+
+async def _wait(request: Request, inbox_id: str, wait: WaitRequest) -> Response:
     work = asyncio.ensure_future(_agent(request).wait(inbox_id, wait, _explicit_trace(request)))
     gone = asyncio.ensure_future(_client_gone(request))
     try:

@@ -11,10 +11,12 @@ import contextlib
 import signal
 import socket
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import uvicorn
 
+from api.connections import MAX_HEAD_BYTES, ConnectionTable, HttpLimits, protocol_class
 from sink.config import Settings
 from sink.errors import ConfigError
 from sink.logs import announce
@@ -88,8 +90,22 @@ async def serve(
     try:
         await runtime.start()
         sock = bind_http(settings)
+        assert runtime.capacity is not None, "the runtime sizes its caps in start()"
+        table = ConnectionTable(
+            HttpLimits(
+                max_connections=runtime.capacity.http_connections,
+                header_timeout_s=settings.http_header_timeout,
+                keepalive_timeout_s=settings.http_keepalive_timeout,
+            ),
+            on_refusal=partial(runtime.metrics.refused, "http"),
+            on_count=runtime.metrics.http_connections.set,
+        )
         config = uvicorn.Config(
             app_factory(runtime),
+            http=protocol_class(table),
+            h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+            # uvicorn hands this to loop.call_later, which takes fractions of a second.
+            timeout_keep_alive=settings.http_keepalive_timeout,  # type: ignore[arg-type]
             log_config=None,
             access_log=False,
             lifespan="off",

@@ -26,6 +26,7 @@ SCRIPTS: dict[str, tuple[str, list[str]]] = {
     "ingest": ("ingest.py", ["--quick"]),
     "search": ("search.py", ["--quick"]),
     "longpoll": ("longpoll.py", ["--quick"]),
+    "longpoll_memory": ("longpoll_memory.py", ["--quick"]),
     "abuse": ("abuse.py", ["--quick"]),
     "ui": ("ui.py", ["--quick"]),
     "postgres": ("postgres.py", ["--quick"]),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -47,6 +48,9 @@ class Settings:
     smtp_no_starttls: bool = False
     smtp_require_tls: bool = False
     smtps_port: int | None = None
+    http_max_connections: int = 4096
+    http_header_timeout: float = 10.0
+    http_keepalive_timeout: float = 30.0
     max_store_mb: int | None = None
     log_level: str = "info"
     event_loop: str = "auto"
@@ -91,6 +95,9 @@ _OPTIONS: list[tuple[str, str, str]] = [
     ("smtp-no-starttls", "RUNSINK_SMTP_NO_STARTTLS", "bool"),
     ("smtp-require-tls", "RUNSINK_SMTP_REQUIRE_TLS", "bool"),
     ("smtps-port", "RUNSINK_SMTPS_PORT", "port"),
+    ("http-max-connections", "RUNSINK_HTTP_MAX_CONNECTIONS", "positive"),
+    ("http-header-timeout", "RUNSINK_HTTP_HEADER_TIMEOUT", "seconds"),
+    ("http-keepalive-timeout", "RUNSINK_HTTP_KEEPALIVE_TIMEOUT", "seconds"),
     ("max-store-mb", "RUNSINK_MAX_STORE_MB", "positive"),
     ("log-level", "RUNSINK_LOG_LEVEL", "level"),
     ("event-loop", "RUNSINK_EVENT_LOOP", "loop"),
@@ -119,7 +126,13 @@ _HELP: dict[str, str] = {
     "insecure-no-auth": "serve the API without a token on a non-loopback --http-host "
     "(default: off)",
     "smtp-auth": "USER:PASSWORD that SMTP clients must AUTH with (default: none, no AUTH)",
-    "smtp-max-connections": "open SMTP connections; one more gets 421 (default: 512)",
+    "smtp-max-connections": "open SMTP connections; one more gets 421 or the place of one "
+    "idle; lowered to fit the descriptor limit (default: 512)",
+    "http-max-connections": "open HTTP connections; one more gets the place of an idle one, "
+    "else 503; lowered to fit the descriptor limit (default: 4096)",
+    "http-header-timeout": "seconds a request's head (and body) may take to arrive; then 408 "
+    "(default: 10)",
+    "http-keepalive-timeout": "seconds an idle kept-alive HTTP connection stays open (default: 30)",
     "smtp-no-starttls": "do not offer STARTTLS even with --tls-cert; without a certificate "
     "it is never offered, so this does nothing (default: off)",
     "smtp-require-tls": "refuse MAIL with 530 until STARTTLS (or on --smtps-port); needs "
@@ -190,6 +203,14 @@ def _parse(source: str, kind: str, value: object) -> object:
         if not text.isdigit() or int(text) < 1:
             raise ConfigError(f"{source}: expected a whole number >= 1, got {text!r}")
         return int(text)
+    if kind == "seconds":
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = math.nan
+        if not math.isfinite(seconds) or not 0 < seconds <= 3600:
+            raise ConfigError(f"{source}: expected seconds in (0, 3600], got {text!r}")
+        return seconds
     if kind == "host":
         if not text or any(c.isspace() for c in text):
             raise ConfigError(f"{source}: expected a host name or IP address, got {text!r}")

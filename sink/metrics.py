@@ -70,6 +70,15 @@ class Metrics:
         self.smtp_connections = Gauge(
             "runsink_smtp_connections", "Open SMTP connections", registry=r
         )
+        self.http_connections = Gauge(
+            "runsink_http_connections", "Open HTTP connections (within the cap)", registry=r
+        )
+        self.refusals = Counter(
+            "runsink_connection_refusals",
+            "Connections refused or closed by a limit, by listener and reason",
+            ["listener", "reason"],
+            registry=r,
+        )
         self.http_latency = Histogram(
             "runsink_http_request_duration_seconds",
             "HTTP latency by route template and status class",
@@ -112,6 +121,9 @@ class Metrics:
 
     def expired(self, reason: str) -> None:
         self.expiries.labels(reason).inc()
+
+    def refused(self, listener: str, reason: str) -> None:
+        self.refusals.labels(listener, reason).inc()
 
     def http(self, route: str, method: str, status: int, seconds: float) -> None:
         self.http_latency.labels(route, method, f"{status // 100}xx").observe(seconds)

@@ -15,6 +15,7 @@ import random
 import ssl
 from collections.abc import Callable
 
+from sink import capacity
 from sink.agent import Agent
 from sink.clock import SystemClock
 from sink.config import Settings
@@ -33,6 +34,7 @@ from sink.waiters import Waiters
 _SWEEP_EVERY_S = 1.0
 _SWEEP_BATCH = 500
 _UNROUTED_KEPT = 10_000
+_LISTEN_BACKLOG = 2048
 
 
 class Runtime:
@@ -54,6 +56,7 @@ class Runtime:
         self.smtps_server: asyncio.Server | None = None
         self.smtps_port: int | None = None
         self.tls_context: ssl.SSLContext | None = None
+        self.capacity: capacity.Capacity | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._over_cap = False
         self.stopping = asyncio.Event()
@@ -61,6 +64,7 @@ class Runtime:
     async def start(self) -> None:
         # What can still fail on a bad setting (the certificate) comes before anything opens.
         self.tls_context = server_context(self.settings)
+        sized = self._size_connections()
         await self.store.open()
         self.keyring = Keyring(self.settings.tokens, await self.store.signing_key())
         self.agent = Agent(
@@ -72,7 +76,7 @@ class Runtime:
             self.metrics,
             self.faults,
             self.settings.smtp_auth is not None,
-            Limits(max_connections=self.settings.smtp_max_connections),
+            Limits(max_connections=sized.smtp_connections),
             require_tls=self.settings.smtp_require_tls,
         )
         self.smtp_server = await _listen(
@@ -93,6 +97,27 @@ class Runtime:
             )
             self.smtps_port = self.smtps_server.sockets[0].getsockname()[1]
         self._sweeper = asyncio.create_task(self._sweep(), name="sweeper")
+
+    def _size_connections(self) -> capacity.Capacity:
+        """Raise the descriptor limit as far as the caps need, then fit the caps under it."""
+        smtp, http = self.settings.smtp_max_connections, self.settings.http_max_connections
+        fd_limit = capacity.raise_fd_limit(capacity.needed(smtp, http))
+        try:
+            sized = capacity.plan(fd_limit, smtp, http)
+        except ValueError as exc:
+            raise ConfigError(f"--smtp-max-connections/--http-max-connections: {exc}") from exc
+        report = warn if sized.lowered else announce
+        report(
+            "connection_caps",
+            fd_limit=sized.fd_limit,
+            reserved_fds=sized.reserved,
+            smtp_max_connections=sized.smtp_connections,
+            http_max_connections=sized.http_connections,
+            max_long_polls=sized.long_polls,
+            lowered=sized.lowered,
+        )
+        self.capacity = sized
+        return sized
 
     def begin_shutdown(self) -> None:
         """Stop accepting mail and answer every wait in progress (called from a signal)."""
@@ -162,7 +187,9 @@ async def _listen(
 ) -> asyncio.Server:
     """A listening socket; a port in use is a ConfigError naming the flag to change."""
     try:
-        return await loop.create_server(factory, host=host, port=port)
+        # A burst past the cap must reach accept() to hear its 421: asyncio's default
+        # backlog (100) drops the handshakes of a larger burst for a second or more.
+        return await loop.create_server(factory, host=host, port=port, backlog=_LISTEN_BACKLOG)
     except OSError as exc:
         raise ConfigError(listen_error(flag, host, port, exc)) from exc
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from pathlib import Path
@@ -104,8 +104,14 @@ class Server:
 
 
 def start_server(
-    folder: Path, *args: str, db: Path | None = None, env: dict[str, str] | None = None
+    folder: Path,
+    *args: str,
+    db: Path | None = None,
+    env: dict[str, str] | None = None,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> Server:
+    """Start ``python -m sink serve`` on free ports; ``preexec_fn`` runs in the child before
+    it starts (e.g. to lower its descriptor limit)."""
     folder.mkdir(parents=True, exist_ok=True)
     db = db or folder / "runsink.db"
     log_path = folder / f"server-{uuid.uuid4().hex[:6]}.log"
@@ -128,7 +134,11 @@ def start_server(
     environment.update(env or {})
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=log_file, env=environment
+            command,
+            stdout=subprocess.DEVNULL,
+            stderr=log_file,
+            env=environment,
+            preexec_fn=preexec_fn,
         )
     deadline = time.monotonic() + STARTUP_DEADLINE_S
     while time.monotonic() < deadline:

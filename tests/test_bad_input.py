@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.support import Server, create_inbox, new_run_id
 
@@ -63,6 +65,89 @@ def test_create_rejects_broken_json(server: Server, content: bytes) -> None:
             "/v1/inboxes", content=content, headers={"Content-Type": "application/json"}
         )
     _assert_error(response, 422, "invalid_request")
+
+
+CRAFTED_JSON = {
+    "nested_arrays": b"[" * 1000 + b"]" * 1000,
+    "nested_objects": b'{"a":' * 1000 + b"1" + b"}" * 1000,
+    "nested_in_a_field": (
+        b'{"run_id": "r1", "purpose": "p", "match": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    ),
+    "long_integer": b'{"run_id": "r1", "purpose": "p", "ttl_s": ' + b"9" * 5000 + b"}",
+    "long_negative_integer": b'{"timeout_s": -' + b"1" * 5000 + b"}",
+    "long_integer_alone": b"7" * 5000,
+    "huge_exponent": b'{"run_id": "r1", "purpose": "p", "ttl_s": 1e999999}',
+}
+
+
+@pytest.mark.parametrize("name", sorted(CRAFTED_JSON))
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/inboxes",
+        "/v1/inboxes/ib_aaaaaaaaaaaaaaaaaaaa/wait",
+        "/v1/messages/msg_aaaaaaaaaaaaaaaaaaaaaaaa/claim",
+        "/v1/faults",
+    ],
+)
+def test_crafted_json_is_422_never_500(server: Server, path: str, name: str) -> None:
+    """Nesting past the recursion limit and integers past the digit limit are 422
+    invalid_request (small bodies that used to be 500s)."""
+    with server.http() as client:
+        response = client.post(
+            path, content=CRAFTED_JSON[name], headers={"Content-Type": "application/json"}
+        )
+    _assert_error(response, 422, "invalid_request")
+
+
+JSON_PATHS = [
+    "/v1/inboxes",
+    "/v1/inboxes/ib_aaaaaaaaaaaaaaaaaaaa/wait",
+    "/v1/messages/msg_aaaaaaaaaaaaaaaaaaaaaaaa/claim",
+    "/v1/faults",
+    "/mcp",
+]
+
+
+@st.composite
+def crafted_bodies(draw: st.DrawFn) -> bytes:
+    """Bodies a hostile client crafts: deep nesting, long numbers, both inside a valid-looking
+    object, and arbitrary bytes."""
+    depth = draw(st.integers(min_value=1, max_value=20_000))
+    opener = draw(st.sampled_from([b"[", b'{"a":', b'{"match":', b'{"run_id":[']))
+    closer = {b"[": b"]", b'{"a":': b"}", b'{"match":': b"}", b'{"run_id":[': b"]}"}[opener]
+    digits = draw(st.integers(min_value=1, max_value=20_000))
+    number = draw(st.sampled_from([b"", b"-", b"0.", b"1e"])) + b"7" * digits
+    field = draw(st.sampled_from([b"ttl_s", b"timeout_s", b"poll_budget", b"count", b"id"]))
+    return draw(
+        st.sampled_from(
+            [
+                opener * depth + closer * depth,
+                opener * depth,  # never closed
+                b'{"run_id": "r1", "purpose": "p", "%s": %s}' % (field, number),
+                b'{"run_id": "r1", "match": ' + opener * depth + number + closer * depth + b"}",
+                number,
+                draw(st.binary(max_size=2048)),
+            ]
+        )
+    )
+
+
+@given(path=st.sampled_from(JSON_PATHS), body=crafted_bodies())
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_no_request_body_yields_a_5xx(server: Server, path: str, body: bytes) -> None:
+    """Whatever the body, the answer is not a server error (and never a trace)."""
+    with server.http() as client:
+        response = client.post(
+            path,
+            content=body,
+            headers={
+                "Content-Type": "application/json",
+                "Accept": "application/json, text/event-stream",
+            },
+        )
+    assert response.status_code < 500, (response.status_code, response.text[:200])
+    assert "Traceback" not in response.text
 
 
 def test_oversized_body_is_413(server: Server) -> None:

@@ -59,6 +59,10 @@ def test_flag_beats_environment_beats_default(tmp_path: Path) -> None:
         (["--smtp-require-tls"], {}, "--smtp-require-tls"),
         (["--smtps-port", "0"], {}, "--smtps-port"),
         ([], {"RUNSINK_SMTPS_PORT": "465"}, "--smtps-port"),
+        (["--http-header-timeout", "0"], {}, "--http-header-timeout"),
+        (["--http-header-timeout", "nan"], {}, "--http-header-timeout"),
+        ([], {"RUNSINK_HTTP_KEEPALIVE_TIMEOUT": "soon"}, "RUNSINK_HTTP_KEEPALIVE_TIMEOUT"),
+        (["--http-max-connections", "0"], {}, "--http-max-connections"),
     ],
 )
 def test_bad_values_name_the_flag(

@@ -29,6 +29,11 @@ def guarded(tmp_path_factory: pytest.TempPathFactory, policy_file: str) -> Serve
         f"Basic {TOKEN}",
         f"Bearer {TOKEN}x",
         f"bearer {TOKEN[:-1]}",
+        f"Bearer  {TOKEN}",
+        f"Bearer\t{TOKEN}",
+        f"Bearer {TOKEN} {TOKEN}",
+        f"Bearer {TOKEN},",
+        f"Bearer={TOKEN}",
     ],
 )
 def test_v1_needs_the_bearer_token(guarded: Server, authorization: str | None) -> None:
@@ -41,6 +46,13 @@ def test_v1_needs_the_bearer_token(guarded: Server, authorization: str | None) -
         assert answer.status_code == 401
         assert answer.json()["error"]["code"] == "unauthorized"
         assert answer.headers["WWW-Authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER", "bEaReR"])
+def test_the_scheme_is_case_insensitive(guarded: Server, scheme: str) -> None:
+    """The scheme name is case-insensitive (RFC 9110 11.1); the token is exact."""
+    with guarded.http(headers={"Authorization": f"{scheme} {TOKEN}"}) as client:
+        assert client.get("/v1/unrouted").status_code == 200
 
 
 def test_the_right_token_works_and_health_stays_open(guarded: Server) -> None:

@@ -30,7 +30,7 @@ import hmac
 import re
 import ssl
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, AnyStr
 
 from aiosmtpd.smtp import (
@@ -91,21 +91,51 @@ class Limits:
     buffering; the 512-octet command limit is aiosmtpd's ``command_size_limit``."""
 
 
-@dataclass(slots=True)
+_EVICTION_SCAN = 32
+
+
 class ConnectionGate:
-    """Counts the open SMTP connections, refusing entry past the limit."""
+    """Counts the open SMTP connections, refusing entry past the limit.
 
-    limit: int
-    active: int = field(default=0)
+    At the limit, a connection outside a mail transaction that has said nothing since its
+    greeting for ``silent_s``, or nothing since its last message for ``idle_s``, is closed
+    with a 421 to make room, oldest first: connections held open and silent cannot keep
+    mail out (a client that means to send says EHLO at once; one that pools connections
+    gets the longer grace). When none is, the newcomer gets its 421 at once.
+    """
 
-    def enter(self) -> bool:
-        if self.active >= self.limit:
+    def __init__(self, limit: int, silent_s: float = 1.0, idle_s: float = 5.0) -> None:
+        self.limit = limit
+        self.silent_s = silent_s
+        self.idle_s = idle_s
+        self.active = 0
+        self._members: dict[RunsinkSMTP, None] = {}  # admitted, oldest first
+
+    def enter(self, connection: RunsinkSMTP | None = None) -> bool:
+        if self.active < self.limit:
+            self.active += 1
+            if connection is not None:
+                self._members[connection] = None
+            return True
+        if connection is None:
             return False
-        self.active += 1
-        return True
+        # Look at a bounded number of the longest-admitted, sending the busy ones to the back
+        # of the line: a flood past the limit costs the same per connection however many
+        # are admitted.
+        for _ in range(min(len(self._members), _EVICTION_SCAN)):
+            member = next(iter(self._members))
+            del self._members[member]
+            if member.may_give_way(self.silent_s, self.idle_s):
+                member.make_room()
+                self._members[connection] = None
+                return True  # the member's place passes to the newcomer
+            self._members[member] = None
+        return False
 
-    def leave(self) -> None:
+    def leave(self, connection: RunsinkSMTP | None = None) -> None:
         self.active -= 1
+        if connection is not None:
+            self._members.pop(connection, None)
 
 
 # -- the handler: aiosmtpd's hooks --------------------------------------------------
@@ -137,6 +167,10 @@ class Handler:
             weakref.WeakKeyDictionary()
         )
         self._runs: weakref.WeakKeyDictionary[Envelope, str] = weakref.WeakKeyDictionary()
+
+    def refused(self, reason: str) -> None:
+        """Count a connection refused or closed by a limit (one metric per reason)."""
+        self._metrics.refused("smtp", reason)
 
     async def connect_fault(self) -> bool:
         """True when an injected ``smtp.connect`` fault refuses this connection."""
@@ -350,6 +384,8 @@ class RunsinkSMTP(SMTP):
         self._limits = limits
         self._gate = gate
         self._admitted = False
+        self._active_at = 0.0
+        self._spoke = False
         # Not "auth_*": aiosmtpd takes every auth_* member of the protocol and the handler
         # for an AUTH mechanism to advertise.
         self.offers_auth = authenticator is not None
@@ -366,7 +402,7 @@ class RunsinkSMTP(SMTP):
         # the two apart by `_original_transport` (set by smtp_STARTTLS). Count only the first.
         first = self._original_transport is None
         if first:
-            self._admitted = self._gate.enter()
+            self._admitted = self._gate.enter(self)
         super().connection_made(transport)
         if first and self._implicit_tls is not None:
             self._begin_implicit_tls(self._implicit_tls)
@@ -392,8 +428,28 @@ class RunsinkSMTP(SMTP):
         # aiosmtpd may call this twice (itself after a failed TLS handshake, then asyncio).
         if self._admitted:
             self._admitted = False
-            self._gate.leave()
+            self._gate.leave(self)
         super().connection_lost(error)
+
+    def _reset_timeout(self, duration: float | None = None) -> None:
+        # aiosmtpd restarts its timer at the greeting, at each accepted command and at DATA:
+        # the moments this connection was last active.
+        self._spoke = self._active_at != 0.0  # the first call is the greeting's
+        self._active_at = self.loop.time()
+        super()._reset_timeout(duration)
+
+    def may_give_way(self, silent_s: float, idle_s: float) -> bool:
+        """Idle long enough, outside a mail transaction, to lose this place to a newcomer."""
+        in_transaction = self.envelope is not None and self.envelope.mail_from is not None
+        if not self._admitted or in_transaction:
+            return False
+        return self.loop.time() - self._active_at >= (idle_s if self._spoke else silent_s)
+
+    def make_room(self) -> None:
+        """Give this idle connection's place to a newcomer (the gate is at its limit)."""
+        self._admitted = False
+        self.event_handler.refused("idle_evicted")
+        self._hang_up(f"421 4.3.2 {self.hostname} Closing an idle connection, try again later")
 
     def data_received(self, data: bytes) -> None:
         # The bytes reach aiosmtpd's reader (StreamReaderProtocol.data_received) only once
@@ -408,6 +464,7 @@ class RunsinkSMTP(SMTP):
             data, self._held = self._held, b""
             if verdict:
                 log("smtp_refused", reason="http_request")
+                self.event_handler.refused("http_request")
                 self._hang_up(f"554 5.7.0 {self.hostname} speaks SMTP, not HTTP; closing")
                 return
         super().data_received(data)
@@ -431,6 +488,7 @@ class RunsinkSMTP(SMTP):
             return  # refused while being set up (an HTTP request line): no greeting
         if not self._admitted:
             log("smtp_refused", reason="too_many_connections", limit=self._gate.limit)
+            self.event_handler.refused("too_many_connections")
             self._hang_up(f"421 4.3.2 {self.hostname} Too many connections, try again later")
             return
         if await self.event_handler.connect_fault():
@@ -440,6 +498,7 @@ class RunsinkSMTP(SMTP):
 
     def _timeout_cb(self) -> None:
         # aiosmtpd closes silently on timeout; RFC 5321 4.2.3 has a 421 for this.
+        self.event_handler.refused("timeout")
         self._hang_up(f"421 4.4.2 {self.hostname} Timeout exceeded, closing")
 
     def _hang_up(self, reply: str) -> None:

@@ -125,7 +125,9 @@ class UnroutedMail:
 class Store(Protocol):
     """What the domain needs: inboxes, deliveries, polls, claims, releases, reports."""
 
-    async def ping(self) -> None: ...
+    async def ping(self) -> None:
+        """Raise StorageError unless the store can commit now (``/readyz`` asks)."""
+        ...
 
     async def create_inbox(self, new: NewInbox, event: Event) -> CreateResult: ...
 
