@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.support import Server, create_inbox
-from tests.test_smtp_hardening import SENDER, Raw, greeted, messages, raw_of, unstuffed
+from tests.test_smtp_hardening import SENDER, Raw, greeted, in_data, messages, raw_of, unstuffed
 
 
 @pytest.fixture()
@@ -36,10 +36,7 @@ def test_the_final_dot_is_found_wherever_the_bytes_split(
     """<CRLF>.<CRLF> split over two writes at any byte still ends DATA, once, unstuffed."""
     inbox = create_inbox(http)
     with Raw(server.smtp_port) as client:
-        greeted(client)
-        assert client.cmd(f"MAIL FROM:<{SENDER}>") == 250
-        assert client.cmd(f"RCPT TO:<{inbox['address']}>") == 250
-        assert client.cmd("DATA") == 354
+        in_data(client, inbox["address"])
         _send_in_pieces(client, BODY + b".\r\n", cut)
         assert client.code() == 250
         assert client.cmd("NOOP") == 250
@@ -55,10 +52,7 @@ def test_a_message_larger_than_the_line_cap_is_kept_whole(
     line = b"x" * 76 + b"\r\n"
     body = b"Subject: big\r\n\r\n" + line * (3 * 2**20 // len(line)) + b".stuffed\r\nlast\r\n"
     with Raw(server.smtp_port) as client:
-        greeted(client)
-        assert client.cmd(f"MAIL FROM:<{SENDER}>") == 250
-        assert client.cmd(f"RCPT TO:<{inbox['address']}>") == 250
-        assert client.cmd("DATA") == 354
+        in_data(client, inbox["address"])
         assert client.cmd(b"." + body + b".") == 250
     (listed,) = messages(http, inbox["inbox_id"])
     assert raw_of(http, listed["message_id"]) == unstuffed(b"." + body)
@@ -69,10 +63,7 @@ def test_lines_ending_in_a_dot_are_text(server: Server, http: httpx.Client) -> N
     inbox = create_inbox(http)
     body = b"Subject: dots\r\n\r\n" + b"".join(b"Sentence %d.\r\n" % n for n in range(500))
     with Raw(server.smtp_port) as client:
-        greeted(client)
-        assert client.cmd(f"MAIL FROM:<{SENDER}>") == 250
-        assert client.cmd(f"RCPT TO:<{inbox['address']}>") == 250
-        assert client.cmd("DATA") == 354
+        in_data(client, inbox["address"])
         assert client.cmd(body + b".") == 250
     (listed,) = messages(http, inbox["inbox_id"])
     assert raw_of(http, listed["message_id"]) == body
@@ -102,10 +93,7 @@ def test_short_and_odd_bodies_end_where_the_marker_is(
     """The shortest messages, and a dot after a bare CR or LF, end only at <CRLF>.<CRLF>."""
     inbox = create_inbox(http)
     with Raw(server.smtp_port) as client:
-        greeted(client)
-        assert client.cmd(f"MAIL FROM:<{SENDER}>") == 250
-        assert client.cmd(f"RCPT TO:<{inbox['address']}>") == 250
-        assert client.cmd("DATA") == 354
+        in_data(client, inbox["address"])
         assert client.cmd(body + b".") == 250
         assert client.cmd("NOOP") == 250
     (listed,) = messages(http, inbox["inbox_id"])

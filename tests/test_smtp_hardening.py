@@ -128,6 +128,15 @@ def greeted(client: Raw) -> Raw:
     return client
 
 
+def in_data(client: Raw, address: str) -> Raw:
+    """Greeted, one recipient accepted, and DATA answered 354: the message comes next."""
+    greeted(client)
+    assert client.cmd(f"MAIL FROM:<{SENDER}>") == 250
+    assert client.cmd(f"RCPT TO:<{address}>") == 250
+    assert client.cmd("DATA") == 354
+    return client
+
+
 # -- SMTP smuggling ----------------------------------------------------------------------
 
 MALFORMED_END_MARKERS = {
