@@ -10,6 +10,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from api import ui
 from api.auth import Authority
 from api.connections import LongPollGate
 from api.errors import error_response, internal_error, runsink_error, validation_error
@@ -56,7 +57,7 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 def create_app(runtime: Runtime, extra_routes: list[Any] | None = None) -> Any:
     app = Starlette(
-        routes=[*ROUTES, *(extra_routes or [])],
+        routes=[*ROUTES, *(extra_routes or []), *ui.ROUTES],
         exception_handlers={
             HTTPException: _http_error,
             RunsinkError: _runsink_error,
@@ -71,4 +72,5 @@ def create_app(runtime: Runtime, extra_routes: list[Any] | None = None) -> Any:
     assert runtime.keyring is not None, "the runtime is not started"
     authority = Authority(runtime.keyring, runtime.store)
     app.state.authority = authority
-    return EdgeMiddleware(app, runtime.metrics, authority)
+    edge = EdgeMiddleware(app, runtime.metrics, authority)
+    return ui.serve(app, edge, runtime)

@@ -76,6 +76,23 @@ def grant_of(scope: Mapping[str, Any]) -> Grant:
     return grant
 
 
+def implied_run(grant: Grant) -> str | None:
+    """The run a view must be limited to when the caller names none (``/v1/events``).
+
+    A run token: its run. A ``runs:`` token: refused (the stream follows one run at a time;
+    name it with ``?run_id=``). Other scopes: None, every run.
+    """
+    if grant.scope.kind is Kind.RUN:
+        return grant.scope.glob
+    if grant.scope.kind is Kind.RUNS:
+        raise ForbiddenScope(
+            f"this token's scope ({grant.scope}) streams one of its runs at a time: name it "
+            "with ?run_id=; every run needs the scope read",
+            "read",
+        )
+    return None
+
+
 def visibility_of(scope: Mapping[str, Any]) -> scopes.Visibility:
     """What a filtered view (search, live events) may show this request: its runs, and
     whether caught mail. ``runs:`` and run tokens see their runs only and no caught mail."""

@@ -66,7 +66,9 @@ class BodyTooLarge(Exception):
 
 
 class EdgeMiddleware:
-    def __init__(self, app: ASGIApp, metrics: Metrics, authority: Authority) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, authority: Authority | None) -> None:
+        # authority None: an app with no token checks at all (the UI's sign-in page and static
+        # files, which must answer before anyone has signed in).
         self.app = app
         self.metrics = metrics
         self.authority = authority
@@ -104,7 +106,7 @@ class EdgeMiddleware:
                 )
                 await response(scope, receive, send_wrapped)
                 return
-            if not path.startswith(OPEN_PATHS):
+            if self.authority is not None and not path.startswith(OPEN_PATHS):
                 refusal = await self._authorise(scope, headers, context)
                 if refusal is not None:
                     await refusal(scope, receive, send_wrapped)
@@ -137,6 +139,7 @@ class EdgeMiddleware:
         self, scope: Scope, headers: Headers, context: RequestContext
     ) -> Response | None:
         """The refusal (401, 403) for a request its token does not allow, else None."""
+        assert self.authority is not None
         grant = self.authority.grant_for(headers, clock.now())
         if isinstance(grant, Refused):
             return error_response(

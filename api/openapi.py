@@ -50,6 +50,30 @@ _ERRORS = {
 }
 
 
+# Attachment types served as declared (inert in a browser); every other one is octet-stream.
+DOWNLOAD_TYPES = sorted(
+    {
+        "application/octet-stream",
+        "application/pdf",
+        "application/zip",
+        "application/gzip",
+        "application/json",
+        "text/plain",
+        "text/csv",
+        "text/calendar",
+        "image/png",
+        "image/jpeg",
+        "image/gif",
+        "image/webp",
+        "image/bmp",
+        "audio/mpeg",
+        "audio/ogg",
+        "video/mp4",
+        "video/webm",
+    }
+)
+
+
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
@@ -283,6 +307,45 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        "/v1/messages/{message_id}/attachments/{index}": {
+            "get": {
+                "operationId": "download_attachment",
+                "summary": "Download one attachment (index is 0-based into `attachments`)",
+                "description": (
+                    "Always `Content-Disposition: attachment` with a safe filename (no control, "
+                    "bidi or zero-width characters, raw or percent-encoded) and "
+                    "`X-Content-Type-Options: nosniff`. Types a browser would run or render "
+                    "(HTML, SVG, XML, JavaScript, anything unknown) are served as "
+                    "`application/octet-stream`."
+                ),
+                "parameters": [
+                    _MESSAGE,
+                    {
+                        "name": "index",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "integer", "minimum": 0},
+                    },
+                    _RUN_HEADER,
+                ],
+                "responses": {
+                    "200": {
+                        "description": "the attachment's decoded bytes",
+                        "headers": {
+                            "Content-Disposition": {
+                                "schema": {"type": "string", "pattern": "^attachment;"}
+                            }
+                        },
+                        "content": {
+                            kind: {"schema": {"type": "string", "format": "binary"}}
+                            for kind in DOWNLOAD_TYPES
+                        },
+                    },
+                    **refusal,
+                    **_errors("401", "404", "410", "422", "503"),
+                },
+            }
+        },
         "/v1/messages/{message_id}/claim": {
             "post": {
                 "operationId": "claim_message",
@@ -365,6 +428,45 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": _json("UnroutedOut", "unrouted mail"),
                     **_errors("401", "403", "422"),
+                },
+            }
+        },
+        "/v1/events": {
+            "get": {
+                "operationId": "live_events",
+                "summary": "Live events: a Server-Sent Events stream (the web UI reads it too)",
+                "description": (
+                    "One JSON object per `data:` line; the SSE `event:` field is the type: "
+                    "`message` `{message_id, inbox_id, run_id, caught, subject, received_at}` "
+                    "(sent only after the message's 250), `inbox` `{inbox_id, run_id, state, "
+                    "reason}` after every event that may change an inbox's state, `run_event` "
+                    "(an entry of the run report, plus its `run_id`), and `resync` "
+                    "`{last_event_id}` when events were missed (an unknown or too old "
+                    "`Last-Event-ID`, or a reader that fell more than 65536 events behind): "
+                    "reload your state. Every event has an `id:` to resume from with "
+                    "`Last-Event-ID` (the last 10 minutes are kept). A comment line every 15 s."
+                ),
+                "parameters": [
+                    {
+                        "name": "run_id",
+                        "in": "query",
+                        "required": False,
+                        "description": "Only this run's events (caught mail has no run).",
+                        "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"},
+                    },
+                    {
+                        "name": "Last-Event-ID",
+                        "in": "header",
+                        "required": False,
+                        "schema": {"type": "string"},
+                    },
+                ],
+                "responses": {
+                    "200": {
+                        "description": "the stream (it does not end until the client leaves)",
+                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                    },
+                    **_errors("401", "422"),
                 },
             }
         },

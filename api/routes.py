@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from api import live
 from api.auth import Authority, grant_of, route_op
 from api.connections import LongPollGate
 from api.context import context_of
@@ -285,6 +286,24 @@ async def raw_message(request: Request) -> Response:
     )
 
 
+async def attachment(request: Request) -> Response:
+    message_id = _message_id(request)
+    index = request.path_params["index"]
+    if not index.isdigit() or len(index) > 6:
+        raise NotFound(f"no attachment {index[:16]!r}")
+    raw = await _agent(request).raw(message_id, _caller_run(request))
+    part = await asyncio.to_thread(live.part_at, raw, int(index))
+    return Response(
+        part.payload,
+        media_type=live.download_type(part.attachment.content_type),
+        headers={
+            "Content-Disposition": live.content_disposition(part.attachment.filename),
+            "X-Content-Type-Options": "nosniff",
+            "Content-Security-Policy": "sandbox; default-src 'none'",
+        },
+    )
+
+
 async def claim_message(request: Request) -> Response:
     message_id = _message_id(request)
     given = _model(ClaimIn, await _json_body(request, required=False))
@@ -423,11 +442,13 @@ ROUTES = [
     Route("/v1/inboxes/{inbox_id}/messages", list_messages, methods=["GET"]),
     Route("/v1/messages/{message_id}", read_message, methods=["GET"]),
     Route("/v1/messages/{message_id}/raw", raw_message, methods=["GET"]),
+    Route("/v1/messages/{message_id}/attachments/{index}", attachment, methods=["GET"]),
     Route("/v1/messages/{message_id}/claim", claim_message, methods=["POST"]),
     Route("/v1/runs/{run_id}", run_report, methods=["GET"]),
     Route("/v1/runs/{run_id}", release_run, methods=["DELETE"]),
     Route("/v1/runs/{run_id}/token", mint_run_token, methods=["POST"]),
     Route("/v1/unrouted", unrouted, methods=["GET"]),
+    Route("/v1/events", live.events, methods=["GET"]),
     Route("/v1/faults", add_fault, methods=["POST"]),
     Route("/v1/faults", list_faults, methods=["GET"]),
     Route("/v1/faults", clear_faults, methods=["DELETE"]),

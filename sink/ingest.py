@@ -14,6 +14,7 @@ from enum import StrEnum
 from sink import ids
 from sink.clock import Clock, SystemClock
 from sink.config import Settings
+from sink.events import Hub
 from sink.logs import log
 from sink.message import summarize
 from sink.metrics import Metrics
@@ -66,8 +67,10 @@ class Ingest:
         metrics: Metrics,
         clock: Clock | None = None,
         new_ids: ids.Ids = ids.RANDOM,
+        events: Hub | None = None,
     ) -> None:
         self._store = store
+        self._events = events
         self._waiters = waiters
         self._settings = settings
         self._metrics = metrics
@@ -146,6 +149,8 @@ class Ingest:
         )
         await self._store.save_message(incoming)
         self._waiters.wake(d.inbox_id for d in deliveries)
+        if self._events is not None:
+            self._events.message(incoming)
         if deliveries:
             self._metrics.message("stored", len(deliveries))
         if unrouted:

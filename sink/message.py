@@ -74,6 +74,16 @@ class ParsedMessage:
     parse_warnings: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class Part:
+    """An attachment with its bytes: for download, and for the cid: images of the HTML."""
+
+    attachment: Attachment
+    name: str  # the name as the mail gives it, decoded: may hold bidi or zero-width characters
+    content_id: str | None  # without the angle brackets
+    payload: bytes
+
+
 def summarize(raw: bytes) -> Summary:
     """Subject, From, To, Cc and Date from the header block only."""
     try:
@@ -137,6 +147,17 @@ def searchable_text(raw: bytes) -> str:
         return "\n".join(part for part in (text, html_to_text(html) if html else None) if part)
     except Exception:  # matching must not fail on a message: it then matches nothing
         return ""
+
+
+def attachment_parts(raw: bytes) -> tuple[Part, ...]:
+    """The attachments of ``parse(raw)``, in the same order, with their decoded bytes."""
+    try:
+        head_end, body_start = _head_span(raw, 0, len(raw))
+        bodies = _Bodies(scan_budget=_scan_budget(raw), kept=[])
+        _walk(raw, body_start, len(raw), _fields(raw[: min(head_end, MAX_HEAD_BYTES)]), 0, bodies)
+        return tuple(bodies.kept or ())
+    except Exception:  # like parse: a message always reads, with what could be found
+        return ()
 
 
 # --- header block ------------------------------------------------------------------------------
@@ -403,6 +424,7 @@ class _Bodies:
     attachments: list[Attachment] = field(default_factory=list)
     parts: int = 0
     scan_budget: int = 0  # bytes multipart splitting may still search through
+    kept: list[Part] | None = None  # attachments with their bytes, when asked for
 
     def text(self) -> str | None:
         return "\n".join(self.texts) if self.texts else None
@@ -457,14 +479,18 @@ def _walk(
             decoded = _decode_text(payload, info.get_content_charset())
             (bodies.texts if content_type == "text/plain" else bodies.htmls).append(decoded)
         return
-    bodies.attachments.append(
-        Attachment(
-            filename=safe_filename(_decode_words(filename or "")),
-            content_type=content_type,
-            size=len(payload),
-            sha256=hashlib.sha256(payload).hexdigest(),
-        )
+    name = _decode_words(filename or "")
+    attachment = Attachment(
+        filename=safe_filename(name),
+        content_type=content_type,
+        size=len(payload),
+        sha256=hashlib.sha256(payload).hexdigest(),
     )
+    bodies.attachments.append(attachment)
+    if bodies.kept is not None:
+        content_id = next((v for n, v in fields if n.lower() == "content-id"), None)
+        cid = content_id.strip().strip("<>").strip() if content_id else None
+        bodies.kept.append(Part(attachment, name, cid or None, payload))
 
 
 def _split_multipart(
@@ -528,12 +554,12 @@ _UNSAFE_IN_NAMES = dict.fromkeys(
         *range(32),
         *range(127, 160),
         0x061C,
-        0x200E,
-        0x200F,
+        *range(0x200B, 0x2010),  # zero-width space, non-joiner, joiner; LRM, RLM
         *range(0x202A, 0x202F),
         *range(0x2066, 0x206A),
         0x2028,
         0x2029,
+        0x2060,  # word joiner
         0xFEFF,
     ]
 )

@@ -20,6 +20,7 @@ from sink.agent import Agent
 from sink.clock import SystemClock
 from sink.config import Settings
 from sink.errors import ConfigError
+from sink.events import Hub
 from sink.faults import FaultRegistry
 from sink.guard import Guard
 from sink.ingest import Ingest
@@ -44,13 +45,16 @@ class Runtime:
         self.settings = settings
         self.metrics = Metrics()
         self.waiters = Waiters()
-        self.store = SQLiteStore(settings.db)
+        self.events = Hub()  # live events (GET /v1/events): fed by the store's commits and ingest
+        self.store = SQLiteStore(settings.db, self.events.record)
         self.faults = FaultRegistry(random.Random()) if settings.enable_faults else None
         self.agent: Agent | None = None
         self.keyring: Keyring | None = None  # once the store is open (it keeps the signing key)
         self.clock = SystemClock()
         self.guard = Guard(self.faults, self.store, self.metrics, self.clock)
-        self.ingest = Ingest(self.store, self.waiters, settings, self.metrics, self.clock)
+        self.ingest = Ingest(
+            self.store, self.waiters, settings, self.metrics, self.clock, events=self.events
+        )
         self.smtp_server: asyncio.Server | None = None
         self.smtp_port = settings.smtp_port
         self.smtps_server: asyncio.Server | None = None
@@ -125,6 +129,7 @@ class Runtime:
             return
         self.stopping.set()
         self.waiters.close()
+        self.events.close()
         for server in (self.smtp_server, self.smtps_server):
             if server is not None:
                 server.close()

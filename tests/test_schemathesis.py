@@ -101,7 +101,8 @@ def test_the_fuzzed_document_is_the_served_one(fuzz_server: Server) -> None:
         assert client.get("/openapi.json").json() == openapi_document()
 
 
-schema = schemathesis.openapi.from_dict(openapi_document())
+# GET /v1/events is a stream that never ends by itself: tests/test_ui_http.py covers it.
+schema = schemathesis.openapi.from_dict(openapi_document()).exclude(path="/v1/events")
 # The operations that name an inbox, a message or a run (in the path or the body).
 with_ids = schema.include(path_regex=r"^/v1/(inboxes|messages|runs)")
 HYPOTHESIS = settings(

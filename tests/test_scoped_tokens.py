@@ -144,6 +144,7 @@ class Endpoint:
     nomatch: str | None = OK
     run: str | None = OK
     open: bool = False  # no token needed at all
+    anonymous: int = 401  # the answer without any token
 
     def expected(self, caller: str) -> str | None:
         return {
@@ -225,11 +226,16 @@ ENDPOINTS = [
     Endpoint("openapi", "GET", "/openapi.json"),
     Endpoint("healthz", "GET", "/healthz", open=True),
     Endpoint("readyz", "GET", "/readyz", open=True),
-    # Routes other work is adding (search, live events, caught mail, the Mailpit API): the
-    # scope decision is already made for them; until they land they answer 404.
+    # Routes other work is adding (search, caught mail, the Mailpit API): the scope decision
+    # is already made for them; until they land they answer 404.
     Endpoint("search", "GET", "/v1/messages?query=code", ok=None),
-    Endpoint("events", "GET", "/v1/events", ok=None),
+    # Live events: a runs: token names one of its runs; a run token's stream is its run.
+    Endpoint("events", "GET", "/v1/events", ok=None, match="read", nomatch="read"),
     Endpoint("events of a run", "GET", "/v1/events?run_id={run}", ok=None, nomatch="runs:{run}"),
+    Endpoint("attachment", "GET", "/v1/messages/{message}/attachments/0", ok=None, nomatch="read"),
+    Endpoint(
+        "web UI", "GET", "/", ok=None, match="read", nomatch="read", run="read", anonymous=303
+    ),
     Endpoint(
         "caught mail",
         "GET",
@@ -292,8 +298,9 @@ def test_every_scope_against_every_endpoint(
     world = make_world(scoped)
     status, headers, body = send(scoped, world, endpoint, token_of(caller, world))
     if caller in ("none", "bad") and not endpoint.open:
-        assert status == 401, (status, body)
-        assert body["error"]["code"] == "unauthorized"
+        assert status == (endpoint.anonymous if caller == "none" else 401), (status, body)
+        if status == 401:
+            assert body["error"]["code"] == "unauthorized"
         return
     needed = endpoint.expected(caller)
     if needed is None:
@@ -628,3 +635,37 @@ def test_search_shows_a_runs_token_only_its_runs_and_no_caught_mail(scoped: Serv
         assert response.status_code in (200, 404), response.text
         for secret in hidden:
             assert secret not in response.text
+
+
+def test_the_web_ui_signs_in_admin_and_read_tokens_only(scoped: Server) -> None:
+    """A read token signs in and sees pages but cannot change anything; runs: and run tokens
+    are refused at sign-in (the pages show every run)."""
+    world = make_world(scoped)
+    for token in (TEAM_A, world.run_token, WRONG):
+        with scoped.http(follow_redirects=False) as client:
+            refused = client.post("/signin", data={"token": token})
+            assert refused.status_code == 401 and "set-cookie" not in refused.headers
+    with scoped.http(follow_redirects=False) as client:
+        assert client.post("/signin?next=/", data={"token": READ}).status_code == 303
+        assert client.get(f"/runs/{world.run_id}").status_code == 200
+        assert client.get(f"/v1/messages/{world.message_id}").status_code == 200
+        csrf = {"X-Runsink-CSRF": "irrelevant"}  # refused before or after the CSRF check
+        assert client.delete(f"/v1/runs/{world.run_id}", headers=csrf).status_code == 403
+
+
+def test_a_run_tokens_event_stream_is_its_own_run(scoped: Server) -> None:
+    """GET /v1/events with a run token and no ?run_id= streams that run only (another run's
+    stream is 403); a runs: token must name one of its runs."""
+    mine, other = make_world(scoped), make_world(scoped)
+    with scoped.http(headers=bearer(mine.run_token)) as client:
+        with client.stream("GET", "/v1/events") as stream:
+            assert stream.status_code == 200
+            assert stream.headers["content-type"].startswith("text/event-stream")
+        refused = client.get("/v1/events", params={"run_id": other.run_id})
+        assert refused.status_code == 403
+    with scoped.http(headers=bearer(TEAM_A)) as client:
+        everything = client.get("/v1/events")
+        assert everything.status_code == 403
+        assert everything.json()["error"]["details"] == {"needed": "read"}
+        with client.stream("GET", "/v1/events", params={"run_id": mine.run_id}) as stream:
+            assert stream.status_code == 200

@@ -122,6 +122,57 @@ class UnroutedMail:
     size: int
 
 
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """One line of the runs list: what a person scans to find the run that failed."""
+
+    run_id: str
+    started_at: float  # its first inbox's creation
+    purposes: tuple[str, ...]
+    states: dict[str, int]  # inboxes by state, lease expiry applied
+    messages: int
+    claims: int
+    last_event: str | None
+    last_event_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class FoundMessage:
+    """A delivery found by a filter over addresses and subjects."""
+
+    message_id: str
+    inbox_id: str
+    run_id: str
+    subject: str
+    from_addr: str
+    rcpts: tuple[str, ...]
+    received_at: float
+    size: int
+    claimed: bool
+
+
+class RunIndex(Protocol):
+    """Read-only views across runs, for people (the web UI); apart from ``Store`` on purpose:
+    the agent never needs them, and a backend can offer them by its own indexes."""
+
+    async def recent_runs(
+        self,
+        now: float,
+        limit: int,
+        before: tuple[float, str] | None = None,
+        run_contains: str | None = None,
+        purpose: str | None = None,
+    ) -> list[RunSummary]:
+        """Newest first (by ``started_at``, then ``run_id``), strictly after ``before``."""
+
+    async def run_deliveries(self, run_id: str, limit: int) -> list[Delivery]:
+        """A run's deliveries, across its inboxes, newest first."""
+
+    async def find_messages(self, text: str, limit: int) -> list[FoundMessage]:
+        """Deliveries whose subject, From or recipients contain ``text`` (any case), newest
+        first."""
+
+
 class Store(Protocol):
     """What the domain needs: inboxes, deliveries, polls, claims, releases, reports."""
 

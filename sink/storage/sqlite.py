@@ -28,14 +28,16 @@ from sink.storage.base import (
     CreateOutcome,
     CreateResult,
     Event,
+    FoundMessage,
     InboxReport,
     Incoming,
     NewInbox,
     Route,
+    RunSummary,
     StoredMessage,
     UnroutedMail,
 )
-from sink.storage.sqlite_writer import CONNECTION_PRAGMAS, Writer
+from sink.storage.sqlite_writer import CONNECTION_PRAGMAS, Writer, note
 from sink.vocabulary import Reason, State
 
 _PROBE_TRUSTED_S = 1.0
@@ -133,9 +135,10 @@ def _all(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[R
 
 
 class SQLiteStore:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, on_events: Callable[[list[Event]], None] | None = None) -> None:
         self._path = path
-        self._writer = Writer(path)
+        # on_events: every event recorded, once its commit is durable (live events).
+        self._writer = Writer(path, on_events)
         self._reader: aiosqlite.Connection | None = None
         # Every RCPT asks for a route; this process is the only writer, so it knows each
         # moment a route changes (an inbox expires) and forgets it right after that commit.
@@ -573,6 +576,102 @@ class SQLiteStore:
         )
         return [UnroutedMail(r[0], r[1], r[2], r[3]) for r in rows]
 
+    # -- the run index (RunIndex: read-only views for the web UI) -------------------
+
+    async def recent_runs(
+        self,
+        now: float,
+        limit: int,
+        before: tuple[float, str] | None = None,
+        run_contains: str | None = None,
+        purpose: str | None = None,
+    ) -> list[RunSummary]:
+        where: list[str] = []
+        params: list[Any] = []
+        if run_contains:
+            where.append("instr(lower(run_id), lower(?)) > 0")
+            params.append(run_contains)
+        if purpose:
+            where.append("run_id IN (SELECT run_id FROM inboxes WHERE purpose = ?)")
+            params.append(purpose)
+        having = ""
+        if before is not None:
+            having = "HAVING started < ? OR (started = ? AND run_id < ?)"
+            params.extend([before[0], before[0], before[1]])
+        rows = await self._read(
+            f"""WITH page AS (
+                    SELECT run_id, MIN(created_at) AS started FROM inboxes
+                    {"WHERE " + " AND ".join(where) if where else ""}
+                    GROUP BY run_id {having}
+                    ORDER BY started DESC, run_id DESC LIMIT ?)
+                SELECT p.run_id, p.started,
+                    (SELECT group_concat(purpose, ' ') FROM (SELECT DISTINCT purpose
+                        FROM inboxes WHERE run_id = p.run_id)) AS purposes,
+                    (SELECT json_group_object(st, n) FROM (
+                        SELECT CASE WHEN state != 'expired' AND expires_at <= ? THEN 'expired'
+                               ELSE state END AS st, COUNT(*) AS n
+                        FROM inboxes WHERE run_id = p.run_id GROUP BY st)) AS states,
+                    (SELECT COUNT(*) FROM deliveries d JOIN inboxes i ON i.inbox_id = d.inbox_id
+                        WHERE i.run_id = p.run_id) AS messages,
+                    (SELECT COUNT(d.claim_id) FROM deliveries d
+                        JOIN inboxes i ON i.inbox_id = d.inbox_id
+                        WHERE i.run_id = p.run_id) AS claims,
+                    e.type AS last_event, e.at AS last_event_at
+                FROM page p
+                LEFT JOIN events e ON e.id = (SELECT id FROM events WHERE run_id = p.run_id
+                                              ORDER BY at DESC, id DESC LIMIT 1)
+                ORDER BY p.started DESC, p.run_id DESC""",
+            (*params, limit, now),
+        )
+        return [
+            RunSummary(
+                run_id=r["run_id"],
+                started_at=r["started"],
+                purposes=tuple((r["purposes"] or "").split()),
+                states={str(k): int(v) for k, v in json.loads(r["states"] or "{}").items()},
+                messages=int(r["messages"]),
+                claims=int(r["claims"]),
+                last_event=r["last_event"],
+                last_event_at=r["last_event_at"],
+            )
+            for r in rows
+        ]
+
+    async def run_deliveries(self, run_id: str, limit: int) -> list[Delivery]:
+        rows = await self._read(
+            _DELIVERY_SELECT + " WHERE d.inbox_id IN (SELECT inbox_id FROM inboxes WHERE "
+            "run_id = ?) ORDER BY d.seq DESC LIMIT ?",
+            (run_id, limit),
+        )
+        return [_delivery(row) for row in rows]
+
+    async def find_messages(self, text: str, limit: int) -> list[FoundMessage]:
+        rows = await self._read(
+            """SELECT d.message_id, d.inbox_id, i.run_id, m.subject, m.from_addr, d.rcpt_json,
+                      m.received_at, m.size, d.claim_id
+               FROM deliveries d JOIN messages m ON m.message_pk = d.message_pk
+               JOIN inboxes i ON i.inbox_id = d.inbox_id
+               WHERE instr(lower(m.subject), lower(?1)) > 0
+                  OR instr(lower(m.from_addr), lower(?1)) > 0
+                  OR instr(lower(d.rcpt_json), lower(?1)) > 0
+               ORDER BY d.seq DESC LIMIT ?2""",
+            (text, limit),
+        )
+        return [
+            FoundMessage(
+                message_id=r["message_id"],
+                inbox_id=r["inbox_id"],
+                run_id=r["run_id"],
+                subject=r["subject"],
+                from_addr=r["from_addr"],
+                rcpts=tuple(json.loads(r["rcpt_json"])),
+                received_at=r["received_at"],
+                size=r["size"],
+                claimed=r["claim_id"] is not None,
+            )
+            for r in rows
+        ]
+
 
 # -- row mapping and statements (run inside a transaction) -----------------------
 
@@ -710,11 +809,16 @@ def _release(
 
 
 def _insert_events(db: sqlite3.Connection, events: Iterable[Event]) -> None:
+    recorded = list(events)
     db.executemany(
         "INSERT INTO events (run_id, inbox_id, message_id, at, type, detail_json) "
         "VALUES (?, ?, ?, ?, ?, ?)",
-        [(e.run_id, e.inbox_id, e.message_id, e.at, e.type, json.dumps(e.detail)) for e in events],
+        [
+            (e.run_id, e.inbox_id, e.message_id, e.at, e.type, json.dumps(e.detail))
+            for e in recorded
+        ],
     )
+    note(db, recorded)
 
 
 def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:

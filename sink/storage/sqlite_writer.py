@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sink.errors import StorageError
+from sink.logs import warn
 
 T = TypeVar("T")
 
@@ -39,9 +40,24 @@ Work = Callable[[sqlite3.Connection], Any]
 Outcome = tuple[bool, Any]  # (succeeded, result or exception)
 
 
+class NotingConnection(sqlite3.Connection):
+    """A connection on which a write can leave notes (the events it recorded) for after
+    its commit: the notes of a write that rolls back are dropped with it."""
+
+    notes: list[Any]
+
+
+def note(db: sqlite3.Connection, items: list[Any]) -> None:
+    """Hand ``items`` to the writer's ``on_commit`` once this write's commit is durable."""
+    notes = getattr(db, "notes", None)
+    if notes is not None:
+        notes.extend(items)
+
+
 class Writer:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, on_commit: Callable[[list[Any]], None] | None = None) -> None:
         self._path = path
+        self._on_commit = on_commit
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-writer")
         self._db: sqlite3.Connection | None = None
         self._pending: list[tuple[Work, asyncio.Future[Any]]] = []
@@ -51,7 +67,12 @@ class Writer:
 
     async def open(self, setup: Callable[[sqlite3.Connection], None]) -> None:
         def connect() -> None:
-            db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            db = sqlite3.connect(
+                self._path,
+                isolation_level=None,
+                check_same_thread=False,
+                factory=NotingConnection,
+            )
             db.row_factory = sqlite3.Row
             for pragma in CONNECTION_PRAGMAS:
                 db.execute(pragma)
@@ -117,13 +138,23 @@ class Writer:
                 exc if isinstance(exc, StorageError) else StorageError(f"commit failed: {exc}")
             )
             outcomes = [(False, failure)] * len(batch)
+        notes: list[Any] = []
         for (_, done), (succeeded, value) in zip(batch, outcomes, strict=True):
+            if succeeded:
+                value, noted = value
+                notes.extend(noted)
             if done.done():
                 continue
             if succeeded:
                 done.set_result(value)
             else:
                 done.set_exception(value)
+        if notes and self._on_commit is not None:
+            # After the results: the writers' own continuations (an SMTP 250) run first.
+            try:
+                self._on_commit(notes)
+            except Exception as exc:  # a listener's bug must not stop the commit loop
+                warn("on_commit_failed", error=type(exc).__name__)
 
     def _run_batch(self, works: list[Work]) -> list[Outcome]:
         db = self._connection()
@@ -139,6 +170,8 @@ class Writer:
 
     @staticmethod
     def _run_one(db: sqlite3.Connection, work: Work) -> Outcome:
+        if isinstance(db, NotingConnection):
+            db.notes = []
         db.execute("SAVEPOINT write")
         try:
             value = work(db)
@@ -149,7 +182,7 @@ class Writer:
                 return False, StorageError(f"write failed: {exc}")
             return False, exc
         db.execute("RELEASE write")
-        return True, value
+        return True, (value, getattr(db, "notes", []))
 
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:

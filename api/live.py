@@ -1,0 +1,157 @@
+"""Two endpoints the web UI needs and scripts can use too: live events and attachments.
+
+``GET /v1/events`` is a Server-Sent Events stream read from the in-process hub
+(``sink/events.py``); ``GET /v1/messages/{id}/attachments/{index}`` downloads one
+attachment, never as something a browser would run or render.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import unicodedata
+from collections.abc import AsyncIterator
+from urllib.parse import quote
+
+from prometheus_client import CollectorRegistry, Gauge
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from api.auth import grant_of, implied_run
+from api.context import context_of
+from api.openapi import DOWNLOAD_TYPES
+from sink import ids
+from sink.errors import InvalidRequest, NotFound
+from sink.events import Hub, Subscriber
+from sink.message import Part, attachment_parts
+from sink.runtime import Runtime
+
+KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing an idle stream
+# After each write a stream rests before it looks again, so that a burst of mail reaches each
+# reader in a few large writes instead of one per event. The rest grows with the number of
+# open streams, so that all of them together wake about WAKES_PER_S times a second at most
+# (a hundred open tabs cost ingest little); a first event after a quiet spell goes at once.
+PACE_S = 0.1
+WAKES_PER_S = 250
+MAX_REST_S = 0.5
+
+
+def rest_s(streams: int) -> float:
+    return min(MAX_REST_S, max(PACE_S, streams / WAKES_PER_S))
+
+
+RECONNECT_MS = 1000  # EventSource's "retry:": reconnect quickly, then resume by Last-Event-ID
+
+# -- live events --------------------------------------------------------------------------
+
+
+async def events(request: Request) -> Response:
+    run_id = request.query_params.get("run_id")
+    if run_id is not None and not ids.RUN_ID.fullmatch(run_id):
+        raise InvalidRequest(
+            "run_id: a run_id is 1-128 chars of A-Za-z0-9._:-", {"field": "run_id"}
+        )
+    if run_id is None:
+        # A runs: or run token's stream is limited to its runs (api/auth.py decides).
+        run_id = implied_run(grant_of(request.scope))
+    if run_id is not None:
+        context_of(request.scope).note(run_id=run_id)
+    runtime: Runtime = request.app.state.runtime
+    # EventSource sends Last-Event-ID on its own when it reconnects.
+    last = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+    return _EventStream(runtime.events, runtime.events.subscribe(run_id, last))
+
+
+class _EventStream(StreamingResponse):
+    """The stream: the hub's frames as they come, a comment when idle, until either side ends."""
+
+    def __init__(self, hub: Hub, subscriber: Subscriber) -> None:
+        super().__init__(
+            _nothing(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+        self.hub = hub
+        self.subscriber = subscriber
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        hub, subscriber = self.hub, self.subscriber
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            hub.leave(subscriber)
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            await _body(send, f"retry: {RECONNECT_MS}\n: runsink live events\n\n".encode())
+            while True:
+                batch = await hub.wait(subscriber, idle_s=KEEPALIVE_S)
+                if batch.closed:
+                    break
+                if batch.frames:
+                    await _body(send, b"".join(batch.frames))
+                    await asyncio.sleep(rest_s(hub.subscribers))
+                elif batch.idle:
+                    await _body(send, b": keep-alive\n\n")
+            if not subscriber.gone:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:
+            pass  # the client went away mid-write
+        finally:
+            hub.unsubscribe(subscriber)
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+
+def instrument(registry: CollectorRegistry, hub: Hub) -> None:
+    """``runsink_live_streams`` on /metrics: the open SSE streams (browser tabs, scripts)."""
+    streams = Gauge("runsink_live_streams", "Open GET /v1/events streams", registry=registry)
+    streams.set_function(lambda: hub.subscribers)
+
+
+async def _nothing() -> AsyncIterator[bytes]:
+    return
+    yield b""  # pragma: no cover - makes this an (empty) async generator
+
+
+async def _body(send: Send, chunk: bytes) -> None:
+    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+
+
+# -- attachments ----------------------------------------------------------------------------
+
+# Types a browser shows without running or rendering anything active; all others (HTML, SVG,
+# XML, JavaScript, and whatever is unknown) download as application/octet-stream.
+_INERT_TYPES = frozenset(DOWNLOAD_TYPES)
+_ASCII_SAFE = re.compile(r"[^A-Za-z0-9._ ()+-]")
+
+
+def download_type(content_type: str) -> str:
+    declared = content_type.strip().lower()
+    return declared if declared in _INERT_TYPES else "application/octet-stream"
+
+
+def download_name(name: str) -> str:
+    """No control, format (bidi, zero-width) or separator characters; never empty."""
+    kept = "".join(c for c in name if unicodedata.category(c)[0] not in "CZ" or c == " ")
+    kept = kept.replace("/", "_").replace("\\", "_").strip(" .")
+    return kept or "attachment"
+
+
+def content_disposition(name: str) -> str:
+    """``attachment`` with an ASCII fallback and the RFC 6266 / 8187 UTF-8 name."""
+    safe = download_name(name)
+    fallback = _ASCII_SAFE.sub("_", safe) or "attachment"
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(safe, safe='')}"
+
+
+def part_at(raw: bytes, index: int) -> Part:
+    found = attachment_parts(raw)
+    if not 0 <= index < len(found):
+        raise NotFound(f"no attachment {index} (this message has {len(found)})")
+    return found[index]

@@ -1,0 +1,192 @@
+"""Who may use the web UI: sign in once with the API token, then a session cookie.
+
+Without a token configured the UI is open, as the API is. With one, a browser signs in by
+pasting the token once; it gets an HttpOnly, SameSite=Strict cookie naming a random session
+(the token itself never leaves the server again: not in a cookie, URL or page). The
+``Gate`` in front of the whole application turns a valid session into the bearer token the
+API already checks, so the API's own authorisation (and whatever scopes it learns later)
+applies unchanged to the UI. A state-changing request made with a session must also carry
+the session's CSRF token in ``X-Runsink-CSRF`` (or a form field): SameSite alone does not
+cover a hostile page on another port of the same host, which is the same site.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from api.auth import Authority
+from api.errors import error_response
+from sink.scopes import Kind
+from sink.tokens import Grant
+
+COOKIE = "runsink_session"
+CSRF_HEADER = "x-runsink-csrf"
+SESSION_S = 12 * 3600
+MAX_SESSIONS = 1000
+_SAFE_METHODS = ("GET", "HEAD")
+
+
+class Tokens:
+    """The one place the UI asks about tokens: is one needed, and is this one good?
+
+    Any configured token (``--api-token``, ``--tokens-file``) may sign in if its scope is
+    ``admin`` or ``read``: the pages show every run and caught mail, so a ``runs:`` or run
+    token is refused here rather than let in to a UI it could not use. The session carries
+    the token that signed in, and the API applies that token's scope to everything the
+    browser does (a ``read`` session cannot claim or release).
+    """
+
+    def __init__(self, authority: Authority) -> None:
+        self._authority = authority
+
+    @property
+    def required(self) -> bool:
+        return self._authority.keyring.configured
+
+    def verify(self, given: str) -> bool:
+        if not self.required:
+            return True
+        grant = self._authority.verify(given.strip(), time.time())
+        return isinstance(grant, Grant) and grant.scope.kind in (Kind.ADMIN, Kind.READ)
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    session_id: str
+    token: str
+    csrf: str
+    expires: float
+
+
+class Sessions:
+    """Signed-in browsers, in memory (a restart asks them to sign in again)."""
+
+    def __init__(self) -> None:
+        self._by_id: OrderedDict[str, Session] = OrderedDict()
+
+    def open(self, token: str) -> Session:
+        session = Session(
+            secrets.token_urlsafe(32), token, secrets.token_urlsafe(24), time.time() + SESSION_S
+        )
+        self._by_id[session.session_id] = session
+        while len(self._by_id) > MAX_SESSIONS:
+            self._by_id.popitem(last=False)
+        return session
+
+    def find(self, headers: Headers) -> Session | None:
+        session_id = _cookie(headers, COOKIE)
+        if not session_id:
+            return None
+        session = self._by_id.get(session_id)
+        if session is None:
+            return None
+        if session.expires <= time.time():
+            self._by_id.pop(session_id, None)
+            return None
+        return session
+
+    def close(self, session_id: str) -> None:
+        self._by_id.pop(session_id, None)
+
+
+def cookie_header(session: Session | None, secure: bool) -> str:
+    value = session.session_id if session else ""
+    max_age = SESSION_S if session else 0
+    flags = "; Secure" if secure else ""
+    return f"{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{flags}"
+
+
+def same_origin(headers: Headers) -> bool:
+    """A form post from our own page (not another site, nor another port of this host)."""
+    site = headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        return False
+    origin = headers.get("origin")
+    if origin is None or origin == "null":
+        return site is not None or origin is None
+    host = headers.get("host", "")
+    return origin.split("://", 1)[-1] == host
+
+
+class Gate:
+    """In front of the whole app: sessions become bearer tokens; pages ask to sign in."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        public: ASGIApp,
+        tokens: Tokens,
+        sessions: Sessions,
+    ) -> None:
+        self.app = app
+        self.public = public  # the sign-in page and static files: served to anyone
+        self.tokens = tokens
+        self.sessions = sessions
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.tokens.required:
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        if path == "/signin" or path.startswith("/static/"):
+            await self.public(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        if "authorization" in headers:
+            await self.app(scope, receive, send)
+            return
+        session = self.sessions.find(headers)
+        if session is not None:
+            if scope["method"] not in _SAFE_METHODS and not hmac.compare_digest(
+                headers.get(CSRF_HEADER, "").encode(), session.csrf.encode()
+            ):
+                response = error_response(
+                    403, "forbidden", "a signed-in browser's change needs its X-Runsink-CSRF"
+                )
+                await response(scope, receive, send)
+                return
+            inner = dict(scope)
+            inner["headers"] = [
+                *scope["headers"],
+                (b"authorization", f"Bearer {session.token}".encode()),
+            ]
+            inner["runsink.session"] = session
+            await self.app(inner, receive, send)
+            return
+        if scope["method"] in _SAFE_METHODS and is_page_path(path):
+            query = scope.get("query_string") or b""
+            target = path + ("?" + query.decode("latin-1") if query else "")
+            location = "/signin?next=" + quote(target, safe="/")
+            await _redirect(location)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+PAGE_PREFIXES = ("/runs/", "/inboxes/", "/messages/", "/caught", "/search", "/signout")
+
+
+def is_page_path(path: str) -> bool:
+    return path == "/" or path.startswith(PAGE_PREFIXES)
+
+
+def _redirect(location: str) -> ASGIApp:
+    from starlette.responses import RedirectResponse
+
+    return RedirectResponse(location, status_code=303, headers={"Cache-Control": "no-store"})
+
+
+def _cookie(headers: Headers, name: str) -> str | None:
+    for header in headers.getlist("cookie"):
+        for item in header.split(";"):
+            key, _, value = item.strip().partition("=")
+            if key == name:
+                return value
+    return None

@@ -1,0 +1,368 @@
+"""The web UI's pages: server-rendered, a little plain JavaScript for live updates.
+
+Reads go through the same agent the API uses (so a page shows exactly what the API
+answers), plus ``RunIndex`` for the views across runs. The only change a page makes,
+releasing a run, is the API's own ``DELETE /v1/runs/{run_id}``, called by the page's
+script with the CSRF header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs, urlencode
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from api.errors import TABLE
+from api.live import download_type
+from api.ui import access
+from api.ui.render import frame_csp, inline_cids, offset, templates
+from sink import clock, ids
+from sink.agent import Agent
+from sink.errors import EvidenceReleased, NotFound, RunsinkError
+from sink.message import attachment_parts
+from sink.runtime import Runtime
+from sink.storage.base import FoundMessage, RunIndex
+
+PAGE_SIZE = 50
+RAW_SHOWN_MAX = 512 * 1024  # bytes of raw source shown in the page (the rest: download)
+
+# The pages' own policy: our scripts and styles only, mail HTML only in a sandboxed frame
+# of our origin (whose response carries its own, stricter policy), no other origin at all.
+PAGE_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; frame-src 'self'; form-action 'self'; base-uri 'none'; "
+    "frame-ancestors 'none'"
+)
+
+_templates = templates()
+
+
+def _runtime(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+def _agent(request: Request) -> Agent:
+    agent = _runtime(request).agent
+    assert agent is not None, "the runtime is not started"
+    return agent
+
+
+def _index(request: Request) -> RunIndex:
+    index: RunIndex = _runtime(request).store
+    return index
+
+
+def _csrf(request: Request) -> str:
+    session: access.Session | None = request.scope.get("runsink.session")
+    if session is not None:
+        return session.csrf
+    token: str = request.app.state.ui_csrf
+    return token
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _html_errors(handler: Handler) -> Handler:
+    """A page's failure is a page (the API's table gives the status), not a JSON body."""
+
+    @functools.wraps(handler)
+    async def page(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except RunsinkError as exc:
+            status = next((s for cls, s, _ in TABLE if isinstance(exc, cls)), 500)
+            title = {404: "Not found", 410: "Released", 503: "Try again soon"}.get(status, "Error")
+            return _page(request, "error.html", status, title=title, message=str(exc))
+
+    return page
+
+
+def _page(request: Request, name: str, status: int = 200, **values: Any) -> Response:
+    values.setdefault("stream", None)
+    values.setdefault("nav", "")
+    values["csrf"] = _csrf(request)
+    values["signed_in"] = request.scope.get("runsink.session") is not None
+    values["now"] = clock.now()
+    return _templates.TemplateResponse(
+        request,
+        name,
+        values,
+        status_code=status,
+        headers={"Content-Security-Policy": PAGE_CSP, "Cache-Control": "no-store"},
+    )
+
+
+# -- runs ------------------------------------------------------------------------------------
+
+
+async def runs(request: Request) -> Response:
+    query = request.query_params
+    run_filter = (query.get("run") or "").strip()[:128] or None
+    purpose = (query.get("purpose") or "").strip()[:64] or None
+    before = _before(query.get("before"))
+    found = await _index(request).recent_runs(
+        clock.now(), PAGE_SIZE + 1, before, run_filter, purpose
+    )
+    page, more = found[:PAGE_SIZE], len(found) > PAGE_SIZE
+    next_url = None
+    if more:
+        last = page[-1]
+        params = {k: v for k, v in (("run", run_filter), ("purpose", purpose)) if v}
+        params["before"] = f"{last.started_at!r}|{last.run_id}"
+        next_url = "/?" + urlencode(params)
+    return _page(
+        request,
+        "runs.html",
+        runs=page,
+        run_filter=run_filter or "",
+        purpose=purpose or "",
+        next_url=next_url,
+        stream="/v1/events",
+        nav="runs",
+    )
+
+
+def _before(text: str | None) -> tuple[float, str] | None:
+    if not text or "|" not in text:
+        return None
+    at, _, run_id = text.partition("|")
+    try:
+        return float(at), run_id[:128]
+    except ValueError:
+        return None
+
+
+async def run(request: Request) -> Response:
+    run_id = request.path_params["run_id"]
+    if not ids.RUN_ID.fullmatch(run_id):
+        raise NotFound("no such run")
+    report = await _agent(request).run_report(run_id)
+    deliveries = await _index(request).run_deliveries(run_id, 200)
+    starts = [r.inbox.created_at for r in report.inboxes] + [e.at for e in report.events]
+    start = min(starts) if starts else clock.now()
+    return _page(
+        request,
+        "run.html",
+        run_id=run_id,
+        report=report,
+        deliveries=deliveries,
+        start=start,
+        offset=offset,
+        stream="/v1/events?" + urlencode({"run_id": run_id}),
+        nav="runs",
+    )
+
+
+async def inbox(request: Request) -> Response:
+    inbox_id = request.path_params["inbox_id"]
+    if not ids.INBOX_ID.fullmatch(inbox_id):
+        raise NotFound("no such inbox")
+    agent = _agent(request)
+    envelope = await agent.get(inbox_id, None)
+    stored = await _runtime(request).store.load_inbox(inbox_id)
+    page = await agent.messages(inbox_id, request.query_params.get("after"), 200, None)
+    return _page(
+        request,
+        "inbox.html",
+        envelope=envelope,
+        inbox=stored,
+        page=page,
+        stream="/v1/events?" + urlencode({"run_id": envelope.run_id}),
+        nav="runs",
+    )
+
+
+# -- a message --------------------------------------------------------------------------------
+
+
+async def message(request: Request) -> Response:
+    message_id = request.path_params["message_id"]
+    if not ids.MESSAGE_ID.fullmatch(message_id):
+        raise NotFound("no such message")
+    result = await _agent(request).read(message_id, None, None)
+    raw = result.stored.raw
+    parts = await asyncio.to_thread(attachment_parts, raw) if raw is not None else ()
+    shown_raw = None
+    if raw is not None:
+        shown_raw = raw[:RAW_SHOWN_MAX].decode("utf-8", "replace")
+    return _page(
+        request,
+        "message.html",
+        from_name=result.parsed.from_name if result.parsed else None,
+        result=result,
+        stored=result.stored,
+        parsed=result.parsed,
+        parts=parts,
+        served_as=[download_type(p.attachment.content_type) for p in parts],
+        raw=shown_raw,
+        raw_truncated=raw is not None and len(raw) > RAW_SHOWN_MAX,
+        nav="runs",
+    )
+
+
+async def message_html(request: Request) -> Response:
+    """The mail's HTML, for the sandboxed frame only: the response sandboxes itself too."""
+    message_id = request.path_params["message_id"]
+    if not ids.MESSAGE_ID.fullmatch(message_id):
+        raise NotFound("no such message")
+    result = await _agent(request).read(message_id, None, None)
+    parsed = result.parsed
+    if parsed is None:
+        raise EvidenceReleased("the message's body was released")
+    raw = result.stored.raw or b""
+    html = parsed.html or ""
+    if "cid:" in html.lower():
+        html = inline_cids(html, await asyncio.to_thread(attachment_parts, raw))
+    remote = request.query_params.get("remote_images") == "1"
+    return HTMLResponse(
+        html,
+        headers={
+            "Content-Security-Policy": frame_csp(remote),
+            "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "no-referrer",
+            "X-Frame-Options": "SAMEORIGIN",  # our own page frames it; nobody else
+            "Cache-Control": "no-store",
+        },
+    )
+
+
+# -- caught mail and search -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CaughtRow:
+    """One line of the caught-mail page, whatever store keeps caught mail."""
+
+    caught_id: str | None  # None while caught mail has no ids (today's store)
+    rcpts: tuple[str, ...]
+    mail_from: str
+    subject: str | None  # None while caught mail keeps no body
+    received_at: float
+    size: int
+
+
+async def _caught_rows(request: Request, limit: int) -> list[CaughtRow]:
+    # The one place that knows where caught mail comes from (the catch-all store's listing
+    # replaces today's envelope-only rows here).
+    items = await _agent(request).unrouted(limit)
+    return [CaughtRow(None, (u.rcpt,), u.mail_from, None, u.received_at, u.size) for u in items]
+
+
+async def _search_rows(request: Request, text: str, limit: int) -> list[FoundMessage]:
+    # A filter by address and subject until the search language (GET /v1/messages?query=)
+    # lands; then this calls it, and the page stays as it is.
+    return await _index(request).find_messages(text, limit)
+
+
+async def caught(request: Request) -> Response:
+    rows = await _caught_rows(request, 200)
+    return _page(request, "caught.html", items=rows, stream="/v1/events", nav="caught")
+
+
+async def search(request: Request) -> Response:
+    text = (request.query_params.get("q") or "").strip()[:200]
+    found = await _search_rows(request, text, 200) if text else []
+    return _page(request, "search.html", q=text, found=found, nav="search")
+
+
+# -- signing in --------------------------------------------------------------------------------
+
+
+async def signin_form(request: Request) -> Response:
+    return _signin(request, None)
+
+
+def _signin(request: Request, problem: str | None, status: int = 200) -> Response:
+    next_path = _local(request.query_params.get("next"))
+    return _templates.TemplateResponse(
+        request,
+        "signin.html",
+        {
+            "problem": problem,
+            "next": next_path,
+            "csrf": "",
+            "stream": None,
+            "nav": "",
+            "signed_in": False,
+            "now": clock.now(),
+        },
+        status_code=status,
+        headers={"Content-Security-Policy": PAGE_CSP, "Cache-Control": "no-store"},
+    )
+
+
+async def signin(request: Request) -> Response:
+    if not access.same_origin(request.headers):
+        return _signin(request, "Sign in from this server's own page.", 403)
+    # A urlencoded form, read by hand (no multipart parser needed); the body is capped upstream.
+    form = parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=10)
+    token = (form.get("token") or [""])[0]
+    sessions: access.Sessions = request.app.state.ui_sessions
+    tokens: access.Tokens = request.app.state.ui_tokens
+    if not tokens.required:
+        return RedirectResponse(_local(request.query_params.get("next")), status_code=303)
+    if not token or not tokens.verify(token):
+        return _signin(request, "That token is not this server's.", 401)
+    session = sessions.open(token)
+    response = RedirectResponse(_local(request.query_params.get("next")), status_code=303)
+    response.headers["Set-Cookie"] = access.cookie_header(session, request.url.scheme == "https")
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+async def signout(request: Request) -> Response:
+    session: access.Session | None = request.scope.get("runsink.session")
+    if session is not None:
+        sessions: access.Sessions = request.app.state.ui_sessions
+        sessions.close(session.session_id)
+    response = RedirectResponse("/signin", status_code=303)
+    response.headers["Set-Cookie"] = access.cookie_header(None, request.url.scheme == "https")
+    return response
+
+
+def _local(target: str | None) -> str:
+    """Only a path of ours: never another host (``//evil``, ``/\\evil``, schemes)."""
+    if not target or not target.startswith("/") or target.startswith(("//", "/\\")):
+        return "/"
+    return target
+
+
+def static_files() -> StaticFiles:
+    return StaticFiles(directory=str(resources.files("api.ui") / "static"))
+
+
+def new_csrf() -> str:
+    return secrets.token_urlsafe(24)
+
+
+ROUTES: list[BaseRoute] = [
+    Route("/", _html_errors(runs), methods=["GET"]),
+    Route("/runs/{run_id}", _html_errors(run), methods=["GET"]),
+    Route("/inboxes/{inbox_id}", _html_errors(inbox), methods=["GET"]),
+    Route("/messages/{message_id}", _html_errors(message), methods=["GET"]),
+    Route("/messages/{message_id}/body.html", message_html, methods=["GET"]),
+    Route("/caught", _html_errors(caught), methods=["GET"]),
+    Route("/search", _html_errors(search), methods=["GET"]),
+    Route("/signin", signin_form, methods=["GET"]),
+    Route("/signin", signin, methods=["POST"]),
+    Route("/signout", signout, methods=["POST"]),
+    Mount("/static", app=static_files(), name="static"),
+]
+
+PUBLIC_ROUTES: list[BaseRoute] = [
+    Route("/signin", signin_form, methods=["GET"]),
+    Route("/signin", signin, methods=["POST"]),
+    Mount("/static", app=static_files(), name="static"),
+]

@@ -1,0 +1,311 @@
+"""Live events: a small in-process hub that the SSE endpoint (``GET /v1/events``) reads.
+
+Publishing is a list append and a wake-up of the subscribers that want the event: it never
+awaits, never writes to a socket and never waits for a reader, so a slow or stuck browser
+tab cannot slow ingest. Every event is serialised once, when published.
+
+Instead of one queue per subscriber, all subscribers read one shared, bounded log (the last
+``KEEP_S`` seconds, at most ``KEEP_MAX`` events) with a cursor of their own: the memory a
+subscriber costs is its cursor, and a subscriber that falls behind the log's tail (or asks
+to resume from an id this process never issued) is told to resynchronise (a ``resync``
+event) instead of holding the publisher back. The same log answers ``Last-Event-ID``.
+Subscribers with the same filter share one wake-up, so publishing costs O(1) whatever the
+number of readers.
+
+Ids are ``<boot>.<seq>``: ``boot`` names this process's life, so an id from before a
+restart is recognised as unknown instead of being taken for a recent position.
+
+Fed from two places only: the store's commit hook (every run event recorded, after its
+commit: ``record``) and ingest (a message stored, after its commit: ``message``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sink.clock import rfc3339
+from sink.storage.base import Event, Incoming
+
+KEEP_S = 600.0  # Last-Event-ID resumes within the last 10 minutes (the contract's minimum)
+KEEP_MAX = 65_536  # and never more events than this in memory
+_TRIM_CHUNK = 1024  # trim the log's head in chunks: amortised O(1) per event
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    seq: int
+    run_id: str | None
+    at: float  # monotonic, for trimming
+    frame: bytes  # the whole SSE frame: id, event and data lines
+
+
+@dataclass(slots=True, eq=False)  # compared (and hashed) by identity
+class Subscriber:
+    run_id: str | None
+    cursor: int  # the last seq this subscriber has been given
+    fresh: bool = True  # its first read never waits (a backlog to replay, or a resync)
+    gone: bool = False  # its client left: the next wait ends
+
+
+@dataclass(slots=True, eq=False)
+class _Group:
+    """The subscribers with one filter (a run, or None for all) and one shared wake-up.
+
+    Publishing resolves the group's future once, however many subscribers wait on it: a
+    burst of events costs each waiting subscriber one wake-up, not one per event.
+    """
+
+    members: set[Subscriber] = field(default_factory=set)
+    last_seq: int = 0  # the newest event this group's members would read
+    changed: asyncio.Future[None] | None = None
+
+    def poke(self) -> None:
+        if self.changed is not None and not self.changed.done():
+            self.changed.set_result(None)
+        self.changed = None
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    frames: list[bytes]
+    resync: bool = False  # events were missed: the reader should reload its state
+    closed: bool = False  # the hub is closing: end the stream
+    idle: bool = False  # nothing came within the timeout: time for a keep-alive
+
+
+class Hub:
+    def __init__(self, boot: str | None = None) -> None:
+        self.boot = boot or _base36(int(time.time() * 1000))
+        self._log: list[Entry] = []
+        self._first = 1  # seq of self._log[0]
+        self._next = 1
+        self._groups: dict[str | None, _Group] = {}
+        self._closed = False
+        self.published = 0
+        self.subscribers = 0  # open subscriptions
+        self._last_left = -float("inf")  # when the last reader left (monotonic)
+
+    # -- publishing (never awaits) ---------------------------------------------------
+
+    def _unheard(self) -> bool:
+        """No reader now, and none for KEEP_S: nobody holds an id these events could follow.
+
+        Then publishing is skipped (ingest pays nothing for live events while no page is
+        open), and the log restarts past the skipped ids, so an old id still gets a resync.
+        """
+        if self.subscribers or time.monotonic() - self._last_left <= KEEP_S:
+            return False
+        self._next += 1
+        self._log.clear()
+        self._first = self._next
+        return True
+
+    def record(self, events: Iterable[Event]) -> None:
+        """Run events just committed: each as ``run_event``, plus ``inbox`` on state changes."""
+        if self._unheard():
+            return
+        for event in events:
+            self._publish("run_event", event.run_id, _run_event(event))
+            state = _state_after(event)
+            if state is not None and event.inbox_id is not None:
+                reason = event.detail.get("reason") if state[0] == "expired" else state[1]
+                self._publish(
+                    "inbox",
+                    event.run_id,
+                    {
+                        "inbox_id": event.inbox_id,
+                        "run_id": event.run_id,
+                        "state": state[0],
+                        "reason": reason,
+                    },
+                )
+
+    def message(self, incoming: Incoming) -> None:
+        """A message was stored (its 250 follows): one event per inbox, one if caught."""
+        if self._unheard():
+            return
+        received_at = rfc3339(incoming.received_at)
+        subject = incoming.summary.subject
+        for d in incoming.deliveries:
+            self._publish(
+                "message",
+                d.run_id,
+                {
+                    "message_id": d.message_id,
+                    "inbox_id": d.inbox_id,
+                    "run_id": d.run_id,
+                    "caught": False,
+                    "subject": subject,
+                    "received_at": received_at,
+                },
+            )
+        if incoming.unrouted:
+            self._publish(
+                "message",
+                None,
+                {
+                    # Caught mail has an id once the catch-all store gives it one.
+                    "message_id": getattr(incoming, "caught_id", None),
+                    "inbox_id": None,
+                    "run_id": None,
+                    "caught": True,
+                    "subject": subject,
+                    "received_at": received_at,
+                },
+            )
+
+    def _publish(self, kind: str, run_id: str | None, data: dict[str, Any]) -> None:
+        if self._closed:
+            return
+        seq = self._next
+        self._next += 1
+        payload = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+        frame = f"id: {self.boot}.{seq}\nevent: {kind}\ndata: {payload}\n\n".encode()
+        now = time.monotonic()
+        self._log.append(Entry(seq, run_id, now, frame))
+        self.published += 1
+        self._trim(now)
+        for key in (None, run_id) if run_id is not None else (None,):
+            group = self._groups.get(key)
+            if group is not None:
+                group.last_seq = seq
+                group.poke()
+
+    def _trim(self, now: float) -> None:
+        # Whole chunks at a time, so that the list's head is cut rarely (amortised O(1)).
+        log = self._log
+        over = len(log) - KEEP_MAX
+        aged = len(log) > _TRIM_CHUNK and now - log[_TRIM_CHUNK - 1].at > KEEP_S
+        if over <= 0 and not aged:
+            return
+        drop = max(over + _TRIM_CHUNK, 0) if over > 0 else 0
+        while drop < len(log) - 1 and now - log[drop].at > KEEP_S:
+            drop += 1
+        del log[:drop]
+        self._first += drop
+
+    # -- subscribing ---------------------------------------------------------------------
+
+    def subscribe(self, run_id: str | None, last_event_id: str | None = None) -> Subscriber:
+        """A new reader: from now on, or from just after ``last_event_id``."""
+        cursor = self._next - 1
+        if last_event_id:
+            seq = self._parse_id(last_event_id)
+            known = seq is not None and self._first - 1 <= seq < self._next
+            # Not ours, from before a restart, or too old: -1 makes read() answer resync.
+            cursor = seq if known and seq is not None else -1
+        subscriber = Subscriber(run_id, cursor)
+        self._groups.setdefault(run_id, _Group()).members.add(subscriber)
+        self.subscribers += 1
+        return subscriber
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        group = self._groups.get(subscriber.run_id)
+        if group is not None and subscriber in group.members:
+            group.members.discard(subscriber)
+            self.subscribers -= 1
+            self._last_left = time.monotonic()
+            if not group.members:
+                group.poke()
+                del self._groups[subscriber.run_id]
+
+    def leave(self, subscriber: Subscriber) -> None:
+        """Its client went away: end its wait now (the others of its group just look again)."""
+        subscriber.gone = True
+        group = self._groups.get(subscriber.run_id)
+        if group is not None:
+            group.poke()
+
+    def read(self, subscriber: Subscriber) -> Batch:
+        """Everything published for this subscriber since its cursor (never waits)."""
+        subscriber.fresh = False
+        if self._closed or subscriber.gone:
+            return Batch([], closed=True)
+        if subscriber.cursor < self._first - 1:
+            # Fell behind the log's tail (or resumed from an unknown id): start again from now.
+            subscriber.cursor = self._next - 1
+            return Batch([self._resync_frame()], resync=True)
+        start = subscriber.cursor + 1 - self._first
+        entries = self._log[start:]
+        subscriber.cursor = self._next - 1
+        run_id = subscriber.run_id
+        if run_id is None:
+            return Batch([e.frame for e in entries])
+        return Batch([e.frame for e in entries if e.run_id == run_id])
+
+    async def wait(self, subscriber: Subscriber, idle_s: float) -> Batch:
+        """The next batch, or an empty one after ``idle_s`` seconds (time for a keep-alive)."""
+        group = self._groups.get(subscriber.run_id)
+        if (
+            group is not None
+            and not subscriber.fresh
+            and not subscriber.gone
+            and not self._closed
+            and subscriber.cursor >= group.last_seq
+        ):
+            if group.changed is None:
+                group.changed = asyncio.get_running_loop().create_future()
+            done, _ = await asyncio.wait({group.changed}, timeout=idle_s)
+            if not done:
+                return Batch([], closed=self._closed or subscriber.gone, idle=True)
+        return self.read(subscriber)
+
+    def close(self) -> None:
+        """Shutdown: every open stream ends."""
+        self._closed = True
+        for group in self._groups.values():
+            group.poke()
+
+    def _parse_id(self, given: str) -> int | None:
+        boot, _, seq = given.strip().partition(".")
+        if boot != self.boot or not seq.isdigit():
+            return None
+        return int(seq)
+
+    def _resync_frame(self) -> bytes:
+        last = f"{self.boot}.{self._next - 1}"
+        return f'id: {last}\nevent: resync\ndata: {{"last_event_id":"{last}"}}\n\n'.encode()
+
+
+def _run_event(event: Event) -> dict[str, Any]:
+    """The same shape as an entry of ``GET /v1/runs/{run_id}``'s ``events``."""
+    return {
+        "at": rfc3339(event.at),
+        "type": event.type,
+        "run_id": event.run_id,
+        "inbox_id": event.inbox_id,
+        "message_id": event.message_id,
+        "detail": event.detail,
+    }
+
+
+def _state_after(event: Event) -> tuple[str, str | None] | None:
+    """(state, reason) an inbox is in after this event, or None if the event changes none."""
+    if event.type == "created":
+        return ("created", None)
+    if event.type == "claimed":
+        return ("received", None)
+    if event.type == "expired":
+        return ("expired", None)
+    if event.type == "polled":
+        outcome = str(event.detail.get("outcome"))
+        if outcome == "received":
+            return ("received", None)
+        if outcome in ("evidence_not_found", "evidence_mismatch"):
+            return ("waiting", outcome)
+        return None  # "timeout": the expired event recorded with it says so
+    return None
+
+
+def _base36(number: int) -> str:
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while number:
+        number, rest = divmod(number, 36)
+        out = digits[rest] + out
+    return out or "0"
