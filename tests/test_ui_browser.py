@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import smtplib
 import time
@@ -240,9 +241,14 @@ def test_with_a_token_the_browser_signs_in_once(
         guarded.stop()
 
 
-def test_screenshots_of_the_run_and_message_pages(browser: Any, server: Server) -> None:
-    """Realistic pages, written to docs/screenshots/ (the README shows two of them)."""
+def test_screenshots_of_the_run_and_message_pages(
+    browser: Any, server: Server, tmp_path: Path
+) -> None:
+    """Realistic pages as PNGs; with RUNSINK_UPDATE_SCREENSHOTS=1 into docs/screenshots/,
+    the ones the README shows (a plain run leaves the repository's copies alone)."""
     from playwright.sync_api import expect
+
+    folder = SCREENSHOTS if os.environ.get("RUNSINK_UPDATE_SCREENSHOTS") == "1" else tmp_path
 
     run_id = "ci-4521-checkout-e2e"
     with server.http() as client:
@@ -267,7 +273,7 @@ def test_screenshots_of_the_run_and_message_pages(browser: Any, server: Server) 
         message_id = answer["message"]["message_id"]
         client.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id})
         wait(client, reset["inbox_id"], timeout_s=0)
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     for scheme, size, suffix in [
         ("light", {"width": 1200, "height": 860}, ""),
         ("dark", {"width": 390, "height": 844}, "-phone-dark"),
@@ -276,17 +282,17 @@ def test_screenshots_of_the_run_and_message_pages(browser: Any, server: Server) 
         page = context.new_page()
         page.goto(f"{server.url}/runs/{run_id}")
         expect(page.locator("body")).to_have_attribute("data-live", "open", timeout=5000)
-        page.screenshot(path=str(SCREENSHOTS / f"run{suffix}.png"), full_page=True)
+        page.screenshot(path=str(folder / f"run{suffix}.png"), full_page=True)
         page.goto(f"{server.url}/messages/{message_id}")
         # The whole page in the viewport, rather than full_page: Chromium's full-page capture
         # can miss the sandboxed frame (a process of its own) while it is resized.
         tall = page.evaluate("document.documentElement.scrollHeight")
         page.set_viewport_size({"width": size["width"], "height": tall})
         expect(page.frame_locator("iframe.mail").locator("h2")).to_have_text("Confirm your email")
-        page.screenshot(path=str(SCREENSHOTS / f"message{suffix}.png"))
+        page.screenshot(path=str(folder / f"message{suffix}.png"))
         context.close()
     for name in ("run.png", "message.png", "run-phone-dark.png", "message-phone-dark.png"):
-        assert (SCREENSHOTS / name).stat().st_size > 10_000
+        assert (folder / name).stat().st_size > 10_000
 
 
 def test_keyboard_moves_between_message_tabs(server: Server, page: Any) -> None:
