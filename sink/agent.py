@@ -59,6 +59,7 @@ from sink.storage.base import (
     Event,
     InboxReport,
     NewInbox,
+    PollSlots,
     Store,
     StoredMessage,
     UnroutedMail,
@@ -131,6 +132,8 @@ class Agent:
         self._clock = clock or SystemClock()
         self._ids = new_ids
         self._polls = LongPolls(store, waiters, self._clock, metrics)
+        # Replicas sharing a database share each inbox's one wait in progress there.
+        self._slots = store if isinstance(store, PollSlots) else None
 
     # -- create / get ------------------------------------------------------------
 
@@ -232,6 +235,7 @@ class Agent:
             return await self._expired(inbox, current, policy, started, trace_id)
 
         key = (inbox.run_id, inbox.inbox_id, "wait")
+        slot_until: float | None = None  # the fleet-wide wait slot this wait holds, if any
         try:
             async with self._guard.attempt(key, policy) as attempt:
                 if attempt.refused:
@@ -259,6 +263,16 @@ class Agent:
                 )
                 match = request.match if request.match is not None else inbox.match
                 position = inbox.cursor_seq if cursor_seq is None else cursor_seq
+                if self._slots is not None:
+                    slots, until = self._slots, deadline + policy.provider_deadline_s
+                    retry_at = await attempt.call(
+                        lambda: slots.take_poll_slot(inbox, started, until)
+                    )
+                    if retry_at is not None:  # a wait on another replica holds the inbox
+                        self._metrics.blocked("wait", "too_early")
+                        view = await self._describe(inbox, started, trace_id)
+                        return blocked(view, Reason.TOO_EARLY, max(0.1, retry_at - started))
+                    slot_until = until
                 look = await self._polls.look(inbox, match, position, deadline, attempt)
                 if look.ending is Ending.ENDED:
                     # Released (or swept) while we waited: answer as the store has it now.
@@ -269,12 +283,19 @@ class Agent:
                     return await self._describe(inbox, look.ended_at, trace_id)
                 after = after_poll(inbox, policy, look.scan, started, look.ended_at)
                 event = _polled_event(inbox, after, look, started)
-                if not await attempt.call(lambda: self._store.save_poll(inbox, after, event)):
+                saved = await attempt.call(lambda: self._store.save_poll(inbox, after, event))
+                if saved:
+                    slot_until = None  # a recorded poll frees the slot in the same write
+                else:
                     # Another poll, a release or the sweeper got there first: answer as of now.
                     latest = await self._load(inbox_id)
                     return await self._describe(latest, look.ended_at, trace_id)
         except ProviderTrouble as exc:
             return await self._provider_trouble(exc, key, inbox, started, trace_id)
+        finally:
+            if slot_until is not None:
+                # Recorded polls free it themselves; anything else gives it back here.
+                await self._free_slot(inbox_id, slot_until)
         found = look.scan.found
         self._metrics.polled(inbox, after, found is not None)
         log(
@@ -288,6 +309,11 @@ class Agent:
             latency_ms=after.last_poll_latency_ms,
         )
         return await self._describe(after, look.ended_at, trace_id)
+
+    async def _free_slot(self, inbox_id: str, until: float) -> None:
+        """Hand a wait slot back (best effort: it lapses at ``until`` anyway)."""
+        if self._slots is not None:
+            await self._best_effort(self._slots.free_poll_slot(inbox_id, until))
 
     # -- claim -----------------------------------------------------------------------
 
@@ -373,7 +399,7 @@ class Agent:
         )
         await self._best_effort(self._store.set_last_error(inbox.inbox_id, exc.reason))
         view = await self._describe(replace(inbox, last_error=exc.reason), now, trace_id)
-        cooldown = self._guard.remaining_cooldown(key)
+        cooldown = await self._guard.cooldown_left(key)
         return provider_trouble(view, exc.reason, cooldown or 1.0)
 
     # -- read --------------------------------------------------------------------

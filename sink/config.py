@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from sink.errors import ConfigError
 from sink.policy import Policy, load_policies
@@ -34,6 +35,7 @@ class Settings:
     http_host: str = "127.0.0.1"
     http_port: int = 8025
     db: Path = Path("runsink.db")
+    db_url: str | None = None  # --db postgresql://...: PostgreSQL instead of the SQLite file
     domain: str = "sink.test"
     policy_file: Path | None = None
     default_policy: str = "ci"
@@ -80,7 +82,7 @@ _OPTIONS: list[tuple[str, str, str]] = [
     ("smtp-port", "RUNSINK_SMTP_PORT", "port"),
     ("http-host", "RUNSINK_HTTP_HOST", "host"),
     ("http-port", "RUNSINK_HTTP_PORT", "port"),
-    ("db", "RUNSINK_DB", "path"),
+    ("db", "RUNSINK_DB", "db"),
     ("domain", "RUNSINK_DOMAIN", "domain"),
     ("policy-file", "RUNSINK_POLICY_FILE", "file"),
     ("default-policy", "RUNSINK_DEFAULT_POLICY", "text"),
@@ -175,6 +177,8 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
             continue
         raw[dest] = _parse(source, kind, given)
 
+    if isinstance(raw.get("db"), str):
+        raw["db_url"] = raw.pop("db")
     policy_file = raw.get("policy_file")
     policies = load_policies(policy_file if isinstance(policy_file, Path) else None)
     tokens_file = raw.get("tokens_file")
@@ -233,6 +237,8 @@ def _parse(source: str, kind: str, value: object) -> object:
         if not path.is_file():
             raise ConfigError(f"{source}: no readable file at {text!r}")
         return path
+    if kind == "db":
+        return _database(source, text)
     if kind == "path":
         if not text:
             raise ConfigError(f"{source}: expected a file path")
@@ -269,7 +275,7 @@ def _check(settings: Settings) -> None:
             "--smtp-require-tls with --smtp-no-starttls: no client could ever send; "
             "drop one, or add --smtps-port"
         )
-    if not settings.db.parent.exists():
+    if settings.db_url is None and not settings.db.parent.exists():
         raise ConfigError(f"--db: the folder {str(settings.db.parent)!r} does not exist")
     if settings.api_token is not None:
         admin_digest = api_token_entry(settings.api_token).digest
@@ -285,6 +291,23 @@ def _check(settings: Settings) -> None:
             "without a token; give --api-token (RUNSINK_API_TOKEN) or --tokens-file "
             "(RUNSINK_TOKENS_FILE), or --insecure-no-auth for a trusted local network"
         )
+
+
+def _database(source: str, text: str) -> Path | str:
+    """A SQLite file path, or a ``postgresql://user[:pw]@host[:port]/dbname`` URL."""
+    if not text:
+        raise ConfigError(f"{source}: expected a file path or a postgresql:// URL")
+    if not text.startswith(("postgresql://", "postgres://")):
+        return Path(text)
+    url = urlsplit(text)
+    try:
+        port = url.port
+    except ValueError:
+        port = -1
+    if not url.hostname or port == -1 or not url.path.strip("/"):
+        # The URL may hold a password: name its shape, never echo it.
+        raise ConfigError(f"{source}: expected postgresql://user[:password]@host[:port]/dbname")
+    return text
 
 
 def _loopback(host: str) -> bool:

@@ -22,6 +22,7 @@ provider trouble to a 451 (``sink/smtp/listener.py``). Nothing else turns them i
         ├── CircuitOpen             the breaker refuses the call (503 on read)
         └── ProviderError           it failed (StorageError is one)
             └── StorageError        a storage adapter's translation of a driver error
+                └── StorageUnavailable  the database cannot be reached (down, failing over)
 """
 
 from __future__ import annotations
@@ -124,6 +125,13 @@ class ProviderError(ProviderTrouble):
 
 class StorageError(ProviderError):
     """A storage adapter's translation of a driver error (never the driver's own class)."""
+
+
+class StorageUnavailable(StorageError):
+    """The database cannot be reached or cannot commit now (down, restarting, failing over).
+
+    Temporary by nature: SMTP answers 451, the API provider trouble, ``/readyz`` 503.
+    """
 
 
 class CircuitOpen(ProviderTrouble):

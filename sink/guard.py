@@ -22,13 +22,14 @@ to the run's events itself, before the operation answers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Protocol, TypeVar
 
 from sink.breaker import Admission, BreakerKey, Breakers, BreakerSettings, Transition
 from sink.clock import Clock, SystemClock, pause
-from sink.errors import ProviderError, ProviderTimeout, ProviderTrouble
+from sink.errors import ProviderError, ProviderTimeout, ProviderTrouble, StorageError
 from sink.faults import Fault, FaultRegistry
 from sink.logs import log
 from sink.metrics import Metrics
@@ -94,26 +95,55 @@ class Attempt:
         return await self._guard.call(operation, run_id, self._policy, work)
 
 
+class FleetBreakers(Protocol):
+    """Breaker state shared by every replica of one database (``PostgresStore``).
+
+    Each method is one atomic move of the breaker's row; ``breaker_admit`` hands out the
+    fleet's one half-open probe. They raise ``StorageError`` when the database is away.
+    """
+
+    async def breaker_admit(
+        self, key: BreakerKey, base_cooldown_s: float, hold_s: float
+    ) -> Admission: ...
+
+    async def breaker_success(self, key: BreakerKey) -> Transition | None: ...
+
+    async def breaker_failure(
+        self, key: BreakerKey, settings: BreakerSettings
+    ) -> Transition | None: ...
+
+    async def breaker_abandon(self, key: BreakerKey) -> None: ...
+
+    async def breaker_cooldown_left(self, key: BreakerKey) -> float | None: ...
+
+
 class Guard:
+    """Breakers live in memory, or with ``fleet`` (replicas sharing a database) in the
+    database, so that a run cannot dodge an open circuit by reaching another replica.
+    While the database is away (exactly when the breaker matters) each replica falls back
+    to its memory breakers and decides alone."""
+
     def __init__(
         self,
         faults: FaultRegistry | None,
         events: EventLog,
         metrics: Metrics,
         clock: Clock | None = None,
+        fleet: FleetBreakers | None = None,
     ) -> None:
         self.breakers = Breakers()
         self.faults = faults
         self._events = events
         self._metrics = metrics
         self._clock = clock or SystemClock()
+        self._fleet = fleet
 
     # A breaker is remembered only from its first failure until it settles again (closed,
     # no failures): the many runs that never fail cost no memory at all.
 
     @asynccontextmanager
     async def attempt(self, key: BreakerKey, policy: Policy) -> AsyncIterator[Attempt]:
-        attempt = Attempt(self, key, policy, await self._admit(key))
+        attempt = Attempt(self, key, policy, await self._admit(key, policy))
         if attempt.refused:
             yield attempt
             return
@@ -132,8 +162,17 @@ class Guard:
 
     async def failure(self, key: BreakerKey, policy: Policy, cause: str) -> None:
         """A failure outside an attempt's provider call (the caller named the wrong run)."""
-        breaker = self.breakers.get(key, breaker_settings(policy))
-        await self._note(key, breaker.record_failure(self._clock.monotonic()), cause)
+        settings = breaker_settings(policy)
+        if self._fleet is not None:
+            try:
+                shared = await _shared(self._fleet.breaker_failure(key, settings))
+            except _FleetAway:
+                pass  # counted in memory below: the breaker matters most when the store is away
+            else:
+                await self._note(key, shared, cause)
+                return
+        transition = self.breakers.get(key, settings).record_failure(self._clock.monotonic())
+        await self._note(key, transition, cause)
 
     def trip(self, key: BreakerKey, policy: Policy, cooldown_s: float) -> None:
         """Open the breaker now for ``cooldown_s`` (the fake's scripted ``CircuitOpen``)."""
@@ -147,6 +186,15 @@ class Guard:
         if breaker is None or breaker.opened_at is None:
             return None
         return max(0.1, breaker.opened_at + breaker.cooldown_s - self._clock.monotonic())
+
+    async def cooldown_left(self, key: BreakerKey) -> float | None:
+        """The cooldown left, as the fleet has it (else as this process has it)."""
+        if self._fleet is not None:
+            with contextlib.suppress(_FleetAway):
+                left = await _shared(self._fleet.breaker_cooldown_left(key))
+                if left is not None:
+                    return left
+        return self.remaining_cooldown(key)
 
     def take_fault(self, target: str, run_id: str | None, policy: Policy) -> Fault | None:
         if self.faults is None or self.faults.is_empty or not policy.allow_faults:
@@ -176,7 +224,19 @@ class Guard:
 
     # -- the breaker's bookkeeping ------------------------------------------------------
 
-    async def _admit(self, key: BreakerKey) -> Admission:
+    async def _admit(self, key: BreakerKey, policy: Policy) -> Admission:
+        if self._fleet is not None:
+            try:
+                # The probe's slot is held at most this long by a replica that died with it.
+                hold_s = policy.provider_deadline_s + 1.0
+                shared = await _shared(
+                    self._fleet.breaker_admit(key, policy.breaker_cooldown_s, hold_s)
+                )
+            except _FleetAway:
+                pass  # the database is away: this replica decides alone, from memory
+            else:
+                await self._note(key, shared.transition, None)
+                return shared
         now = self._clock.monotonic()
         self.breakers.forget_idle(now)
         breaker = self.breakers.find(key)
@@ -188,17 +248,23 @@ class Guard:
 
     async def _success(self, key: BreakerKey) -> None:
         breaker = self.breakers.find(key)
-        if breaker is None:
-            return
-        transition = breaker.record_success(self._clock.monotonic())
-        if breaker.is_settled:
-            self.breakers.discard(key)
+        transition = None
+        if breaker is not None:
+            transition = breaker.record_success(self._clock.monotonic())
+            if breaker.is_settled:
+                self.breakers.discard(key)
+        if self._fleet is not None:
+            with contextlib.suppress(_FleetAway):
+                transition = await _shared(self._fleet.breaker_success(key))
         await self._note(key, transition, None)
 
     async def _abandon(self, key: BreakerKey, attempt: Attempt) -> None:
         breaker = self.breakers.find(key)
         if attempt.probe and breaker is not None:
             breaker.abandon_probe(self._clock.monotonic())
+        if attempt.probe and self._fleet is not None:
+            with contextlib.suppress(_FleetAway):
+                await _shared(self._fleet.breaker_abandon(key))
 
     async def _note(
         self, key: BreakerKey, transition: Transition | None, cause: str | None
@@ -223,6 +289,18 @@ class Guard:
             await asyncio.wait_for(self._events.add_events([moved]), _BOOKKEEPING_S)
         except Exception as exc:  # bookkeeping must never turn an answer into a 500
             log("bookkeeping_failed", error=type(exc).__name__)
+
+
+class _FleetAway(Exception):
+    """The shared breaker state could not be reached in time."""
+
+
+async def _shared(work: Awaitable[T]) -> T:
+    """A move of the fleet's breaker state, bounded: the database may be the trouble."""
+    try:
+        return await asyncio.wait_for(work, _BOOKKEEPING_S)
+    except (StorageError, TimeoutError) as exc:
+        raise _FleetAway from exc
 
 
 async def apply_fault(fault: Fault, deadline: float) -> None:

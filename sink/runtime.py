@@ -28,6 +28,7 @@ from sink.logs import announce, warn
 from sink.metrics import Metrics
 from sink.smtp.listener import Handler, Limits, smtp_factory
 from sink.smtp.tls import server_context
+from sink.storage.postgres import PostgresStore
 from sink.storage.sqlite import SQLiteStore
 from sink.tokens import Keyring
 from sink.waiters import Waiters
@@ -35,6 +36,7 @@ from sink.waiters import Waiters
 _SWEEP_EVERY_S = 1.0
 _SWEEP_BATCH = 500
 _UNROUTED_KEPT = 10_000
+_BREAKERS_FORGOTTEN_AFTER_S = 3600.0
 _LISTEN_BACKLOG = 2048
 
 
@@ -46,12 +48,17 @@ class Runtime:
         self.metrics = Metrics()
         self.waiters = Waiters()
         self.events = Hub()  # live events (GET /v1/events): fed by the store's commits and ingest
-        self.store = SQLiteStore(settings.db, self.events.record)
+        self.store: SQLiteStore | PostgresStore
+        if settings.db_url is not None:
+            self.store = PostgresStore(settings.db_url, self.events.record)
+        else:
+            self.store = SQLiteStore(settings.db, self.events.record)
         self.faults = FaultRegistry(random.Random()) if settings.enable_faults else None
         self.agent: Agent | None = None
         self.keyring: Keyring | None = None  # once the store is open (it keeps the signing key)
         self.clock = SystemClock()
-        self.guard = Guard(self.faults, self.store, self.metrics, self.clock)
+        fleet = self.store if isinstance(self.store, PostgresStore) else None
+        self.guard = Guard(self.faults, self.store, self.metrics, self.clock, fleet)
         self.ingest = Ingest(
             self.store, self.waiters, settings, self.metrics, self.clock, events=self.events
         )
@@ -71,6 +78,9 @@ class Runtime:
         sized = self._size_connections()
         await self.store.open()
         self.keyring = Keyring(self.settings.tokens, await self.store.signing_key())
+        if isinstance(self.store, PostgresStore):
+            # Mail accepted by another replica wakes the waits held here.
+            self.store.follow(self.waiters)
         self.agent = Agent(
             self.store, self.waiters, self.settings, self.guard, self.metrics, self.clock
         )
@@ -150,19 +160,33 @@ class Runtime:
         """Persist lease expiries, release evidence past retention; never blocks ingest."""
         while not await self.clock.wait(self.stopping, self.clock.now() + _SWEEP_EVERY_S):
             try:
-                now = self.clock.now()
-                for inbox in await self.store.expire_due(now, _SWEEP_BATCH):
-                    expired = inbox.effective(now)
-                    policy = self.settings.policy(inbox.policy_name)
-                    await self.store.expire(expired, policy.retention_s)
-                    self.metrics.expired("lease")
-                    self.waiters.end([inbox.inbox_id])
-                await self.store.release_due(now, _SWEEP_BATCH)
-                await self._enforce_size_cap(now)
-                await self.store.trim_unrouted(_UNROUTED_KEPT)
-                self.metrics.sweeps.inc()
+                async with self._sweeper_turn() as mine:
+                    if mine:
+                        await self._sweep_once()
             except Exception as exc:  # the sweeper must outlive a bad moment of the store
                 warn("sweep_failed", error=type(exc).__name__)
+
+    def _sweeper_turn(self) -> contextlib.AbstractAsyncContextManager[bool]:
+        """Sharing a database, one replica sweeps at a time (the others skip that second)."""
+        if isinstance(self.store, PostgresStore):
+            return self.store.sweeper_turn()
+        return contextlib.nullcontext(True)
+
+    async def _sweep_once(self) -> None:
+        now = self.clock.now()
+        for inbox in await self.store.expire_due(now, _SWEEP_BATCH):
+            expired = inbox.effective(now)
+            policy = self.settings.policy(inbox.policy_name)
+            await self.store.expire(expired, policy.retention_s)
+            self.metrics.expired("lease")
+            self.waiters.end([inbox.inbox_id])
+        await self.store.release_due(now, _SWEEP_BATCH)
+        await self._enforce_size_cap(now)
+        await self.store.trim_unrouted(_UNROUTED_KEPT)
+        if isinstance(self.store, PostgresStore):
+            # Breakers nobody touched for an hour belong to leases long over (as in memory).
+            await self.store.forget_breakers(_BREAKERS_FORGOTTEN_AFTER_S)
+        self.metrics.sweeps.inc()
 
     async def _enforce_size_cap(self, now: float) -> None:
         """Over --max-store-mb: release the oldest released-eligible evidence first.

@@ -3,8 +3,9 @@
 The order that loses no wake-up: ``register`` before querying the store, query,
 then wait on the returned ``Wakeup``; ingest calls ``wake`` only after its commit.
 Always ``unregister`` in a ``finally``. ``end`` tells the waits of an inbox that
-it expired (released, or its lease swept) so they answer at once. A PostgreSQL
-LISTEN/NOTIFY version can replace this class behind the same methods.
+it expired (released, or its lease swept) so they answer at once. With PostgreSQL the
+store's listener calls ``wake`` and ``end`` for what other replicas commit
+(LISTEN/NOTIFY), and ``watched`` tells it which inboxes to catch up on after a reconnect.
 """
 
 from __future__ import annotations
@@ -88,6 +89,10 @@ class Waiters:
         for waiting in self._by_inbox.values():
             for wakeup in waiting:
                 wakeup.set()
+
+    def watched(self) -> list[str]:
+        """The inboxes some wait is registered on (for a cross-replica catch-up)."""
+        return list(self._by_inbox)
 
     @property
     def closing(self) -> bool:

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
+
 import pytest
 
-from tests.support import Server, start_server
+from tests.pg_cluster import INSTALL_HINT as PG_HINT
+from tests.pg_cluster import Cluster
+from tests.pg_cluster import available as pg_available
+from tests.support import Server, need, start_server
 
 TEST_POLICIES = """
 # Fast schedules for tests: the contract's rules, with intervals short enough for CI.
@@ -75,3 +81,52 @@ def server(tmp_path_factory: pytest.TempPathFactory, policy_file: str) -> Server
     running = start_server(folder, "--policy-file", policy_file, "--enable-faults")
     yield running
     running.stop()
+
+
+# -- PostgreSQL: one real server per session, a fresh database per test ------------------
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster]:
+    """A real PostgreSQL (Debian's initdb/pg_ctl) for the session, stopped in a finally."""
+    need("PostgreSQL", pg_available(), PG_HINT)
+    cluster = Cluster.create()
+    try:
+        cluster.start()
+        cluster.psql("CREATE DATABASE runsink_template")
+        asyncio.run(_migrate(cluster.dsn("runsink_template")))
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+async def _migrate(dsn: str) -> None:
+    import asyncpg
+
+    from sink.storage.postgres import migrate
+
+    connection = await asyncpg.connect(dsn)
+    try:
+        await migrate(connection)
+    finally:
+        await connection.close()
+
+
+@pytest.fixture
+def pg_dsn(pg_cluster: Cluster) -> str:
+    """A fresh, migrated database for one test (CREATE DATABASE ... TEMPLATE: ~50 ms)."""
+    return pg_cluster.dsn(pg_cluster.new_database("runsink_template"))
+
+
+@pytest.fixture(scope="session")
+def pg_server(
+    tmp_path_factory: pytest.TempPathFactory, policy_file: str, pg_cluster: Cluster
+) -> Iterator[Server]:
+    """The shared server's twin on PostgreSQL (a database of its own)."""
+    folder = tmp_path_factory.mktemp("pg-server")
+    dsn = pg_cluster.dsn(pg_cluster.new_database("runsink_template"))
+    running = start_server(folder, "--policy-file", policy_file, "--enable-faults", db=dsn)
+    try:
+        yield running
+    finally:
+        running.stop()

@@ -45,7 +45,7 @@ def new_run_id(prefix: str = "t") -> str:
 class Server:
     process: subprocess.Popen[bytes]
     folder: Path
-    db: Path
+    db: Path | str  # a SQLite file, or a postgresql:// URL
     log_path: Path
     smtp_port: int
     http_port: int
@@ -106,7 +106,7 @@ class Server:
 def start_server(
     folder: Path,
     *args: str,
-    db: Path | None = None,
+    db: Path | str | None = None,
     env: dict[str, str] | None = None,
     preexec_fn: Callable[[], None] | None = None,
 ) -> Server:
@@ -199,6 +199,29 @@ def create_inbox(
 
 def wait(client: httpx.Client, inbox_id: str, **body: Any) -> httpx.Response:
     return client.post(f"/v1/inboxes/{inbox_id}/wait", json=body)
+
+
+def psql(dsn: str, sql: str) -> list[list[str]]:
+    """Rows of a query on a test's own PostgreSQL (psql in a subprocess, unaligned output)."""
+    from tests.pg_cluster import bin_dir
+
+    folder = bin_dir()
+    command = str(folder / "psql") if folder and (folder / "psql").exists() else "psql"
+    result = subprocess.run(
+        [command, "-X", "-q", "-A", "-t", "-F", "\t", "-d", dsn, "-c", sql],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [line.split("\t") for line in result.stdout.splitlines() if line]
+
+
+def on_each_backend(request: Any, server: Server) -> Server:
+    """For a module's ``server`` override: the shared SQLite server, or its PostgreSQL twin."""
+    if request.param == "postgres":
+        pg: Server = request.getfixturevalue("pg_server")
+        return pg
+    return server
 
 
 def make_certificate(folder: Path, name: str = "sink.test") -> tuple[Path, Path]:

@@ -7,8 +7,15 @@ import threading
 import time
 
 import httpx
+import pytest
 
-from tests.support import Server, create_inbox, new_run_id, wait
+from tests.support import Server, create_inbox, new_run_id, on_each_backend, wait
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgres"])
+def server(request: pytest.FixtureRequest, server: Server) -> Server:
+    """Every row of the table is checked against a server on each persistent backend."""
+    return on_each_backend(request, server)
 
 
 def _claim(client: httpx.Client, message_id: str, run_id: str) -> httpx.Response:

@@ -34,10 +34,21 @@ def _sender(
         return
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """A fresh store on each persistent backend: a SQLite file, or a PostgreSQL database."""
+    if request.param == "postgres":
+        dsn: str = request.getfixturevalue("pg_dsn")
+        return dsn
+    return tmp_path / "runsink.db"
+
+
 @pytest.mark.slow
-def test_sigkill_loses_nothing_acknowledged(tmp_path: Path, policy_file: str) -> None:
+def test_sigkill_loses_nothing_acknowledged(
+    tmp_path: Path, policy_file: str, db: Path | str
+) -> None:
     """SIGKILL while 8 clients send: after restart every message that got a 250 is stored."""
-    server = start_server(tmp_path, "--policy-file", policy_file)
+    server = start_server(tmp_path, "--policy-file", policy_file, db=db)
     run_id = new_run_id("crash")
     with server.http() as client:
         inbox = create_inbox(client, run_id, ttl_s=3600)
@@ -81,9 +92,11 @@ def test_sigkill_loses_nothing_acknowledged(tmp_path: Path, policy_file: str) ->
     assert not lost
 
 
-def test_sigterm_answers_waits_and_exits_cleanly(tmp_path: Path, policy_file: str) -> None:
+def test_sigterm_answers_waits_and_exits_cleanly(
+    tmp_path: Path, policy_file: str, db: Path | str
+) -> None:
     """SIGTERM: a long-poll in progress gets its current envelope, and the process exits 0."""
-    server = start_server(tmp_path, "--policy-file", policy_file)
+    server = start_server(tmp_path, "--policy-file", policy_file, db=db)
     with server.http() as client:
         inbox = create_inbox(client, ttl_s=3600)
     answers: list[httpx.Response] = []

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import Server, create_inbox, new_run_id, wait
+from tests.support import Server, create_inbox, new_run_id, on_each_backend, wait
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgres"])
+def server(request: pytest.FixtureRequest, server: Server) -> Server:
+    """Byte-exact storage is checked on each persistent backend (PostgreSQL: bytea)."""
+    return on_each_backend(request, server)
+
 
 BOUNDARY_BROKEN = (
     b'Content-Type: multipart/mixed; boundary="abc"\r\n\r\n'

@@ -6,8 +6,15 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
-from tests.support import Server, create_inbox, new_run_id, start_server
+from tests.support import Server, create_inbox, new_run_id, on_each_backend, start_server
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgres"])
+def server(request: pytest.FixtureRequest, server: Server) -> Server:
+    """Retention runs on each persistent backend (on PostgreSQL, by one replica's sweeper)."""
+    return on_each_backend(request, server)
 
 
 def _message_id(client: httpx.Client, inbox: dict) -> str:
@@ -55,11 +62,16 @@ def test_evidence_is_released_after_lease_plus_retention(server: Server) -> None
     assert [e["type"] for e in report["events"]][-2:] == ["expired", "released"]
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_size_cap_releases_the_oldest_expired_evidence_first(
-    tmp_path: Path, policy_file: str
+    tmp_path: Path, policy_file: str, backend: str, request: pytest.FixtureRequest
 ) -> None:
     """Over --max-store-mb, evidence of the inbox whose lease ended first goes first; live stays."""
-    capped = start_server(tmp_path, "--policy-file", policy_file, "--max-store-mb", "1")
+    db = None
+    if backend == "postgres":
+        cluster = request.getfixturevalue("pg_cluster")
+        db = cluster.dsn(cluster.new_database("runsink_template"))
+    capped = start_server(tmp_path, "--policy-file", policy_file, "--max-store-mb", "1", db=db)
     run_id = new_run_id("cap")
     try:
         with capped.http() as client:

@@ -16,14 +16,28 @@ from sink.errors import StorageError
 from sink.inbox import Claim, Inbox, Match, State, after_claim
 from sink.message import summarize
 from sink.storage.base import Delivered, Event, Incoming, NewInbox, RunIndex
+from sink.storage.postgres import PostgresStore
 from sink.storage.sqlite import SQLiteStore
 
 T = TypeVar("T")
 
 
-def _run(folder: Path, work: Callable[[SQLiteStore], Awaitable[T]], hook: list[Event]) -> T:
+@pytest.fixture(params=["sqlite", "postgres"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """A SQLite folder, or a fresh PostgreSQL database."""
+    if request.param == "postgres":
+        dsn: str = request.getfixturevalue("pg_dsn")
+        return dsn
+    return tmp_path
+
+
+def _run(where: Path | str, work: Callable[[SQLiteStore], Awaitable[T]], hook: list[Event]) -> T:
     async def main() -> T:
-        store = SQLiteStore(folder / "index.db", hook.extend)
+        store: SQLiteStore = (
+            PostgresStore(where, hook.extend)  # type: ignore[assignment]
+            if isinstance(where, str)
+            else SQLiteStore(where / "index.db", hook.extend)
+        )
         await store.open()
         try:
             return await work(store)
@@ -70,7 +84,7 @@ async def _mail(store: SQLiteStore, inbox: Inbox, subject: str, at: float) -> st
     return message_id
 
 
-def test_recent_runs_newest_first_with_counts(tmp_path: Path) -> None:
+def test_recent_runs_newest_first_with_counts(where: Path | str) -> None:
     """States with the lease applied, messages, claims and the last event, newest run first."""
     hook: list[Event] = []
 
@@ -106,10 +120,10 @@ def test_recent_runs_newest_first_with_counts(tmp_path: Path) -> None:
         assert [f.subject for f in found] == ["two"] and found[0].run_id == "run-new"
         assert await index.find_messages(live.address[:8], 10)  # by recipient too
 
-    _run(tmp_path, work, hook)
+    _run(where, work, hook)
 
 
-def test_events_reach_the_hook_after_their_commit_only(tmp_path: Path) -> None:
+def test_events_reach_the_hook_after_their_commit_only(where: Path | str) -> None:
     """Every recorded event is handed over once committed; a failed write's are not."""
     hook: list[Event] = []
 
@@ -128,4 +142,4 @@ def test_events_reach_the_hook_after_their_commit_only(tmp_path: Path) -> None:
         await store.release_run("hooked", now)
         assert {"expired", "released"} <= {e.type for e in hook[before:]}
 
-    _run(tmp_path, work, hook)
+    _run(where, work, hook)

@@ -23,6 +23,7 @@ from sink.message import summarize
 from sink.policy import CI
 from sink.storage.base import CreateOutcome, Delivered, Event, Incoming, NewInbox, Storage
 from sink.storage.memory import MemoryStore
+from sink.storage.postgres import PostgresStore
 from sink.storage.sqlite import SQLiteStore
 
 T = TypeVar("T")
@@ -49,7 +50,21 @@ async def _sqlite(folder: Path) -> AsyncIterator[Storage]:
         await store.close()
 
 
-OPENERS: dict[str, Opener] = {"memory": _memory, "sqlite": _sqlite}
+def _postgres(dsn: str) -> Opener:
+    @asynccontextmanager
+    async def opener(folder: Path) -> AsyncIterator[Storage]:
+        store = PostgresStore(dsn)
+        await store.open()
+        try:
+            yield store
+        finally:
+            await store.close()
+
+    return opener
+
+
+OPENERS: dict[str, Opener] = {"memory": _memory, "sqlite": _sqlite, "postgres": _sqlite}
+"""``postgres`` is opened on a fresh database of the session's server (see ``backend``)."""
 
 
 class Backend:
@@ -70,6 +85,9 @@ class Backend:
 
 @pytest.fixture(params=list(OPENERS))
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "postgres":
+        dsn: str = request.getfixturevalue("pg_dsn")
+        return Backend("postgres", _postgres(dsn), tmp_path)
     return Backend(request.param, OPENERS[request.param], tmp_path)
 
 

@@ -1,18 +1,19 @@
 """The storage port: the handful of operations the domain needs, shaped like it.
 
 ``Store`` is what the agent and ingest call; ``Maintenance`` is what only the sweeper
-calls (expiry, retention, the size cap). Adapters (``sqlite.py``, ``memory.py``; a
-PostgreSQL one later) implement both and translate their driver's errors into
+calls (expiry, retention, the size cap). Adapters (``sqlite.py``, ``memory.py``,
+``postgres.py``) implement both and translate their driver's errors into
 ``sink.errors.StorageError``. Atomic rules (one claim per message, one inbox per
 idempotency key, the per-purpose inbox limit) are the adapter's to enforce inside the
-database, not check-then-write above it.
+database, not check-then-write above it. ``PollSlots`` is for adapters that several
+processes share (PostgreSQL): the one wait in progress per inbox lives there too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from sink.inbox import Claim, Delivery, Inbox
 from sink.message import Summary
@@ -249,3 +250,17 @@ class Maintenance(Protocol):
 
 class Storage(Store, Maintenance, Protocol):
     """An adapter: the domain's port and the sweeper's, over one database."""
+
+
+@runtime_checkable
+class PollSlots(Protocol):
+    """Adapters that several processes share: one wait in progress per inbox, fleet-wide.
+
+    (One process alone keeps this in memory: ``LongPolls.busy_until``.)
+    """
+
+    async def take_poll_slot(self, inbox: Inbox, now: float, until: float) -> float | None:
+        """Take the inbox's wait slot until ``until``: None if taken, else when to retry."""
+
+    async def free_poll_slot(self, inbox_id: str, until: float) -> None:
+        """Give the slot back (the wait ended without recording a poll)."""

@@ -1,0 +1,336 @@
+"""What only the PostgreSQL store has to show: migrations under a lock, delivery numbers in
+commit order, wake-ups through LISTEN/NOTIFY with a catch-up, and driver errors translated."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+import asyncpg
+import pytest
+
+from sink.errors import StorageUnavailable
+from sink.storage.postgres import PostgresStore, migrate
+from tests.pg_cluster import Cluster
+from tests.test_storage import created_event, incoming, new_inbox
+
+
+class Target:
+    """A stand-in for the process's waiters: records what the listener asked."""
+
+    def __init__(self, watched: list[str]) -> None:
+        self._watched = watched
+        self.woken: list[str] = []
+        self.ended: list[str] = []
+        self.changed = asyncio.Event()
+
+    def wake(self, inbox_ids: Iterable[str]) -> None:
+        self.woken.extend(inbox_ids)
+        self.changed.set()
+
+    def end(self, inbox_ids: Iterable[str]) -> None:
+        self.ended.extend(inbox_ids)
+        self.changed.set()
+
+    def watched(self) -> list[str]:
+        return list(self._watched)
+
+    async def until(self, predicate: object, deadline_s: float = 10.0) -> None:
+        async def loop() -> None:
+            while not predicate():  # type: ignore[operator]
+                self.changed.clear()
+                await self.changed.wait()
+
+        await asyncio.wait_for(loop(), deadline_s)
+
+
+def test_ten_replicas_starting_at_once_migrate_once(pg_cluster: Cluster) -> None:
+    """Ten stores opening one empty database at once: one migration each, no error."""
+    dsn = pg_cluster.dsn(pg_cluster.new_database())
+
+    async def scenario() -> list[tuple[int, int]]:
+        stores = [PostgresStore(dsn, pool_size=2) for _ in range(10)]
+        await asyncio.gather(*(s.open() for s in stores))
+        for store in stores:
+            await store.close()
+        connection = await asyncpg.connect(dsn)
+        try:
+            again = await migrate(connection)
+            rows = await connection.fetch("SELECT version, 1 FROM runsink_migrations")
+        finally:
+            await connection.close()
+        assert again == max(v for v, _ in rows)
+        return [(r[0], r[1]) for r in rows]
+
+    rows = asyncio.run(scenario())
+    assert [v for v, _ in rows] == sorted({v for v, _ in rows})  # each version once
+
+
+def test_deliveries_are_numbered_in_commit_order(pg_dsn: str) -> None:
+    """200 concurrent deliveries to one inbox from two stores: numbers 1..200, no gap."""
+
+    async def scenario() -> list[int]:
+        a, b = PostgresStore(pg_dsn), PostgresStore(pg_dsn)
+        await a.open()
+        await b.open()
+        try:
+            new = new_inbox()
+            await a.create_inbox(new, created_event(new))
+            await asyncio.gather(
+                *(
+                    (a if n % 2 else b).save_message(incoming(new.inbox, subject=f"m{n}"))
+                    for n in range(200)
+                )
+            )
+            return [d.seq for d in await a.deliveries_after(new.inbox.inbox_id, 0, 500)]
+        finally:
+            await a.close()
+            await b.close()
+
+    assert asyncio.run(scenario()) == list(range(1, 201))
+
+
+def test_mail_stored_by_one_replica_wakes_the_other(pg_dsn: str) -> None:
+    """A delivery committed by store A is announced to store B's listener (not to A's own)."""
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        a, b = PostgresStore(pg_dsn), PostgresStore(pg_dsn)
+        await a.open()
+        await b.open()
+        new = new_inbox()
+        on_a, on_b = Target([new.inbox.inbox_id]), Target([new.inbox.inbox_id])
+        try:
+            await a.create_inbox(new, created_event(new))
+            a.follow(on_a)
+            b.follow(on_b)
+            await b.until_listening()
+            await a.until_listening()
+            on_a.woken.clear()
+            on_b.woken.clear()  # the catch-up on connect wakes every watched inbox
+            await a.save_message(incoming(new.inbox))
+            await on_b.until(lambda: on_b.woken)
+            await a.release_run(new.inbox.run_id, new.inbox.created_at + 1)
+            await on_b.until(lambda: on_b.ended)
+            return on_b.woken, on_b.ended
+        finally:
+            await a.close()
+            await b.close()
+
+    woken, ended = asyncio.run(scenario())
+    assert woken == [ended[0]] and len(ended) == 1
+
+
+def test_a_listener_that_reconnects_catches_up(pg_dsn: str) -> None:
+    """The listener cut off: on reconnect it wakes every watched wait and ends the expired."""
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        store = PostgresStore(pg_dsn)
+        await store.open()
+        live, gone = new_inbox("r1"), new_inbox("r2")
+        target = Target([live.inbox.inbox_id, gone.inbox.inbox_id])
+        try:
+            for new in (live, gone):
+                await store.create_inbox(new, created_event(new))
+            store.follow(target)
+            await store.until_listening()
+            await store.expire(gone.inbox.expire("lease", gone.inbox.created_at), 60)
+            target.woken.clear()
+            target.ended.clear()
+            connection = await asyncpg.connect(pg_dsn)
+            try:  # the database drops the listener (as a restart or a failover would)
+                await connection.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE application_name = 'runsink-listener'"
+                    " AND datname = current_database()"
+                )
+            finally:
+                await connection.close()
+            await target.until(lambda: len(set(target.woken)) == 2)
+            return sorted(set(target.woken)), target.ended
+        finally:
+            await store.close()
+
+    woken, ended = asyncio.run(scenario())
+    assert len(woken) == 2
+    assert len(ended) == 1 and ended[0] in woken
+
+
+def test_an_unreachable_database_is_storage_unavailable(pg_cluster: Cluster) -> None:
+    """Nothing listening: opening fails with StorageUnavailable, never a driver error."""
+    from tests.pg_cluster import _free_port
+
+    dsn = f"postgresql://postgres@127.0.0.1:{_free_port()}/postgres"
+
+    async def scenario() -> None:
+        await PostgresStore(dsn, start_deadline_s=0.2).open()
+
+    with pytest.raises(StorageUnavailable):
+        asyncio.run(scenario())
+
+
+def test_a_bad_database_url_names_the_flag_and_never_the_password() -> None:
+    """--db postgresql://... without a database name stops start-up; the message hides the URL."""
+    import argparse
+
+    from sink.config import settings_from
+    from sink.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        settings_from(argparse.Namespace(db="postgresql://u:s3cret@db.example:5432/"), {})
+    assert "--db" in str(refused.value) and "s3cret" not in str(refused.value)
+
+
+def test_mail_for_an_inbox_expired_since_rcpt_is_a_late_arrival(pg_dsn: str) -> None:
+    """Another replica expired the inbox between RCPT and the commit: no delivery, an event."""
+
+    async def scenario() -> tuple[int, list[str]]:
+        store = PostgresStore(pg_dsn)
+        await store.open()
+        try:
+            new = new_inbox()
+            await store.create_inbox(new, created_event(new))
+            await store.expire(new.inbox.expire("lease", new.inbox.created_at), 60)
+            await store.save_message(incoming(new.inbox))
+            listed = await store.deliveries_after(new.inbox.inbox_id, 0, 10)
+            _, events = await store.run_report(new.inbox.run_id)
+            return len(listed), [e.type for e in events]
+        finally:
+            await store.close()
+
+    listed, types = asyncio.run(scenario())
+    assert listed == 0 and types[-1] == "late_arrival"
+
+
+def test_one_wait_in_progress_per_inbox_across_stores(pg_dsn: str) -> None:
+    """Two stores race for an inbox's wait slot: one takes it; the other learns when to retry."""
+    from sink import clock
+
+    async def scenario() -> tuple[list[float | None], float | None]:
+        a, b = PostgresStore(pg_dsn), PostgresStore(pg_dsn)
+        await a.open()
+        await b.open()
+        try:
+            new = new_inbox()
+            await a.create_inbox(new, created_event(new))
+            now = clock.now()
+            until = now + 5
+            got = list(
+                await asyncio.gather(
+                    *((a if n % 2 else b).take_poll_slot(new.inbox, now, until) for n in range(10))
+                )
+            )
+            await a.free_poll_slot(new.inbox.inbox_id, until)
+            again = await b.take_poll_slot(new.inbox, now, until)
+            return got, again
+        finally:
+            await a.close()
+            await b.close()
+
+    got, again = asyncio.run(scenario())
+    assert got.count(None) == 1
+    assert again is None
+
+
+def test_the_breaker_lives_in_the_database_with_one_probe(pg_dsn: str) -> None:
+    """Failures through store A open the breaker for store B; after the cooldown exactly one
+    of many concurrent admissions is the probe; its success removes the row."""
+    from sink.breaker import BreakerSettings, BreakerState
+
+    settings = BreakerSettings(failure_threshold=2, cooldown_s=0.3, cooldown_max_s=1.0)
+    key = ("run-b", "ib_x", "wait")
+
+    async def scenario() -> None:
+        a, b = PostgresStore(pg_dsn), PostgresStore(pg_dsn)
+        await a.open()
+        await b.open()
+        try:
+            assert (await b.breaker_admit(key, 0.3, 2.0)).allowed
+            assert await a.breaker_failure(key, settings) is None
+            opened = await a.breaker_failure(key, settings)
+            assert opened is not None and opened.to_state is BreakerState.OPEN
+            refused = await b.breaker_admit(key, 0.3, 2.0)
+            assert not refused.allowed and 0 < (refused.retry_after or 0) <= 0.3
+            left = await b.breaker_cooldown_left(key)
+            assert left is not None and left <= 0.3
+            await asyncio.sleep(0.35)  # the cooldown is the database's clock: let it pass
+            admissions = await asyncio.gather(
+                *((a if n % 2 else b).breaker_admit(key, 0.3, 2.0) for n in range(20))
+            )
+            probes = [x for x in admissions if x.allowed]
+            assert len(probes) == 1 and probes[0].probe
+            assert probes[0].transition is not None
+            failed = await b.breaker_failure(key, settings)  # the probe fails: doubled cooldown
+            assert failed is not None and failed.cooldown_s == 0.6
+            await asyncio.sleep(0.65)
+            probe = await a.breaker_admit(key, 0.3, 2.0)
+            assert probe.probe
+            await a.breaker_abandon(key)  # handed back: the next call probes at once
+            probe = await b.breaker_admit(key, 0.3, 2.0)
+            assert probe.probe and probe.transition is None
+            closed = await b.breaker_success(key)
+            assert closed is not None and closed.to_state is BreakerState.CLOSED
+            connection = await asyncpg.connect(pg_dsn)
+            try:
+                assert await connection.fetchval("SELECT COUNT(*) FROM breakers") == 0
+            finally:
+                await connection.close()
+        finally:
+            await a.close()
+            await b.close()
+
+    asyncio.run(scenario())
+
+
+def test_one_replica_sweeps_at_a_time(pg_dsn: str) -> None:
+    """While one store holds the sweeper's turn, another's is refused; released, it is free."""
+
+    async def scenario() -> tuple[bool, bool, bool]:
+        a, b = PostgresStore(pg_dsn), PostgresStore(pg_dsn)
+        await a.open()
+        await b.open()
+        try:
+            async with a.sweeper_turn() as first, b.sweeper_turn() as meanwhile:
+                pass
+            async with b.sweeper_turn() as after:
+                pass
+            return first, meanwhile, after
+        finally:
+            await a.close()
+            await b.close()
+
+    assert asyncio.run(scenario()) == (True, False, True)
+
+
+def test_a_body_of_the_largest_allowed_size_is_stored_as_bytea(pg_dsn: str) -> None:
+    """A message of max_message_bytes (25 MiB) is stored and read back byte for byte."""
+    import os
+
+    from sink.message import summarize
+    from sink.policy import CI
+    from sink.storage.base import Delivered, Incoming
+
+    async def scenario() -> tuple[bytes, bytes | None]:
+        store = PostgresStore(pg_dsn)
+        await store.open()
+        try:
+            new = new_inbox()
+            await store.create_inbox(new, created_event(new))
+            head = b"From: app@x.test\r\nSubject: big\r\n\r\n"
+            raw = head + os.urandom((CI.max_message_bytes - len(head)) // 2).hex().encode()
+            message_id = "msg_big"
+            inbox = new.inbox
+            await store.save_message(
+                Incoming(
+                    raw=raw,
+                    summary=summarize(raw[:4096]),
+                    mail_from="app@x.test",
+                    received_at=inbox.created_at,
+                    deliveries=(Delivered(inbox.inbox_id, inbox.run_id, message_id, ()),),
+                )
+            )
+            return raw, await store.raw(message_id)
+        finally:
+            await store.close()
+
+    sent, stored = asyncio.run(scenario())
+    assert stored == sent and len(sent) > 26_000_000
