@@ -14,6 +14,8 @@ from api import ui
 from api.auth import Authority
 from api.connections import LongPollGate
 from api.errors import error_response, internal_error, runsink_error, validation_error
+from api.mailbox import MAILBOX_ROUTES
+from api.mailpit import MAILPIT_ROUTES
 from api.middleware import EdgeMiddleware
 from api.routes import ROUTES
 from sink.errors import RunsinkError
@@ -57,7 +59,7 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 def create_app(runtime: Runtime, extra_routes: list[Any] | None = None) -> Any:
     app = Starlette(
-        routes=[*ROUTES, *(extra_routes or []), *ui.ROUTES],
+        routes=[*ROUTES, *MAILBOX_ROUTES, *MAILPIT_ROUTES, *(extra_routes or []), *ui.ROUTES],
         exception_handlers={
             HTTPException: _http_error,
             RunsinkError: _runsink_error,

@@ -27,6 +27,8 @@ _MODELS: list[type[BaseModel]] = [
     s.MessageOut,
     s.RunReportOut,
     s.UnroutedOut,
+    s.CaughtMessageOut,
+    s.SearchOut,
     s.FaultOut,
     s.FaultListOut,
     s.HealthOut,
@@ -161,6 +163,19 @@ def _path_id(name: str, pattern: str) -> dict[str, Any]:
 _INBOX = _path_id("inbox_id", ids.anchored(ids.INBOX_ID))
 _MESSAGE = _path_id("message_id", ids.anchored(ids.MESSAGE_ID))
 _RUN = _path_id("run_id", ids.anchored(ids.RUN_ID))
+_CAUGHT = _path_id("caught_id", ids.anchored(ids.CAUGHT_ID))
+_LIMIT = {
+    "name": "limit",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "integer", "minimum": 1, "maximum": 500},
+}
+_CURSOR = {
+    "name": "cursor",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "string", "maxLength": 128},
+}
 
 
 def _envelope(description: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -416,18 +431,63 @@ def _paths() -> dict[str, Any]:
         "/v1/unrouted": {
             "get": {
                 "operationId": "list_unrouted",
-                "summary": "Mail for our domain with no inbox, newest first (no bodies)",
+                "summary": "Caught mail (any recipient without a live inbox), newest first",
+                "parameters": [_LIMIT, _CURSOR],
+                "responses": {
+                    "200": _json("UnroutedOut", "caught mail"),
+                    **_errors("400", "401", "422"),
+                },
+            }
+        },
+        "/v1/unrouted/{caught_id}": {
+            "get": {
+                "operationId": "read_unrouted",
+                "summary": "One caught mail, parsed as a message is (no claim)",
+                "parameters": [_CAUGHT],
+                "responses": {
+                    "200": _json("CaughtMessageOut", "the caught mail"),
+                    **_errors("401", "404"),
+                },
+            }
+        },
+        "/v1/unrouted/{caught_id}/raw": {
+            "get": {
+                "operationId": "raw_unrouted",
+                "summary": "The exact bytes of one caught mail",
+                "parameters": [_CAUGHT],
+                "responses": {
+                    "200": {
+                        "description": "the raw message",
+                        "content": {"message/rfc822": {"schema": {"type": "string"}}},
+                    },
+                    **_errors("401", "404"),
+                },
+            }
+        },
+        "/v1/messages": {
+            "get": {
+                "operationId": "search_messages",
+                "summary": "Search evidence and caught mail, newest first",
+                "description": (
+                    "Terms (ANDed, case-insensitive, literal substrings of 3+ characters): "
+                    'words, "phrases", to:, from:, subject:, run:, inbox:, is:caught, '
+                    "is:claimed, is:unclaimed, has:attachment, before:, after:, larger:, "
+                    "smaller:; -term negates. With X-Run-Id: only that run's inboxes."
+                ),
                 "parameters": [
                     {
-                        "name": "limit",
+                        "name": "query",
                         "in": "query",
                         "required": False,
-                        "schema": {"type": "integer", "minimum": 1, "maximum": 500},
-                    }
+                        "schema": {"type": "string", "maxLength": 512},
+                    },
+                    _LIMIT,
+                    _CURSOR,
+                    _RUN_HEADER,
                 ],
                 "responses": {
-                    "200": _json("UnroutedOut", "unrouted mail"),
-                    **_errors("401", "403", "422"),
+                    "200": _json("SearchOut", "the matching messages"),
+                    **_errors("400", "401", "403", "422"),
                 },
             }
         },

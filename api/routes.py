@@ -37,7 +37,6 @@ from api.views import (
     message_list_out,
     message_out,
     run_report_out,
-    unrouted_out,
     wait_request,
 )
 from sink import clock, ids, run_tokens
@@ -355,11 +354,6 @@ async def mint_run_token(request: Request) -> Response:
     return _model_response(out, 201)
 
 
-async def unrouted(request: Request) -> Response:
-    limit = _int_query(request, "limit", 50, 1, 500)
-    return _model_response(unrouted_out(await _agent(request).unrouted(limit)))
-
-
 # -- faults ----------------------------------------------------------------------------
 
 
@@ -447,7 +441,6 @@ ROUTES = [
     Route("/v1/runs/{run_id}", run_report, methods=["GET"]),
     Route("/v1/runs/{run_id}", release_run, methods=["DELETE"]),
     Route("/v1/runs/{run_id}/token", mint_run_token, methods=["POST"]),
-    Route("/v1/unrouted", unrouted, methods=["GET"]),
     Route("/v1/events", live.events, methods=["GET"]),
     Route("/v1/faults", add_fault, methods=["POST"]),
     Route("/v1/faults", list_faults, methods=["GET"]),

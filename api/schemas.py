@@ -252,14 +252,67 @@ class RunReportOut(_Response):
 
 
 class UnroutedItem(_Response):
-    rcpt: str
+    """One caught mail: any recipient without a live inbox (v2: kept with its body)."""
+
+    id: str
     mail_from: str
+    rcpt_to: list[str]
+    subject: str
     received_at: str
     size: int
 
 
 class UnroutedOut(_Response):
-    unrouted: list[UnroutedItem]
+    messages: list[UnroutedItem]
+    next_cursor: str | None
+    has_more: bool
+
+
+class CaughtMessageOut(_Response):
+    """Caught mail read whole: a message's JSON, without inbox or claim."""
+
+    message_id: str
+    caught: Literal[True]
+    headers: dict[str, list[str]] | None
+    from_: str = Field(alias="from")
+    to: list[str]
+    cc: list[str]
+    subject: str
+    date: str | None
+    text: str | None
+    html: str | None
+    attachments: list[AttachmentOut]
+    links: list[str]
+    codes: list[str]
+    envelope: SmtpEnvelopeOut
+    size: int
+    received_at: str
+    expires_at: str
+    released_at: str | None
+
+
+class FoundItem(_Response):
+    """One search result: an inbox's delivery, or caught mail (``caught``: true)."""
+
+    message_id: str
+    caught: bool
+    inbox_id: str | None
+    run_id: str | None
+    subject: str
+    from_: str = Field(alias="from")
+    to: list[str]
+    rcpt_to: list[str]
+    received_at: str
+    size: int
+    has_attachment: bool
+    claimed: bool
+    released: bool
+
+
+class SearchOut(_Response):
+    messages: list[FoundItem]
+    next_cursor: str | None
+    has_more: bool
 
 
 class FaultOut(_Response):

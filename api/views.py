@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from api.schemas import (
     AttachmentOut,
+    CaughtMessageOut,
     ClaimOut,
     CreatedOut,
     CreateInboxIn,
     EnvelopeOut,
     FaultOut,
+    FoundItem,
     MatchIn,
     MessageListItem,
     MessageListOut,
@@ -21,6 +23,7 @@ from api.schemas import (
     RunEventOut,
     RunInboxOut,
     RunReportOut,
+    SearchOut,
     SmtpEnvelopeOut,
     UnroutedItem,
     UnroutedOut,
@@ -31,7 +34,7 @@ from sink.clock import rfc3339, rfc3339_or_none
 from sink.envelope import Envelope
 from sink.faults import Fault
 from sink.inbox import Claim, Evidence, Match
-from sink.storage.base import UnroutedMail
+from sink.mailbox import CaughtRead, Page
 
 
 def match_from(given: MatchIn | None) -> Match:
@@ -204,14 +207,77 @@ def run_report_out(report: RunReport) -> RunReportOut:
     )
 
 
-def unrouted_out(items: list[UnroutedMail]) -> UnroutedOut:
+def unrouted_out(page: Page) -> UnroutedOut:
     return UnroutedOut(
-        unrouted=[
+        messages=[
             UnroutedItem(
-                rcpt=u.rcpt, mail_from=u.mail_from, received_at=rfc3339(u.received_at), size=u.size
+                id=u.id,
+                mail_from=u.mail_from,
+                rcpt_to=list(u.rcpts),
+                subject=u.subject,
+                received_at=rfc3339(u.received_at),
+                size=u.size,
             )
-            for u in items
-        ]
+            for u in page.items
+        ],
+        next_cursor=page.next_cursor,
+        has_more=page.has_more,
+    )
+
+
+def caught_message_out(read: CaughtRead) -> CaughtMessageOut:
+    caught = read.caught
+    listed = caught.listed
+    parsed = read.parsed
+    return CaughtMessageOut(
+        message_id=listed.id,
+        caught=True,
+        headers=parsed.headers if parsed else None,
+        from_=listed.from_addr,
+        to=list(listed.to),
+        cc=list(listed.cc),
+        subject=listed.subject,
+        date=caught.date,
+        text=parsed.text if parsed else None,
+        html=parsed.html if parsed else None,
+        attachments=[
+            AttachmentOut(
+                filename=a.filename, content_type=a.content_type, size=a.size, sha256=a.sha256
+            )
+            for a in (parsed.attachments if parsed else ())
+        ],
+        links=list(parsed.links) if parsed else [],
+        codes=list(parsed.codes) if parsed else [],
+        envelope=SmtpEnvelopeOut(mail_from=listed.mail_from, rcpt_to=list(listed.rcpts)),
+        size=listed.size,
+        received_at=rfc3339(listed.received_at),
+        expires_at=rfc3339(caught.expires_at),
+        released_at=None,
+    )
+
+
+def search_out(page: Page) -> SearchOut:
+    return SearchOut(
+        messages=[
+            FoundItem(
+                message_id=f.id,
+                caught=f.caught,
+                inbox_id=f.inbox_id,
+                run_id=f.run_id,
+                subject=f.subject,
+                from_=f.from_addr,
+                to=list(f.to),
+                rcpt_to=list(f.rcpts),
+                received_at=rfc3339(f.received_at),
+                size=f.size,
+                has_attachment=f.has_attachment,
+                claimed=f.claimed,
+                released=f.released,
+            )
+            for f in page.items
+        ],
+        next_cursor=page.next_cursor,
+        has_more=page.has_more,
     )
 
 

@@ -36,7 +36,10 @@ class Settings:
     http_port: int = 8025
     db: Path = Path("runsink.db")
     db_url: str | None = None  # --db postgresql://...: PostgreSQL instead of the SQLite file
-    domain: str = "sink.test"
+    domain: str = "sink.test"  # where inbox addresses are made: the first concrete --domain
+    # Every --domain given (``*.example.test`` wildcards included); empty means just ``domain``.
+    domains: tuple[str, ...] = ()
+    reject_unknown_recipients: bool = False
     policy_file: Path | None = None
     default_policy: str = "ci"
     enable_faults: bool = False
@@ -72,6 +75,26 @@ class Settings:
         return given + self.file_tokens
 
     @property
+    def accepted_domains(self) -> tuple[str, ...]:
+        """The domains (and ``*.`` wildcards) whose mail may route to an inbox."""
+        return self.domains or (self.domain,)
+
+    def is_our_domain(self, domain: str) -> bool:
+        domain = domain.lower()
+        for pattern in self.accepted_domains:
+            if pattern.startswith("*."):
+                if domain.endswith(pattern[1:]) and len(domain) > len(pattern) - 1:
+                    return True
+            elif domain == pattern:
+                return True
+        return False
+
+    @property
+    def catch_all_retention_s(self) -> int:
+        """How long caught mail is kept: the default policy's value applies."""
+        return self.policy(self.default_policy).catch_all_retention_s
+
+    @property
     def largest_message_bytes(self) -> int:
         return max(p.max_message_bytes for p in self.policies.values())
 
@@ -83,7 +106,7 @@ _OPTIONS: list[tuple[str, str, str]] = [
     ("http-host", "RUNSINK_HTTP_HOST", "host"),
     ("http-port", "RUNSINK_HTTP_PORT", "port"),
     ("db", "RUNSINK_DB", "db"),
-    ("domain", "RUNSINK_DOMAIN", "domain"),
+    ("domain", "RUNSINK_DOMAIN", "domains"),
     ("policy-file", "RUNSINK_POLICY_FILE", "file"),
     ("default-policy", "RUNSINK_DEFAULT_POLICY", "text"),
     ("enable-faults", "RUNSINK_ENABLE_FAULTS", "bool"),
@@ -101,6 +124,7 @@ _OPTIONS: list[tuple[str, str, str]] = [
     ("http-header-timeout", "RUNSINK_HTTP_HEADER_TIMEOUT", "seconds"),
     ("http-keepalive-timeout", "RUNSINK_HTTP_KEEPALIVE_TIMEOUT", "seconds"),
     ("max-store-mb", "RUNSINK_MAX_STORE_MB", "positive"),
+    ("reject-unknown-recipients", "RUNSINK_REJECT_UNKNOWN_RECIPIENTS", "bool"),
     ("log-level", "RUNSINK_LOG_LEVEL", "level"),
     ("event-loop", "RUNSINK_EVENT_LOOP", "loop"),
 ]
@@ -114,7 +138,11 @@ _HELP: dict[str, str] = {
     "(default: 127.0.0.1)",
     "http-port": "HTTP API port; 0 picks any free port (default: 8025)",
     "db": "SQLite database file, created if missing (default: ./runsink.db)",
-    "domain": "mail domain of the inbox addresses (default: sink.test)",
+    "domain": "a mail domain whose addresses route to inboxes; repeatable, *.example.test "
+    "wildcards too; inbox addresses use the first plain one; the environment variable takes "
+    "a comma-separated list (default: sink.test)",
+    "reject-unknown-recipients": "550 at RCPT for an address without a live inbox, naming the "
+    "accepted domains, instead of keeping it as caught mail (default: off)",
     "policy-file": "TOML file of policies, added to or replacing the built-ins (default: none)",
     "default-policy": "policy of an inbox created without one (default: ci)",
     "enable-faults": "allow fault injection at /v1/faults, never under production (default: off)",
@@ -141,7 +169,8 @@ _HELP: dict[str, str] = {
     "--tls-cert (default: off)",
     "smtps-port": "also listen for implicit TLS (SMTPS) on this port; needs --tls-cert; 0 picks "
     "any free port (default: off)",
-    "max-store-mb": "release the oldest expired evidence beyond this size (default: no cap)",
+    "max-store-mb": "beyond this size, delete the oldest caught mail, then release the oldest "
+    "expired evidence (default: no cap)",
     "log-level": "debug, info, warning or error (default: info)",
     "event-loop": "auto (uvloop where installed), uvloop or asyncio (default: auto)",
 }
@@ -156,6 +185,15 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         if kind == "bool":
             parser.add_argument(
                 f"--{flag}", dest=dest, action="store_true", default=None, help=text
+            )
+        elif kind == "domains":
+            parser.add_argument(
+                f"--{flag}",
+                dest=dest,
+                action="append",
+                default=None,
+                metavar="DOMAIN",
+                help=text,
             )
         else:
             parser.add_argument(
@@ -179,6 +217,16 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
 
     if isinstance(raw.get("db"), str):
         raw["db_url"] = raw.pop("db")
+    domains = raw.pop("domain", None)
+    if isinstance(domains, tuple):
+        concrete = [d for d in domains if not d.startswith("*.")]
+        if not concrete:
+            raise ConfigError(
+                "--domain: give at least one domain without a wildcard (inbox addresses are "
+                "made under it), e.g. --domain sink.test --domain '*.example.test'"
+            )
+        raw["domain"] = concrete[0]
+        raw["domains"] = domains
     policy_file = raw.get("policy_file")
     policies = load_policies(policy_file if isinstance(policy_file, Path) else None)
     tokens_file = raw.get("tokens_file")
@@ -219,11 +267,11 @@ def _parse(source: str, kind: str, value: object) -> object:
         if not text or any(c.isspace() for c in text):
             raise ConfigError(f"{source}: expected a host name or IP address, got {text!r}")
         return text
-    if kind == "domain":
-        domain = text.strip().lower()
-        if not _DOMAIN.fullmatch(domain) or ("." not in domain and domain != "localhost"):
-            raise ConfigError(f"{source}: expected a mail domain such as sink.test, got {text!r}")
-        return domain
+    if kind == "domains":
+        given = value if isinstance(value, list) else text.replace(",", " ").split()
+        if not given:
+            raise ConfigError(f"{source}: expected a mail domain such as sink.test")
+        return tuple(dict.fromkeys(_domain(source, str(item)) for item in given))
     if kind == "level":
         if text.lower() not in _LEVELS:
             raise ConfigError(f"{source}: expected one of {', '.join(_LEVELS)}, got {text!r}")
@@ -253,6 +301,16 @@ def _parse(source: str, kind: str, value: object) -> object:
         if problem is not None:
             raise ConfigError(f"{source}: {problem}")
     return text
+
+
+def _domain(source: str, text: str) -> str:
+    domain = text.strip().lower()
+    bare = domain[2:] if domain.startswith("*.") else domain
+    if not _DOMAIN.fullmatch(bare) or ("." not in bare and bare != "localhost"):
+        raise ConfigError(
+            f"{source}: expected a mail domain such as sink.test or *.example.test, got {text!r}"
+        )
+    return domain
 
 
 def _check(settings: Settings) -> None:

@@ -12,6 +12,7 @@ provider trouble to a 451 (``sink/smtp/listener.py``). Nothing else turns them i
     ├── NotFound                    no inbox / message / route of that id (404)
     ├── IdempotencyKeyConflict      the same key with another body (409)
     ├── PolicyForbids               the policy allows no more of this (409)
+    ├── LiveEvidence                a delete named evidence of a live inbox (409)
     ├── EvidenceReleased            the body was released (410)
     ├── Unauthorized                missing or wrong bearer token (401)
     ├── ForbiddenScope              the token's scope does not allow the call (403)
@@ -59,6 +60,10 @@ class UnknownPolicy(InvalidRequest):
 
 class NotFound(RunsinkError):
     """No such inbox, message or resource."""
+
+
+class LiveEvidence(RunsinkError):
+    """A delete named evidence of a live inbox: nothing was deleted."""
 
 
 class IdempotencyKeyConflict(RunsinkError):
@@ -155,6 +160,7 @@ STATUS_AND_CODE: list[tuple[type[RunsinkError], int, str]] = [
     (FaultsDisabled, 404, "not_found"),
     (IdempotencyKeyConflict, 409, "idempotency_key_conflict"),
     (PolicyForbids, 409, "policy_forbids"),
+    (LiveEvidence, 409, "live_evidence"),
     (EvidenceReleased, 410, "evidence_released"),
     (Unauthorized, 401, "unauthorized"),
     (ForbiddenScope, 403, "forbidden_scope"),

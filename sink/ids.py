@@ -14,6 +14,7 @@ from sink.errors import InvalidCursor
 # OpenAPI document and the MCP tool schemas publish them (``anchored``).
 INBOX_ID = re.compile(r"ib_[a-z2-7]{20}")
 MESSAGE_ID = re.compile(r"msg_[a-z2-7]{24}")
+CAUGHT_ID = re.compile(r"cm_[a-z2-7]{24}")  # caught mail: any recipient without a live inbox
 RUN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 PURPOSE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 POLICY_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -42,6 +43,9 @@ class Ids:
     def message_id(self) -> str:
         return "msg_" + self._token(24)
 
+    def caught_id(self) -> str:
+        return "cm_" + self._token(24)
+
     def claim_id(self) -> str:
         return "clm_" + self._token(20)
 
@@ -57,6 +61,7 @@ RANDOM = Ids()
 new_inbox_id = RANDOM.inbox_id
 new_message_id = RANDOM.message_id
 new_claim_id = RANDOM.claim_id
+new_caught_id = RANDOM.caught_id
 new_local_part = RANDOM.local_part
 new_trace_id = RANDOM.trace_id
 
@@ -86,3 +91,27 @@ def decode_cursor(inbox_id: str, cursor: str) -> int:
     if found.group(1) != inbox_id:
         raise InvalidCursor(f"cursor belongs to another inbox, not {inbox_id}")
     return int(found.group(2))
+
+
+# Positions in the newest-first lists (search, caught mail): not bound to an inbox.
+_LIST_CURSOR = re.compile(r"([a-z]{1,8})\.(\d{1,19})\.(\d{1,19})")
+
+
+def encode_list_cursor(kind: str, message: int, entry: int) -> str:
+    body = f"{kind}.{message}.{entry}".encode()
+    return "l1_" + base64.urlsafe_b64encode(body).decode().rstrip("=")
+
+
+def decode_list_cursor(kind: str, cursor: str) -> tuple[int, int]:
+    """The position of a newest-first list cursor; ``InvalidCursor`` unless it is ours."""
+    if not cursor.startswith("l1_") or len(cursor) > 128:
+        raise InvalidCursor("cursor is not one this server issued")
+    text = cursor[3:]
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("ascii")
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidCursor("cursor is not one this server issued") from exc
+    found = _LIST_CURSOR.fullmatch(raw)
+    if found is None or found.group(1) != kind:
+        raise InvalidCursor(f"cursor is not one this server issued for this {kind} list")
+    return int(found.group(2)), int(found.group(3))

@@ -37,10 +37,10 @@ _ADDRESS = re.compile(rf"({_LOCAL})@({_DOMAIN})")
 
 class Verdict(StrEnum):
     ACCEPT = "accept"  # routed to a live inbox
-    UNROUTED = "unrouted"  # our domain, no such inbox: kept for diagnosis
+    CAUGHT = "caught"  # another domain, or ours with no such inbox: caught mail (never relayed)
+    UNKNOWN = "unknown"  # the same, refused (--reject-unknown-recipients)
     LATE_DROP = "late_drop"  # the inbox is expired; accepted and dropped
     LATE_REJECT = "late_reject"  # the inbox is expired and its policy says reject
-    FOREIGN = "foreign"  # not our domain: we relay nothing
     BAD_ADDRESS = "bad_address"
     TOO_BIG = "too_big"  # the declared SIZE is over the inbox's policy
 
@@ -85,12 +85,14 @@ class Ingest:
         if not _valid_address(address):
             return Recipient(address, Verdict.BAD_ADDRESS)
         local, _, domain = address.rpartition("@")
-        if domain.lower() != self._settings.domain:
-            return Recipient(address, Verdict.FOREIGN)
-        base = local.lower().split("+", 1)[0]
-        route = await self._store.route(base) if base else None
+        route = None
+        if self._settings.is_our_domain(domain):
+            base = local.lower().split("+", 1)[0]
+            route = await self._store.route(base) if base else None
         if route is None:
-            return Recipient(address, Verdict.UNROUTED)
+            if self._settings.reject_unknown_recipients:
+                return Recipient(address, Verdict.UNKNOWN)
+            return Recipient(address, Verdict.CAUGHT)
         policy = self._settings.policy(route.policy_name)
         if route.expired or self._clock.now() >= route.expires_at:
             late = Verdict.LATE_REJECT if policy.late_arrival == "reject" else Verdict.LATE_DROP
@@ -111,7 +113,7 @@ class Ingest:
         rejected = 0
         for rcpt in recipients:
             route = rcpt.route
-            if rcpt.verdict is Verdict.UNROUTED:
+            if rcpt.verdict is Verdict.CAUGHT:
                 unrouted.append(rcpt.address)
                 continue
             if route is None:
@@ -146,6 +148,8 @@ class Ingest:
             deliveries=deliveries,
             unrouted=tuple(unrouted),
             late=tuple(late.values()),
+            caught_id=self._ids.caught_id() if unrouted else None,
+            caught_until=now + self._settings.catch_all_retention_s,
         )
         await self._store.save_message(incoming)
         self._waiters.wake(d.inbox_id for d in deliveries)
@@ -154,7 +158,7 @@ class Ingest:
         if deliveries:
             self._metrics.message("stored", len(deliveries))
         if unrouted:
-            self._metrics.message("unrouted", len(unrouted))
+            self._metrics.message("caught")
         if late:
             self._metrics.message("late_dropped", len(late))
         for d in deliveries:
@@ -165,6 +169,8 @@ class Ingest:
                 message_id=d.message_id,
                 size=len(raw),
             )
+        if incoming.caught_id is not None:
+            log("message_caught", message_id=incoming.caught_id, size=len(raw))
         for item in late.values():
             log(
                 "late_arrival",

@@ -18,6 +18,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from email.message import Message
+from html import unescape
 
 from sink.address import Mailbox, parse_from, parse_list
 from sink.extract import extract_evidence, html_to_text
@@ -579,3 +580,57 @@ def safe_filename(name: str) -> str:
         else:
             name = name[:FILENAME_MAX_CHARS].rstrip()
     return name
+
+
+# --- the search index's view of a message --------------------------------------------------
+
+SEARCH_BODY_MAX_CHARS = 32_000  # of text indexed per message (the text, then the HTML as text)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFields:
+    """What the search index holds of a message: literal text, lower-cased by the index."""
+
+    subject: str
+    body: str  # the text part and the HTML rendered as text
+    sender: str  # the From header as written (display name and address), decoded
+    recipients: str  # the To and Cc headers as written, decoded
+    has_attachment: bool
+
+
+def search_fields(raw: bytes) -> SearchFields:
+    """One MIME walk: subject, text, sender, recipients, and whether it has attachments."""
+    try:
+        head_end, body_start = _head_span(raw, 0, len(raw))
+        fields = _fields(raw[: min(head_end, MAX_HEAD_BYTES)])
+        summary = _summary(fields)
+        bodies = _Bodies(scan_budget=_scan_budget(raw))
+        _walk(raw, body_start, len(raw), fields, 0, bodies)
+        text, html = bodies.text(), bodies.html()
+        body = "\n".join(part for part in (text, _html_words(html) if html else None) if part)
+        named = {"from": [], "to": [], "cc": []}  # type: dict[str, list[str]]
+        for name, value in fields:
+            if name.lower() in named:
+                named[name.lower()].append(_clean(_decode_words(value)))
+        return SearchFields(
+            subject=summary.subject,
+            body=body[:SEARCH_BODY_MAX_CHARS],
+            sender=" ".join(named["from"])[:4096],
+            recipients=" ".join(named["to"] + named["cc"])[:65536],
+            has_attachment=bool(bodies.attachments),
+        )
+    except Exception:  # indexing must not lose mail: index what the summary has
+        summary = summarize(raw)
+        return SearchFields(summary.subject, "", summary.from_addr, " ".join(summary.to), False)
+
+
+_INVISIBLE = re.compile(r"<(script|style|head)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(r"<[^>]*>")
+_SPACES = re.compile(r"\s+")
+
+
+def _html_words(html: str) -> str:
+    """The HTML's visible words for the index: tags out, entities decoded. A cheap cousin of
+    ``html_to_text`` (which ranks links and keeps layout): ingest pays for this one."""
+    text = _TAG.sub(" ", _INVISIBLE.sub(" ", html[: SEARCH_BODY_MAX_CHARS * 4]))
+    return _SPACES.sub(" ", unescape(text)).strip()

@@ -35,6 +35,7 @@ class Policy:
     late_arrival: str = "drop"
     retention_s: int = 86400
     max_message_bytes: int = 26214400
+    catch_all_retention_s: int = 86400  # caught mail is kept this long (the default policy's)
     allow_faults: bool = True
 
     def poll_interval(self, polls_spent: int) -> float:
@@ -86,6 +87,7 @@ _INT_KEYS = {
     "inboxes_per_purpose",
     "retention_s",
     "max_message_bytes",
+    "catch_all_retention_s",
 }
 _FLOAT_KEYS = {
     "long_poll_max_s",

@@ -19,12 +19,13 @@ from sink import capacity
 from sink.agent import Agent
 from sink.clock import SystemClock
 from sink.config import Settings
-from sink.errors import ConfigError
+from sink.errors import ConfigError, NotFound
 from sink.events import Hub
 from sink.faults import FaultRegistry
 from sink.guard import Guard
 from sink.ingest import Ingest
 from sink.logs import announce, warn
+from sink.mailbox import Mailbox
 from sink.metrics import Metrics
 from sink.smtp.listener import Handler, Limits, smtp_factory
 from sink.smtp.tls import server_context
@@ -35,7 +36,7 @@ from sink.waiters import Waiters
 
 _SWEEP_EVERY_S = 1.0
 _SWEEP_BATCH = 500
-_UNROUTED_KEPT = 10_000
+_UNROUTED_KEPT = 10_000  # PostgreSQL's unrouted rows (SQLite keeps caught mail)
 _BREAKERS_FORGOTTEN_AFTER_S = 3600.0
 _LISTEN_BACKLOG = 2048
 
@@ -62,6 +63,10 @@ class Runtime:
         self.ingest = Ingest(
             self.store, self.waiters, settings, self.metrics, self.clock, events=self.events
         )
+        # Caught mail kept with bodies, search and the Mailpit subset: the SQLite store's for now
+        # (PostgreSQL keeps v1's unrouted metadata; those endpoints answer 404 there).
+        self.mailbox = Mailbox(self.store) if isinstance(self.store, SQLiteStore) else None
+        self.started_at = self.clock.now()
         self.smtp_server: asyncio.Server | None = None
         self.smtp_port = settings.smtp_port
         self.smtps_server: asyncio.Server | None = None
@@ -92,6 +97,7 @@ class Runtime:
             self.settings.smtp_auth is not None,
             Limits(max_connections=sized.smtp_connections),
             require_tls=self.settings.smtp_require_tls,
+            accepted_domains=self.settings.accepted_domains,
         )
         self.smtp_server = await _listen(
             loop,
@@ -166,6 +172,14 @@ class Runtime:
             except Exception as exc:  # the sweeper must outlive a bad moment of the store
                 warn("sweep_failed", error=type(exc).__name__)
 
+    def mailbox_or_refuse(self) -> Mailbox:
+        """The mailbox of all captured mail, or NotFound where the store offers none yet."""
+        if self.mailbox is None:
+            raise NotFound(
+                "caught mail, search and /api/v1 are not available with a PostgreSQL store yet"
+            )
+        return self.mailbox
+
     def _sweeper_turn(self) -> contextlib.AbstractAsyncContextManager[bool]:
         """Sharing a database, one replica sweeps at a time (the others skip that second)."""
         if isinstance(self.store, PostgresStore):
@@ -181,6 +195,8 @@ class Runtime:
             self.metrics.expired("lease")
             self.waiters.end([inbox.inbox_id])
         await self.store.release_due(now, _SWEEP_BATCH)
+        if isinstance(self.store, SQLiteStore):
+            await self.store.expire_caught(now, _SWEEP_BATCH)
         await self._enforce_size_cap(now)
         await self.store.trim_unrouted(_UNROUTED_KEPT)
         if isinstance(self.store, PostgresStore):
@@ -189,7 +205,8 @@ class Runtime:
         self.metrics.sweeps.inc()
 
     async def _enforce_size_cap(self, now: float) -> None:
-        """Over --max-store-mb: release the oldest released-eligible evidence first.
+        """Over --max-store-mb: delete the oldest caught mail, then release the oldest
+        released-eligible evidence.
 
         Live evidence is never released for space; the store may stay over the cap
         until leases end (a warning says so).
@@ -198,7 +215,11 @@ class Runtime:
             return
         cap = self.settings.max_store_mb * 1024 * 1024
         while await self.store.used_bytes() > cap:
-            if await self.store.release_oldest_expired(now, 50) == 0:
+            # Caught mail goes first (oldest first): it is never evidence.
+            # Small steps, the size checked after each: only as much goes as the cap needs.
+            if isinstance(self.store, SQLiteStore) and await self.store.drop_oldest_caught(now, 10):
+                continue
+            if await self.store.release_oldest_expired(now, 1) == 0:
                 if not self._over_cap:
                     used_mb = round(await self.store.used_bytes() / 2**20, 1)
                     warn("store_over_cap", used_mb=used_mb, cap_mb=self.settings.max_store_mb)

@@ -523,16 +523,23 @@ def test_run_report_has_the_inbox_facts_and_ordered_events(server: Server) -> No
     assert missing.status_code == 404
 
 
-def test_unrouted_mail_is_kept_without_bodies(server: Server) -> None:
-    """Mail for our domain with no inbox is listed as unrouted, newest first, without bodies."""
+def test_unrouted_mail_is_kept_with_its_body(server: Server) -> None:
+    """Mail for our domain with no inbox is caught mail: listed newest first, readable whole."""
     rcpt = f"{new_run_id('nobody')}@sink.test"
-    server.send(rcpt, subject="lost letter")
+    server.send(rcpt, subject="lost letter", body="the body is kept")
     with server.http() as client:
+        if str(server.db).startswith("postgresql://"):
+            # Caught mail with bodies is the SQLite store's for now: a 404 that says so.
+            refused = client.get("/v1/unrouted")
+            assert refused.status_code == 404
+            assert "PostgreSQL" in refused.json()["error"]["message"]
+            return
         body = client.get("/v1/unrouted", params={"limit": 500}).json()
-    ours = [u for u in body["unrouted"] if u["rcpt"] == rcpt]
-    assert len(ours) == 1
-    assert set(ours[0]) == {"rcpt", "mail_from", "received_at", "size"}
-    assert "lost letter" not in str(body)
+        ours = [u for u in body["messages"] if u["rcpt_to"] == [rcpt]]
+        assert len(ours) == 1
+        assert ours[0]["subject"] == "lost letter"
+        read = client.get(f"/v1/unrouted/{ours[0]['id']}").json()
+    assert "the body is kept" in read["text"]
 
 
 def test_plus_tag_and_case_reach_the_same_inbox(server: Server) -> None:

@@ -158,3 +158,27 @@ def test_unusable_certificate_exits_2(tmp_path: Path) -> None:
         "--tls-cert", str(cert), "--tls-key", str(key),
     )  # fmt: skip
     assert result.returncode == 2 and "--tls-cert" in result.stderr
+
+
+def test_domain_is_repeatable_with_wildcards() -> None:
+    """--domain may be given several times, *.x wildcards included; the first plain one
+    makes addresses; RUNSINK_DOMAIN takes a comma-separated list."""
+    settings = _settings(["--domain", "Mail.test", "--domain", "*.example.test"])
+    assert settings.domain == "mail.test"  # type: ignore[attr-defined]
+    assert settings.accepted_domains == ("mail.test", "*.example.test")  # type: ignore[attr-defined]
+    ours = settings.is_our_domain  # type: ignore[attr-defined]
+    assert ours("MAIL.test") and ours("a.example.test") and ours("b.a.example.test")
+    assert not ours("example.test") and not ours("badexample.test") and not ours("gmail.com")
+    from_env = _settings([], {"RUNSINK_DOMAIN": "*.x.test, sink.test"})
+    assert from_env.domain == "sink.test"  # type: ignore[attr-defined]
+    assert from_env.is_our_domain("a.x.test")  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "domains", [["*.example.test"], ["*.*.test"], ["exa mple.test"], ["*example.test"]]
+)
+def test_bad_domains_stop_start_up_naming_the_flag(domains: list[str]) -> None:
+    """Only wildcards (no domain for addresses), or a malformed one: a ConfigError on --domain."""
+    argv = [arg for d in domains for arg in ("--domain", d)]
+    with pytest.raises(ConfigError, match="--domain"):
+        _settings(argv)

@@ -319,7 +319,7 @@ def test_metrics_move_after_a_scripted_scenario(tmp_path: Path, policy_file: str
     finally:
         fresh.stop()
     assert values[("runsink_messages_total", (("outcome", "stored"),))] == 1
-    assert values[("runsink_messages_total", (("outcome", "unrouted"),))] == 1
+    assert values[("runsink_messages_total", (("outcome", "caught"),))] == 1
     assert values[("runsink_claims_total", (("result", "claimed"),))] == 1
     assert values[("runsink_claims_total", (("result", "already_claimed"),))] == 1
     opened = (

@@ -256,8 +256,14 @@ class CaughtRow:
 async def _caught_rows(request: Request, limit: int) -> list[CaughtRow]:
     # The one place that knows where caught mail comes from (the catch-all store's listing
     # replaces today's envelope-only rows here).
-    items = await _agent(request).unrouted(limit)
-    return [CaughtRow(None, (u.rcpt,), u.mail_from, None, u.received_at, u.size) for u in items]
+    mailbox = _runtime(request).mailbox
+    if mailbox is None:  # a store without caught-mail bodies (PostgreSQL, for now)
+        items = await _agent(request).unrouted(limit)
+        return [CaughtRow(None, (u.rcpt,), u.mail_from, None, u.received_at, u.size) for u in items]
+    page = await mailbox.caught_page(None, limit)
+    return [
+        CaughtRow(u.id, u.rcpts, u.mail_from, u.subject, u.received_at, u.size) for u in page.items
+    ]
 
 
 async def _search_rows(request: Request, text: str, limit: int) -> list[FoundMessage]:

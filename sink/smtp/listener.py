@@ -57,10 +57,10 @@ _FAULT_TIMEOUT_S = 2.0  # how long an injected SMTP "timeout" holds the reply
 
 _RCPT_REPLIES = {
     Verdict.ACCEPT: "250 2.1.5 OK",
-    Verdict.UNROUTED: "250 2.1.5 OK (no inbox for this address; kept as unrouted)",
+    # Caught mail: accepted and kept, never relayed (contract v2, "Catch-all").
+    Verdict.CAUGHT: "250 2.1.5 OK (no inbox for this address; kept as caught mail)",
     Verdict.LATE_DROP: "250 2.1.5 OK",
     Verdict.LATE_REJECT: "550 5.1.1 This inbox has expired",
-    Verdict.FOREIGN: "550 5.7.1 Relaying denied: this sink only accepts its own domain",
     Verdict.BAD_ADDRESS: "553 5.1.3 Malformed address",
     Verdict.TOO_BIG: "552 5.3.4 Message size exceeds this inbox's limit",
 }
@@ -155,8 +155,13 @@ class Handler:
         auth_enabled: bool,
         limits: Limits | None = None,
         require_tls: bool = False,
+        accepted_domains: tuple[str, ...] = (),
     ) -> None:
         self._ingest = ingest
+        # --reject-unknown-recipients: the refusal names the domains with inboxes.
+        self._unknown_reply = "550 5.1.1 No inbox for this address; this sink accepts mail for " + (
+            ", ".join(accepted_domains) or "its own domain"
+        )
         self.requires_auth = auth_enabled
         self.requires_tls = require_tls
         self.limits = limits or Limits()
@@ -223,7 +228,10 @@ class Handler:
         fault_run = recipient.route.run_id if recipient.route else None
         if await self._fault("smtp.rcpt", fault_run):
             return TEMPORARY
-        if recipient.verdict in (Verdict.ACCEPT, Verdict.UNROUTED, Verdict.LATE_DROP):
+        if recipient.verdict is Verdict.UNKNOWN:
+            self._metrics.message("rejected")
+            return self._unknown_reply
+        if recipient.verdict in (Verdict.ACCEPT, Verdict.CAUGHT, Verdict.LATE_DROP):
             recipients.append(recipient)
             envelope.rcpt_tos.append(address)
             envelope.rcpt_options.extend(options)
@@ -355,6 +363,20 @@ class RunsinkSMTP(SMTP):
     What we override, and the aiosmtpd behaviour each override relies on, is said at
     each method. Everything else (EHLO, DATA framing, STARTTLS, AUTH) is aiosmtpd's.
     """
+
+    _COMMAND_NAMES: tuple[str, ...] = ()
+
+    def __dir__(self) -> list[str]:
+        # aiosmtpd's __init__ finds its commands and AUTH mechanisms on every connection
+        # with ``dir(self)`` and ``inspect.getmembers(self)``, which read every attribute of
+        # the protocol: most of a new connection's CPU. Those are the only callers of
+        # dir() here, and they look only for ``smtp_*`` and ``auth_*``: name just those.
+        cls = type(self)
+        if not cls._COMMAND_NAMES:
+            cls._COMMAND_NAMES = tuple(
+                name for name in object.__dir__(self) if name.startswith(("smtp_", "auth_"))
+            )
+        return list(cls._COMMAND_NAMES)
 
     def __init__(
         self,

@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from sink.inbox import Claim, Delivery, Inbox
 from sink.message import Summary
+from sink.search import Query
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +79,10 @@ class Incoming:
     mail_from: str
     received_at: float
     deliveries: tuple[Delivered, ...]
-    unrouted: tuple[str, ...] = ()
+    unrouted: tuple[str, ...] = ()  # the caught recipients (no live inbox): caught mail
     late: tuple[Late, ...] = ()
+    caught_id: str | None = None  # set when ``unrouted`` is: the caught mail's id
+    caught_until: float = 0.0  # caught mail is kept until then (catch_all_retention_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,3 +267,82 @@ class PollSlots(Protocol):
 
     async def free_poll_slot(self, inbox_id: str, until: float) -> None:
         """Give the slot back (the wait ended without recording a poll)."""
+
+
+# -- caught mail and search (v2): separate ports, beside Store ---------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """One entry of the listing of all captured mail: an inbox's delivery, or caught mail."""
+
+    id: str  # a delivery's message_id, or a caught mail's id
+    position: tuple[int, int]  # (message, listing) order: newest first is descending
+    caught: bool
+    inbox_id: str | None
+    run_id: str | None
+    subject: str
+    from_addr: str
+    to: tuple[str, ...]
+    cc: tuple[str, ...]
+    mail_from: str
+    rcpts: tuple[str, ...]  # this entry's envelope recipients
+    received_at: float
+    size: int
+    has_attachment: bool
+    claimed: bool
+    released: bool  # the body is gone (evidence released)
+
+
+@dataclass(frozen=True, slots=True)
+class CaughtMessage:
+    listed: Listed
+    raw: bytes | None
+    date: str | None
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Deleted:
+    """What a delete did: ``refused`` names live evidence (then nothing was deleted)."""
+
+    deleted: int
+    refused: tuple[str, ...] = ()
+
+
+class CaughtMail(Protocol):
+    async def caught_page(self, before: tuple[int, int] | None, limit: int) -> list[Listed]:
+        """Caught mail, newest first, strictly before a position."""
+
+    async def caught_message(self, caught_id: str) -> CaughtMessage | None: ...
+
+    async def expire_caught(self, now: float, limit: int) -> int:
+        """Delete caught mail whose retention ended; its body goes unless evidence needs it."""
+
+    async def drop_oldest_caught(self, now: float, limit: int) -> int:
+        """Delete the oldest caught mail (for the store size cap)."""
+
+
+class SearchIndex(Protocol):
+    async def search(
+        self,
+        query: Query,
+        run_scope: str | None,
+        before: tuple[int, int] | None,
+        limit: int,
+        offset: int = 0,
+    ) -> list[Listed]:
+        """Evidence and caught mail matching ``query``, newest first. With ``run_scope``,
+        only that run's deliveries (never caught mail)."""
+
+    async def count(self, query: Query, run_scope: str | None, cap: int) -> int:
+        """How many entries match, counted up to ``cap``."""
+
+    async def listed(self, entry_id: str) -> Listed | None: ...
+
+    async def listed_raw(self, entry_id: str) -> bytes | None:
+        """The body of a listed entry (None once released)."""
+
+    async def delete_listed(self, ids: list[str] | None, now: float) -> Deleted:
+        """Delete named entries (or, with None, all caught mail and all mail of expired or
+        released inboxes). Live evidence is never deleted: naming it refuses the whole call."""

@@ -9,6 +9,8 @@ commit (group commit) before their 250s, and agent writes share commits too. WAL
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import secrets
 import sqlite3
@@ -24,13 +26,19 @@ import aiosqlite
 
 from sink.errors import StorageError
 from sink.inbox import Claim, Delivery, Evidence, Inbox, Match
+from sink.logs import warn
+from sink.message import search_fields
+from sink.search import Query, fts_any, fts_expression, texts_match
 from sink.storage.base import (
+    CaughtMessage,
     CreateOutcome,
     CreateResult,
+    Deleted,
     Event,
     FoundMessage,
     InboxReport,
     Incoming,
+    Listed,
     NewInbox,
     Route,
     RunSummary,
@@ -100,6 +108,67 @@ def _prepare(db: sqlite3.Connection) -> None:
     # Outside the numbered migrations on purpose: the table is independent of the mail
     # schema, and being idempotent it cannot collide with a migration added beside it.
     db.execute(_SERVER_KEYS_TABLE)
+    # Mail not yet in the search index (stored before v2, or just before a stop) goes in now.
+    while True:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            indexed = _index_pending(db, 1000)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        if indexed < 1000:
+            break
+
+
+_INDEX_BATCH = 256
+_INDEX_DELAY_S = 0.1  # after a delivery's commit, before the index catches up in the background
+
+
+def _index_pending(db: sqlite3.Connection, limit: int = _INDEX_BATCH) -> int:
+    """Put up to ``limit`` stored messages into the full-text index (inside a transaction).
+
+    Indexing is kept out of the delivery's own commit: FTS5 pays per commit for its new
+    segment, so many messages indexed in one transaction cost far less than one by one.
+    """
+    rows = _all(
+        db,
+        "SELECT message_pk, raw, subject, from_addr, mail_from FROM messages "
+        "WHERE indexed = 0 ORDER BY message_pk LIMIT ?",
+        (limit,),
+    )
+    for row in rows:
+        pk = row["message_pk"]
+        rcpts = [
+            rcpt
+            for (listed,) in db.execute(
+                "SELECT rcpt_json FROM deliveries WHERE message_pk = ? "
+                "UNION ALL SELECT rcpt_json FROM caught WHERE message_pk = ?",
+                (pk, pk),
+            ).fetchall()
+            for rcpt in json.loads(listed)
+        ]
+        attachment = 0
+        if row["raw"] is not None:
+            found = search_fields(bytes(row["raw"]))
+            text = (
+                found.subject,
+                found.body,
+                f"{found.sender} {row['mail_from']}",
+                f"{found.recipients} {' '.join(rcpts)}",
+            )
+            attachment = int(found.has_attachment)
+        else:  # released before it was indexed: its metadata only
+            text = (row["subject"], "", f"{row['from_addr']} {row['mail_from']}", " ".join(rcpts))
+        db.execute(
+            "INSERT INTO message_text (rowid, subject, body, sender, rcpts) VALUES (?, ?, ?, ?, ?)",
+            (pk, *text),
+        )
+        db.execute(
+            "UPDATE messages SET indexed = 1, has_attachment = ? WHERE message_pk = ?",
+            (attachment, pk),
+        )
+    return len(rows)
 
 
 class RouteCache:
@@ -144,6 +213,10 @@ class SQLiteStore:
         # moment a route changes (an inbox expires) and forgets it right after that commit.
         self._routes = RouteCache()
         self._committed_at = -_PROBE_TRUSTED_S  # when ping last saw a commit succeed
+        # The search index follows the commits in batches (see _index_pending).
+        self._unindexed = True  # there may be mail not yet indexed
+        self._indexer: asyncio.Task[None] | None = None
+        self._index_lock = asyncio.Lock()
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -158,6 +231,12 @@ class SQLiteStore:
             raise StorageError(f"cannot open the store at {self._path}: {exc}") from exc
 
     async def close(self) -> None:
+        if self._indexer is not None:
+            # What it leaves is indexed at the next open.
+            self._indexer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StorageError):
+                await self._indexer
+            self._indexer = None
         if self._reader is not None:
             await self._reader.close()
             self._reader = None
@@ -341,6 +420,36 @@ class SQLiteStore:
     async def save_message(self, incoming: Incoming) -> None:
         # Concurrent deliveries (and agent writes) share a commit: see sqlite_writer.py.
         await self._transaction(partial(_insert_batch, items=[incoming]))
+        self._unindexed = True
+        if self._indexer is None or self._indexer.done():
+            self._indexer = asyncio.create_task(self._index_behind(), name="search-indexer")
+
+    async def _index_behind(self) -> None:
+        """Index what the commits stored, a moment later, many messages per transaction."""
+        try:
+            while self._unindexed:
+                # Not a synchronisation: a pause that lets deliveries gather, so that one
+                # index transaction (one FTS5 segment, one fsync) covers many of them.
+                await asyncio.sleep(_INDEX_DELAY_S)
+                await self._index_caught_up()
+        except StorageError as exc:  # the next search (or the next open) indexes it
+            warn("search_index_deferred", error=type(exc).__name__)
+
+    async def _index_all(self) -> None:
+        while await self._transaction(_index_pending) == _INDEX_BATCH:
+            pass
+
+    async def _index_caught_up(self) -> None:
+        """Read-your-writes: mail answered 250 before a search is in the index it reads."""
+        async with self._index_lock:
+            if not self._unindexed:
+                return
+            self._unindexed = False
+            try:
+                await self._index_all()
+            except BaseException:
+                self._unindexed = True
+                raise
 
     async def deliveries_after(self, inbox_id: str, after_seq: int, limit: int) -> list[Delivery]:
         rows = await self._read(
@@ -508,17 +617,8 @@ class SQLiteStore:
         return int(rows[0][0]) * int(rows[0][1])
 
     async def trim_unrouted(self, keep: int) -> int:
-        """Unrouted mail is diagnosis, not evidence: keep the newest ``keep`` rows."""
-
-        def work(db: sqlite3.Connection) -> int:
-            cur = db.execute(
-                "DELETE FROM unrouted WHERE id <= (SELECT id FROM unrouted ORDER BY id DESC "
-                "LIMIT 1 OFFSET ?)",
-                (keep,),
-            )
-            return int(cur.rowcount)
-
-        return await self._transaction(work)
+        """Caught mail is bounded by its retention and the size cap (v2), not by a count."""
+        return 0
 
     # -- reports -----------------------------------------------------------------
 
@@ -570,11 +670,246 @@ class SQLiteStore:
         return await self._transaction(work)
 
     async def unrouted(self, limit: int) -> list[UnroutedMail]:
+        """v1's shape of caught mail: one entry per recipient, newest first."""
+        found = []
+        for item in await self.caught_page(None, limit):
+            found += [
+                UnroutedMail(r, item.mail_from, item.received_at, item.size) for r in item.rcpts
+            ]
+        return found[:limit]
+
+    # -- caught mail (v2) ----------------------------------------------------------
+
+    async def caught_page(self, before: tuple[int, int] | None, limit: int) -> list[Listed]:
+        sql = _LISTED_SELECT + " WHERE v.inbox_id IS NULL"
+        params: list[Any] = []
+        if before is not None:
+            sql += " AND v.seq < ?"
+            params.append(before[1])
+        rows = await self._read(sql + " ORDER BY v.seq DESC LIMIT ?", (*params, limit))
+        return [_listed(row) for row in rows]
+
+    async def caught_message(self, caught_id: str) -> CaughtMessage | None:
         rows = await self._read(
-            "SELECT rcpt, mail_from, received_at, size FROM unrouted ORDER BY id DESC LIMIT ?",
-            (limit,),
+            _LISTED_SELECT.replace(
+                "SELECT ", "SELECT m.raw AS raw_body, m.date, c.expires_at AS caught_until, ", 1
+            )
+            + " WHERE v.id = ? AND v.inbox_id IS NULL",
+            (caught_id,),
         )
-        return [UnroutedMail(r[0], r[1], r[2], r[3]) for r in rows]
+        if not rows:
+            return None
+        row = rows[0]
+        raw = row["raw_body"]
+        return CaughtMessage(
+            listed=_listed(row),
+            raw=None if raw is None else bytes(raw),
+            date=row["date"],
+            expires_at=row["caught_until"],
+        )
+
+    async def expire_caught(self, now: float, limit: int) -> int:
+        return await self._delete_caught(
+            "WHERE expires_at <= ? ORDER BY expires_at", (now,), limit, now
+        )
+
+    async def drop_oldest_caught(self, now: float, limit: int) -> int:
+        return await self._delete_caught("ORDER BY message_pk", (), limit, now)
+
+    async def _delete_caught(
+        self, where: str, params: tuple[Any, ...], limit: int, now: float
+    ) -> int:
+        def work(db: sqlite3.Connection) -> int:
+            rows = _all(db, f"SELECT caught_id FROM caught {where} LIMIT ?", (*params, limit))
+            return _delete_entries(db, [row[0] for row in rows], now)
+
+        deleted = await self._transaction(work)
+        if deleted:
+            await self._maintenance("PRAGMA incremental_vacuum")
+        return deleted
+
+    # -- search and the listing (v2) --------------------------------------------------
+
+    async def search(
+        self,
+        query: Query,
+        run_scope: str | None,
+        before: tuple[int, int] | None,
+        limit: int,
+        offset: int = 0,
+    ) -> list[Listed]:
+        await self._index_caught_up()
+        narrowing = await self._narrowing(query, run_scope)
+        if narrowing is not None:
+            found = await self._few_first(query, run_scope, before, offset + limit, narrowing)
+            return found[offset:]
+        if not query.positive_texts:
+            sql, params = _search_sql(query, run_scope, before)
+            rows = await self._read(sql + " LIMIT ? OFFSET ?", (*params, limit, offset))
+            return [_listed(row) for row in rows]
+        found = await self._text_first(query, run_scope, before, offset + limit)
+        return found[offset:]
+
+    async def count(self, query: Query, run_scope: str | None, cap: int) -> int:
+        await self._index_caught_up()
+        narrowing = await self._narrowing(query, run_scope)
+        if narrowing is not None:
+            return len(await self._few_first(query, run_scope, None, cap, narrowing))
+        if not query.positive_texts:
+            sql, params = _search_sql(query, run_scope, None)
+            rows = await self._read(f"SELECT COUNT(*) FROM ({sql} LIMIT ?)", (*params, cap))
+            return int(rows[0][0])
+        return len(await self._text_first(query, run_scope, None, cap))
+
+    async def _narrowing(self, query: Query, run_scope: str | None) -> Narrowing | None:
+        """A condition that at most ``_NARROW_MAX`` entries pass, found by its own index (the
+        caller's run, run:, inbox:, is:claimed, has:attachment, sizes, dates): it then drives."""
+        options = [] if run_scope is None else [_narrowing_for("run", run_scope)]
+        options += [_narrowing_for(f.kind, f.value) for f in query.filters if not f.negated]
+        for option in options:
+            if option is None:
+                continue
+            sql, params = option
+            rows = await self._read(
+                f"SELECT COUNT(*) FROM ({sql} LIMIT ?)", (*params, _NARROW_MAX + 1)
+            )
+            if int(rows[0][0]) <= _NARROW_MAX:
+                return option
+        return None
+
+    async def _few_first(
+        self,
+        query: Query,
+        run_scope: str | None,
+        before: tuple[int, int] | None,
+        want: int,
+        narrowing: Narrowing,
+    ) -> list[Listed]:
+        """The few entries the narrowing condition selects drive, newest first, 200 at a time:
+        the other filters apply in SQL, text terms on the index's own copy of each text (read
+        by rowid, matched literally)."""
+        sql, params = narrowing
+        seqs = sorted((row[0] for row in await self._read(sql, params)), reverse=True)
+        if before is not None:
+            seqs = [seq for seq in seqs if seq < before[1]]
+        filters_only = Query((), query.filters)
+        found: list[Listed] = []
+        for start in range(0, len(seqs), 200):
+            sql, params = _search_sql(filters_only, run_scope, None, seqs=seqs[start : start + 200])
+            entries = [_listed(row) for row in await self._read(sql, params)]
+            if query.texts and entries:
+                pks = sorted({e.position[0] for e in entries})
+                documents = {
+                    row[0]: {"subject": row[1], "body": row[2], "sender": row[3], "rcpts": row[4]}
+                    for row in await self._read(
+                        "SELECT rowid, subject, body, sender, rcpts FROM message_text "
+                        f"WHERE rowid IN ({','.join('?' * len(pks))})",
+                        pks,
+                    )
+                }
+                entries = [
+                    e for e in entries if texts_match(query.texts, documents.get(e.position[0], {}))
+                ]
+            found += entries
+            if len(found) >= want:
+                break
+        return found[:want]
+
+    async def _text_first(
+        self, query: Query, run_scope: str | None, before: tuple[int, int] | None, want: int
+    ) -> list[Listed]:
+        """The full-text index drives: its rowids (message_pks) newest first, in growing
+        batches, each batch then filtered through the listing. Never a scan of bodies."""
+        expression = fts_expression(query.positive_texts)
+        unwanted = fts_any(query.negative_texts) if query.negative_texts else None
+        upper = before[0] + 1 if before is not None else 1 << 62
+        batch = 64
+        found: list[Listed] = []
+        while len(found) < want:
+            pks = [
+                row[0]
+                for row in await self._read(
+                    "SELECT rowid FROM message_text WHERE message_text MATCH ? AND rowid < ? "
+                    "ORDER BY rowid DESC LIMIT ?",
+                    (expression, upper, batch),
+                )
+            ]
+            if not pks:
+                break
+            kept = pks
+            if unwanted is not None:
+                # Negated texts: one look at the index over this batch's rowid range (FTS5's
+                # own NOT cannot stop early when walking newest first).
+                # (A rowid range makes FTS5 slower than a newest-first walk with a LIMIT: at
+                # most one row per rowid of the range.)
+                excluded = {
+                    row[0]
+                    for row in await self._read(
+                        "SELECT rowid FROM message_text WHERE message_text MATCH ? "
+                        "AND rowid <= ? ORDER BY rowid DESC LIMIT ?",
+                        (unwanted, pks[0], pks[0] - pks[-1] + 1),
+                    )
+                }
+                kept = [pk for pk in pks if pk not in excluded]
+            if kept:
+                sql, params = _search_sql(query, run_scope, None, among=kept)
+                for row in await self._read(sql, params):
+                    listed = _listed(row)
+                    if before is None or listed.position < before:
+                        found.append(listed)
+            if len(pks) < batch:
+                break
+            upper = pks[-1]
+            batch = min(batch * 4, 4096)
+        return found[:want]
+
+    async def listed(self, entry_id: str) -> Listed | None:
+        rows = await self._read(_LISTED_SELECT + " WHERE v.id = ?", (entry_id,))
+        return _listed(rows[0]) if rows else None
+
+    async def listed_raw(self, entry_id: str) -> bytes | None:
+        rows = await self._read(
+            """SELECT m.raw FROM listing v JOIN messages m ON m.message_pk = v.message_pk
+               LEFT JOIN inboxes i ON i.inbox_id = v.inbox_id
+               WHERE v.id = ? AND i.released_at IS NULL""",
+            (entry_id,),
+        )
+        if not rows or rows[0][0] is None:
+            return None
+        return bytes(rows[0][0])
+
+    async def delete_listed(self, ids: list[str] | None, now: float) -> Deleted:
+        def work(db: sqlite3.Connection) -> Deleted:
+            if ids is None:
+                rows = _all(
+                    db,
+                    """SELECT v.id FROM listing v LEFT JOIN inboxes i ON i.inbox_id = v.inbox_id
+                       WHERE v.inbox_id IS NULL OR i.state = 'expired' OR i.expires_at <= ?
+                          OR i.released_at IS NOT NULL""",
+                    (now,),
+                )
+                return Deleted(_delete_entries(db, [row[0] for row in rows], now))
+            live: list[str] = []
+            for chunk in _chunks(ids, 500):
+                marks = ",".join("?" * len(chunk))
+                live += [
+                    row[0]
+                    for row in _all(
+                        db,
+                        f"""SELECT v.id FROM listing v JOIN inboxes i ON i.inbox_id = v.inbox_id
+                            WHERE v.id IN ({marks}) AND i.state != 'expired'
+                              AND i.expires_at > ? AND i.released_at IS NULL""",
+                        (*chunk, now),
+                    )
+                ]
+            if live:
+                return Deleted(0, tuple(live))
+            return Deleted(_delete_entries(db, list(ids), now))
+
+        outcome = await self._transaction(work)
+        if outcome.deleted:
+            await self._maintenance("PRAGMA incremental_vacuum")
+        return outcome
 
     # -- the run index (RunIndex: read-only views for the web UI) -------------------
 
@@ -794,15 +1129,17 @@ def _release(
         "WHERE inbox_id = ? AND released_at IS NULL",
         [(now, now, inbox_id) for inbox_id in inbox_ids],
     )
-    # A message stored once for several inboxes keeps its body until every one is released.
-    db.executemany(
-        """UPDATE messages SET raw = NULL, released_at = ?
-           WHERE raw IS NOT NULL
-             AND message_pk IN (SELECT message_pk FROM deliveries WHERE inbox_id = ?)
-             AND NOT EXISTS (SELECT 1 FROM deliveries d JOIN inboxes i ON i.inbox_id = d.inbox_id
-                             WHERE d.message_pk = messages.message_pk AND i.released_at IS NULL)""",
-        [(now, inbox_id) for inbox_id in inbox_ids],
-    )
+    # A message stored once for several inboxes (and caught mail) keeps its body until every
+    # one is released.
+    pks: set[int] = set()
+    for inbox_id in inbox_ids:
+        pks.update(
+            row[0]
+            for row in db.execute(
+                "SELECT message_pk FROM deliveries WHERE inbox_id = ?", (inbox_id,)
+            ).fetchall()
+        )
+    _drop_unneeded_bodies(db, sorted(pks), now)
     _insert_events(
         db, [Event(run_id=runs[i], type="released", at=now, inbox_id=i) for i in inbox_ids]
     )
@@ -826,11 +1163,12 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
     pk = int(rows[0][0])
     messages: list[tuple[Any, ...]] = []
     deliveries: list[tuple[Any, ...]] = []
-    unrouted: list[tuple[Any, ...]] = []
+    caught: list[tuple[Any, ...]] = []
+    listing: list[tuple[Any, ...]] = []
     events: list[Event] = []
     for item in items:
         size = len(item.raw)
-        if item.deliveries:
+        if item.deliveries or item.caught_id:
             pk += 1
             s = item.summary
             messages.append(
@@ -849,6 +1187,7 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
             )
             for d in item.deliveries:
                 deliveries.append((d.message_id, d.inbox_id, pk, json.dumps(list(d.rcpts))))
+                listing.append((d.message_id, pk, d.inbox_id, d.run_id))
                 events.append(
                     Event(
                         run_id=d.run_id,
@@ -859,7 +1198,11 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
                         detail={"size": size},
                     )
                 )
-        unrouted.extend((rcpt, item.mail_from, item.received_at, size) for rcpt in item.unrouted)
+            if item.caught_id:
+                caught.append(
+                    (item.caught_id, pk, json.dumps(list(item.unrouted)), item.caught_until)
+                )
+                listing.append((item.caught_id, pk, None, None))
         events.extend(
             Event(
                 run_id=late.run_id,
@@ -881,10 +1224,205 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
             "VALUES (?, ?, ?, ?)",
             deliveries,
         )
-    if unrouted:
         db.executemany(
-            "INSERT INTO unrouted (rcpt, mail_from, received_at, size) VALUES (?, ?, ?, ?)",
-            unrouted,
+            "INSERT INTO caught (caught_id, message_pk, rcpt_json, expires_at) VALUES (?, ?, ?, ?)",
+            caught,
+        )
+        db.executemany(
+            "INSERT INTO listing (id, message_pk, inbox_id, run_id) VALUES (?, ?, ?, ?)", listing
         )
     if events:
         _insert_events(db, events)
+
+
+# -- the listing, search and deletes (v2) --------------------------------------------------
+
+_NARROW_MAX = 2000  # a condition with at most this many entries drives the search
+Narrowing = tuple[str, list[Any]]  # SQL selecting listing seqs, and its parameters
+
+_BY_MESSAGE = "SELECT v.seq FROM messages m JOIN listing v ON v.message_pk = m.message_pk WHERE "
+
+
+def _narrowing_for(kind: str, value: Any) -> Narrowing | None:
+    """The listing entries one (positive) filter selects, by that filter's own index."""
+    if kind == "run":
+        return "SELECT seq FROM listing WHERE run_id = ?", [value]
+    if kind == "inbox":
+        return "SELECT seq FROM listing WHERE inbox_id = ?", [value]
+    if kind == "is" and value == "caught":
+        return "SELECT seq FROM listing WHERE inbox_id IS NULL", []
+    if kind == "is" and value == "claimed":
+        return (
+            "SELECT v.seq FROM deliveries d JOIN listing v ON v.id = d.message_id "
+            "WHERE d.claim_id IS NOT NULL",
+            [],
+        )
+    if kind == "has":
+        return _BY_MESSAGE + "m.has_attachment = 1", []
+    column, operator = {
+        "larger": ("size", ">"),
+        "smaller": ("size", "<"),
+        "before": ("received_at", "<"),
+        "after": ("received_at", ">"),
+    }.get(kind, ("", ""))
+    if column:
+        return f"{_BY_MESSAGE}m.{column} {operator} ?", [value]
+    return None  # is:unclaimed: most evidence is
+
+
+_LISTED_COLUMNS = """
+SELECT v.seq, v.id, v.message_pk, v.inbox_id, v.run_id, m.subject, m.from_addr, m.to_json,
+       m.cc_json, m.mail_from, m.received_at, m.size, m.has_attachment,
+       COALESCE(d.rcpt_json, c.rcpt_json) AS rcpt_json, d.claim_id,
+       (m.raw IS NULL OR i.released_at IS NOT NULL) AS released
+"""
+_LISTED_JOINS = """
+LEFT JOIN deliveries d ON d.message_id = v.id
+LEFT JOIN caught c ON c.caught_id = v.id
+LEFT JOIN inboxes i ON i.inbox_id = v.inbox_id
+"""
+_LISTED_SELECT = (
+    _LISTED_COLUMNS
+    + "FROM listing v JOIN messages m ON m.message_pk = v.message_pk"
+    + _LISTED_JOINS
+)
+# The full-text index drives: its rowids are message_pks, walked newest first.
+_TEXT_FIRST_SELECT = (
+    _LISTED_COLUMNS
+    + "FROM message_text s CROSS JOIN listing v ON v.message_pk = s.rowid"
+    + " JOIN messages m ON m.message_pk = s.rowid"
+    + _LISTED_JOINS
+)
+
+
+def _listed(row: Row) -> Listed:
+    return Listed(
+        id=row["id"],
+        position=(row["message_pk"], row["seq"]),
+        caught=row["inbox_id"] is None,
+        inbox_id=row["inbox_id"],
+        run_id=row["run_id"],
+        subject=row["subject"],
+        from_addr=row["from_addr"],
+        to=tuple(json.loads(row["to_json"])),
+        cc=tuple(json.loads(row["cc_json"])),
+        mail_from=row["mail_from"],
+        rcpts=tuple(json.loads(row["rcpt_json"] or "[]")),
+        received_at=row["received_at"],
+        size=row["size"],
+        has_attachment=bool(row["has_attachment"]),
+        claimed=row["claim_id"] is not None,
+        released=bool(row["released"]),
+    )
+
+
+def _filter_sql(kind: str, value: Any) -> tuple[str, list[Any]]:
+    """One filter as SQL over the listing (v), its message (m) and delivery (d)."""
+    if kind == "run":
+        return "v.run_id IS ?", [value]
+    if kind == "inbox":
+        return "v.inbox_id IS ?", [value]
+    if kind == "is":
+        return {
+            "caught": ("v.inbox_id IS NULL", []),
+            "claimed": ("d.claim_id IS NOT NULL", []),
+            "unclaimed": ("(v.inbox_id IS NOT NULL AND d.claim_id IS NULL)", []),
+        }[value]
+    if kind == "has":
+        return "m.has_attachment = 1", []
+    if kind == "before":
+        return "m.received_at < ?", [value]
+    if kind == "after":
+        return "m.received_at > ?", [value]
+    if kind == "larger":
+        return "m.size > ?", [value]
+    if kind == "smaller":
+        return "m.size < ?", [value]
+    raise AssertionError(kind)  # pragma: no cover - sink.search names only these
+
+
+def _search_sql(
+    query: Query,
+    run_scope: str | None,
+    before: tuple[int, int] | None,
+    among: Sequence[int] | None = None,
+    seqs: Sequence[int] | None = None,
+) -> tuple[str, list[Any]]:
+    """The listing entries matching ``query``'s filters, newest first (LIMIT left to add).
+
+    The listing drives, by its seq (or its run, inbox or caught index). Text terms are the
+    caller's to apply first, through the full-text index: ``among`` is then the message_pks
+    it found, and only those are looked at. Negated texts alone are checked here.
+    """
+    where: list[str] = []
+    params: list[Any] = []
+    if run_scope is not None:
+        where.append("v.run_id = ?")
+        params.append(run_scope)
+    for item in query.filters:
+        clause, values = _filter_sql(item.kind, item.value)
+        where.append(f"NOT ({clause})" if item.negated else clause)
+        params += values
+    if among is not None:  # the full-text index already applied every text term
+        where.append(f"v.message_pk IN ({','.join('?' * len(among))})")
+        params += among
+    elif query.negative_texts:
+        where.append(
+            "v.message_pk NOT IN (SELECT rowid FROM message_text WHERE message_text MATCH ?)"
+        )
+        params.append(fts_any(query.negative_texts))
+    if before is not None:
+        where.append("v.seq < ?")
+        params.append(before[1])
+    if seqs is not None:  # a narrowing's candidates: looked up by key, never a walk
+        where.append(f"v.seq IN ({','.join('?' * len(seqs))})")
+        params += seqs
+    sql = _LISTED_SELECT + (" WHERE " + " AND ".join(where) if where else "")
+    return sql + " ORDER BY v.seq DESC", params
+
+
+def _chunks(items: list[str], size: int) -> list[list[str]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _delete_entries(db: sqlite3.Connection, ids: list[str], now: float) -> int:
+    """Take entries off the listing (and caught mail off the store); bodies no use needs go."""
+    deleted = 0
+    pks: set[int] = set()
+    for chunk in _chunks(ids, 500):
+        marks = ",".join("?" * len(chunk))
+        pks.update(
+            row[0]
+            for row in _all(db, f"SELECT message_pk FROM listing WHERE id IN ({marks})", chunk)
+        )
+        deleted += db.execute(f"DELETE FROM listing WHERE id IN ({marks})", chunk).rowcount
+        db.execute(f"DELETE FROM caught WHERE caught_id IN ({marks})", chunk)
+    _drop_unneeded_bodies(db, sorted(pks), now)
+    return deleted
+
+
+def _drop_unneeded_bodies(db: sqlite3.Connection, pks: list[int], now: float) -> None:
+    """For each message: gone entirely when nothing refers to it any more; its body (and the
+    index's copy of its text) released when no caught mail and no unreleased, listed
+    delivery needs it. Delivery metadata stays for the run reports."""
+    for pk in pks:
+        if db.execute("SELECT 1 FROM caught WHERE message_pk = ?", (pk,)).fetchone():
+            continue
+        if not db.execute("SELECT 1 FROM deliveries WHERE message_pk = ?", (pk,)).fetchone():
+            db.execute("DELETE FROM messages WHERE message_pk = ?", (pk,))
+            db.execute("DELETE FROM message_text WHERE rowid = ?", (pk,))
+            continue
+        needed = db.execute(
+            """SELECT 1 FROM listing v JOIN inboxes i ON i.inbox_id = v.inbox_id
+               WHERE v.message_pk = ? AND i.released_at IS NULL LIMIT 1""",
+            (pk,),
+        ).fetchone()
+        if needed:
+            continue
+        cur = db.execute(
+            "UPDATE messages SET raw = NULL, released_at = ? WHERE message_pk = ? "
+            "AND raw IS NOT NULL",
+            (now, pk),
+        )
+        if cur.rowcount:
+            db.execute("UPDATE message_text SET body = '' WHERE rowid = ?", (pk,))

@@ -1,0 +1,64 @@
+"""HTTP for the whole mailbox (v2): caught mail (``/v1/unrouted``) and search (``/v1/messages``).
+
+The same bearer token applies (``api/middleware.py``). A caller that names a run
+(``X-Run-Id`` or ``?run_id=``) searches only that run's inboxes, never caught mail.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from api.auth import grant_of, implied_run
+from api.routes import _caller_run, _int_query, _model_response, _runtime
+from api.views import caught_message_out, search_out, unrouted_out
+from sink.mailbox import Mailbox
+
+
+def _mailbox(request: Request) -> Mailbox:
+    return _runtime(request).mailbox_or_refuse()
+
+
+async def list_caught(request: Request) -> Response:
+    limit = _int_query(request, "limit", 50, 1, 500)
+    page = await _mailbox(request).caught_page(request.query_params.get("cursor"), limit)
+    return _model_response(unrouted_out(page))
+
+
+async def read_caught(request: Request) -> Response:
+    read = await _mailbox(request).caught(request.path_params["caught_id"])
+    return _model_response(caught_message_out(read))
+
+
+async def raw_caught(request: Request) -> Response:
+    caught_id = request.path_params["caught_id"]
+    raw = await _mailbox(request).caught_raw(caught_id)
+    return Response(
+        raw,
+        media_type="message/rfc822",
+        headers={"Content-Disposition": f'attachment; filename="{caught_id}.eml"'},
+    )
+
+
+async def search(request: Request) -> Response:
+    limit = _int_query(request, "limit", 50, 1, 500)
+    run_id = _caller_run(request)
+    if run_id is None:
+        # A run token searches its run; a runs: token names one of its runs (api/auth.py).
+        run_id = implied_run(grant_of(request.scope))
+    page = await _mailbox(request).search(
+        request.query_params.get("query"),
+        run_id,
+        request.query_params.get("cursor"),
+        limit,
+    )
+    return _model_response(search_out(page))
+
+
+MAILBOX_ROUTES = [
+    Route("/v1/messages", search, methods=["GET"]),
+    Route("/v1/unrouted", list_caught, methods=["GET"]),
+    Route("/v1/unrouted/{caught_id}", read_caught, methods=["GET"]),
+    Route("/v1/unrouted/{caught_id}/raw", raw_caught, methods=["GET"]),
+]

@@ -1,0 +1,154 @@
+"""All captured mail as one mailbox: caught mail, search, and deletes (contract v2).
+
+Evidence stays the agent's (``sink/agent.py``: wait, read, claim). This is the view a
+person, a web UI or a Mailpit client has of everything the sink holds: newest first,
+searchable, and deletable where deleting cannot take evidence from a live inbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Protocol
+
+from sink import clock, ids
+from sink.errors import EvidenceReleased, InvalidRequest, LiveEvidence, NotFound
+from sink.logs import log
+from sink.message import ParsedMessage, parse
+from sink.search import Filter, Query, SearchSyntaxError, parse_query
+from sink.storage.base import CaughtMail, CaughtMessage, Deleted, Listed, SearchIndex
+
+COUNT_CAP = 10_000  # Mailpit-style totals count matches up to this many
+
+
+class MailStore(CaughtMail, SearchIndex, Protocol):
+    """The two v2 ports, as one adapter implements them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    items: list[Listed]
+    next_cursor: str | None  # null when there is nothing older
+    has_more: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CaughtRead:
+    caught: CaughtMessage
+    parsed: ParsedMessage | None
+
+
+def query_of(text: str | None) -> Query:
+    """The parsed query; a query the language refuses is a 422 naming the term."""
+    try:
+        return parse_query(text or "")
+    except SearchSyntaxError as exc:
+        raise InvalidRequest(f"query: {exc}", {"field": "query"}) from exc
+
+
+class Mailbox:
+    def __init__(self, store: MailStore) -> None:
+        self._store = store
+        self.deleted = 0  # entries deleted since start (Mailpit's MessagesDeleted)
+
+    # -- caught mail ------------------------------------------------------------------
+
+    async def caught_page(self, cursor: str | None, limit: int) -> Page:
+        before = _position(cursor, "caught")
+        rows = await self._store.caught_page(before, limit + 1)
+        return _page(rows, limit, "caught")
+
+    async def caught(self, caught_id: str) -> CaughtRead:
+        found = await self._caught(caught_id)
+        parsed = None if found.raw is None else await asyncio.to_thread(parse, found.raw)
+        log("caught_read", message_id=caught_id)
+        return CaughtRead(found, parsed)
+
+    async def caught_raw(self, caught_id: str) -> bytes:
+        found = await self._caught(caught_id)
+        if found.raw is None:  # pragma: no cover - caught mail keeps its body while listed
+            raise EvidenceReleased(f"caught mail {caught_id}: its body is gone")
+        return found.raw
+
+    async def _caught(self, caught_id: str) -> CaughtMessage:
+        found = None
+        if ids.CAUGHT_ID.fullmatch(caught_id):
+            found = await self._store.caught_message(caught_id)
+        if found is None:
+            raise NotFound(f"no caught mail {caught_id[:64]!r}")
+        return found
+
+    # -- search -------------------------------------------------------------------------
+
+    async def search(
+        self, text: str | None, run_scope: str | None, cursor: str | None, limit: int
+    ) -> Page:
+        query = query_of(text)
+        before = _position(cursor, "search")
+        rows = await self._store.search(query, run_scope, before, limit + 1)
+        return _page(rows, limit, "search")
+
+    async def window(
+        self, text: str | None, start: int, limit: int
+    ) -> tuple[list[Listed], int, int]:
+        """Offset paging (Mailpit's ``start``): the entries, the matches and the total."""
+        query = query_of(text)
+        rows = await self._store.search(query, None, None, limit, start) if limit else []
+        matches = await self._store.count(query, None, COUNT_CAP)
+        total = matches if text is None else await self._store.count(Query(), None, COUNT_CAP)
+        return rows, matches, total
+
+    async def count(self, query: Query, run_scope: str | None = None) -> int:
+        return await self._store.count(query, run_scope, COUNT_CAP)
+
+    async def count_unclaimed(self, text: str) -> int:
+        """How many entries match ``text`` and are not claimed evidence (Mailpit's unread)."""
+        query = query_of(text)
+        unclaimed = Query(query.texts, (*query.filters, Filter("is", "claimed", negated=True)))
+        return await self._store.count(unclaimed, None, COUNT_CAP)
+
+    # -- one entry, either kind ----------------------------------------------------------
+
+    async def entry(self, entry_id: str) -> Listed:
+        if entry_id == "latest":
+            rows = await self._store.search(Query(), None, None, 1)
+            if not rows:
+                raise NotFound("there is no message yet")
+            return rows[0]
+        found = None
+        if ids.MESSAGE_ID.fullmatch(entry_id) or ids.CAUGHT_ID.fullmatch(entry_id):
+            found = await self._store.listed(entry_id)
+        if found is None:
+            raise NotFound(f"no message {entry_id[:64]!r}")
+        return found
+
+    async def entry_raw(self, entry: Listed) -> bytes | None:
+        return await self._store.listed_raw(entry.id)
+
+    async def delete(self, entry_ids: list[str] | None) -> Deleted:
+        outcome = await self._store.delete_listed(entry_ids, clock.now())
+        if outcome.refused:
+            shown = ", ".join(outcome.refused[:10])
+            raise LiveEvidence(
+                f"nothing was deleted: {len(outcome.refused)} of the named messages are "
+                f"evidence of a live inbox ({shown}); they can be deleted once the inbox "
+                "expires or its run is released (DELETE /v1/runs/{run_id})",
+                {"live": list(outcome.refused)},
+            )
+        self.deleted += outcome.deleted
+        log("mail_deleted", count=outcome.deleted, named=entry_ids is not None)
+        return outcome
+
+
+def _position(cursor: str | None, kind: str) -> tuple[int, int] | None:
+    if cursor is None:
+        return None
+    message_pk, seq = ids.decode_list_cursor(kind, cursor)
+    return message_pk, seq
+
+
+def _page(rows: list[Listed], limit: int, kind: str) -> Page:
+    items = rows[:limit]
+    has_more = len(rows) > limit
+    cursor = ids.encode_list_cursor(kind, *items[-1].position) if has_more else None
+    return Page(items, cursor, has_more)
