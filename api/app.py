@@ -11,6 +11,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from api import ui
+from api.auth import Authority
 from api.connections import LongPollGate
 from api.errors import error_response, internal_error, runsink_error, validation_error
 from api.mailbox import MAILBOX_ROUTES
@@ -70,5 +71,8 @@ def create_app(runtime: Runtime, extra_routes: list[Any] | None = None) -> Any:
     app.state.runtime = runtime
     caps = runtime.capacity
     app.state.long_polls = LongPollGate(caps.long_polls if caps else 1 << 30)
-    edge = EdgeMiddleware(app, runtime.metrics, runtime.settings.api_token)
+    assert runtime.keyring is not None, "the runtime is not started"
+    authority = Authority(runtime.keyring, runtime.store)
+    app.state.authority = authority
+    edge = EdgeMiddleware(app, runtime.metrics, authority)
     return ui.serve(app, edge, runtime)

@@ -31,7 +31,11 @@ def _parser() -> argparse.ArgumentParser:
     mcp.add_argument(
         "--url", help=f"the server's HTTP API (env RUNSINK_URL; default {_DEFAULT_URL})"
     )
-    mcp.add_argument("--api-token", help="its bearer token (env RUNSINK_API_TOKEN)")
+    mcp.add_argument(
+        "--api-token",
+        help="its bearer token (env RUNSINK_API_TOKEN); a run token (POST "
+        "/v1/runs/{run_id}/token) confines the tools to that one run",
+    )
     return parser
 
 

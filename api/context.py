@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sink.tokens import Grant
+
 KEY = "runsink.context"
 
 
@@ -23,6 +25,8 @@ class RequestContext:
     trace_id: str | None = None
     run_id: str | None = None
     inbox_id: str | None = None
+    grant: Grant | None = None
+    """Who the request is (its token's name and scope: api/auth.py); None on open paths."""
 
     @property
     def trace(self) -> str:

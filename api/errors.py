@@ -53,6 +53,11 @@ def runsink_error(request: Request, exc: errors.RunsinkError) -> Response:
             if status == 503:
                 retry_after = exc.retry_after if isinstance(exc, errors.CircuitOpen) else 1.0
                 headers = {"Retry-After": str(max(1, math.ceil(retry_after)))}
+            if isinstance(exc, errors.ForbiddenScope):
+                # RFC 6750 section 3.1: the token is fine, its scope is not enough.
+                headers = {
+                    "WWW-Authenticate": f'Bearer error="insufficient_scope", scope="{exc.needed}"'
+                }
             return error_response(status, code, exc.message, exc.details, headers)
     return internal_error(request, exc)
 

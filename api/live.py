@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from api.auth import grant_of, implied_run
 from api.context import context_of
 from api.openapi import DOWNLOAD_TYPES
 from sink import ids
@@ -52,6 +53,9 @@ async def events(request: Request) -> Response:
         raise InvalidRequest(
             "run_id: a run_id is 1-128 chars of A-Za-z0-9._:-", {"field": "run_id"}
         )
+    if run_id is None:
+        # A runs: or run token's stream is limited to its runs (api/auth.py decides).
+        run_id = implied_run(grant_of(request.scope))
     if run_id is not None:
         context_of(request.scope).note(run_id=run_id)
     runtime: Runtime = request.app.state.runtime

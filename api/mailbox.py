@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from api.auth import grant_of, implied_run
 from api.routes import _caller_run, _int_query, _model_response, _runtime
 from api.views import caught_message_out, search_out, unrouted_out
 from sink.mailbox import Mailbox
@@ -42,9 +43,13 @@ async def raw_caught(request: Request) -> Response:
 
 async def search(request: Request) -> Response:
     limit = _int_query(request, "limit", 50, 1, 500)
+    run_id = _caller_run(request)
+    if run_id is None:
+        # A run token searches its run; a runs: token names one of its runs (api/auth.py).
+        run_id = implied_run(grant_of(request.scope))
     page = await _mailbox(request).search(
         request.query_params.get("query"),
-        _caller_run(request),
+        run_id,
         request.query_params.get("cursor"),
         limit,
     )

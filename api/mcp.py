@@ -4,7 +4,9 @@ The tools call the Agent as the HTTP routes do: the same request models
 (``api/schemas.py``), the same domain calls, the same wire JSON (``api/views.py``) and
 the same error bodies (``api/errors.py``, given the ``/mcp`` request itself), so a tool's
 answer equals the HTTP API's JSON for the same call. The endpoint sits behind the
-app's middleware: the bearer token, trace ids and the access log apply to it too.
+app's middleware: the bearer token, trace ids and the access log apply to it too, and
+each tool checks its token's scope as the matching route does (``api/auth.py``): a run
+token reaches its one run and nothing else.
 
 Stateless: every tool call is one POST, and nothing the tools do needs a session.
 Not JSON-only: on the SDK's SSE path a long-poll that outlasts its deferral window is
@@ -25,10 +27,12 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.routing import Route
 
+from api.auth import Authority, grant_of
 from api.context import context_of
 from api.errors import internal_error, runsink_error, validation_error
 from api.schemas import ClaimIn, CreateInboxIn, WaitIn
 from api.views import create_request, envelope_out, message_out, run_report_out, wait_request
+from sink import scopes
 from sink.agent import Agent
 from sink.envelope import Envelope
 from sink.errors import InvalidRequest, RunsinkError
@@ -80,6 +84,10 @@ class AgentBackend:
         assert isinstance(agent, Agent), "the runtime is not started"
         self._agent = agent
         self._request = request
+        authority = request.app.state.authority
+        assert isinstance(authority, Authority)
+        self._authority = authority
+        self._grant = grant_of(request.scope)
         self._context = context_of(request.scope)
         self._trace = self._context.explicit_trace
 
@@ -87,6 +95,7 @@ class AgentBackend:
         async def create() -> Json:
             given = CreateInboxIn.model_validate(body)
             self._note(run_id=given.run_id)
+            self._authority.check_run(self._grant, scopes.CREATE, given.run_id)
             created = await self._agent.create(create_request(given), body, None, self._trace)
             return {**self._envelope(created.envelope), "capped": list(created.capped)}
 
@@ -95,8 +104,11 @@ class AgentBackend:
     async def wait_for_message(self, inbox_id: str, body: Json) -> Json:
         async def wait() -> Json:
             self._note(inbox_id=inbox_id)
+            await self._authority.check_inbox(self._grant, scopes.WAIT, inbox_id)
             given = WaitIn.model_validate(body)
             self._note(run_id=given.run_id)
+            if given.run_id is not None:
+                self._authority.check_run(self._grant, scopes.WAIT, given.run_id)
             request = wait_request(given, given.run_id)
             return self._envelope(await self._agent.wait(inbox_id, request, self._trace))
 
@@ -105,6 +117,9 @@ class AgentBackend:
     async def read_message(self, message_id: str, run_id: str | None) -> Json:
         async def read() -> Json:
             self._note(run_id=run_id)
+            await self._authority.check_message(self._grant, scopes.READ_MESSAGE, message_id)
+            if run_id is not None:
+                self._authority.check_run(self._grant, scopes.READ_MESSAGE, run_id)
             result = await self._agent.read(message_id, run_id, self._trace)
             return message_out(result).model_dump(mode="json")
 
@@ -116,6 +131,8 @@ class AgentBackend:
             if given.run_id is None:
                 raise InvalidRequest("run_id: the claiming run is required", {"field": "run_id"})
             self._note(run_id=given.run_id)
+            await self._authority.check_message(self._grant, scopes.CLAIM, message_id)
+            self._authority.check_run(self._grant, scopes.CLAIM, given.run_id)
             return self._envelope(await self._agent.claim(message_id, given.run_id, self._trace))
 
         return await self._answer(claim())
@@ -123,6 +140,7 @@ class AgentBackend:
     async def get_run_report(self, run_id: str) -> Json:
         async def report() -> Json:
             self._note(run_id=run_id)
+            self._authority.check_run(self._grant, scopes.REPORT, run_id)
             return run_report_out(await self._agent.run_report(run_id)).model_dump(mode="json")
 
         return await self._answer(report())

@@ -1,34 +1,37 @@
 """One pure ASGI middleware for what every request shares.
 
-Trace ids (W3C ``traceparent`` or ``X-Trace-Id``), the bearer token, a request
+Trace ids (W3C ``traceparent`` or ``X-Trace-Id``), the bearer token and its scope
+(``api/auth.py`` decides; the request's ``Grant`` is kept for the routes), a request
 body cap, safe default headers, the access log line and the latency metric. Pure
 ASGI rather than ``BaseHTTPMiddleware``, so long-polls stream and cancel cleanly.
 """
 
 from __future__ import annotations
 
-import hmac
 import re
 import time
 from typing import Any
 
-from starlette.datastructures import Headers, MutableHeaders
+from starlette.datastructures import Headers, MutableHeaders, QueryParams
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.auth import OPEN_PATHS, Authority, Refused
 from api.connections import MAX_TARGET_BYTES
 from api.context import KEY as CONTEXT
 from api.context import RequestContext
-from api.errors import error_response
-from sink import ids
+from api.errors import error_response, runsink_error
+from sink import clock, ids
+from sink.errors import RunsinkError
 from sink.logs import log
 from sink.metrics import Metrics
+from sink.tokens import OPEN
 
 MAX_BODY_BYTES = 1024 * 1024
 
 _TRACEPARENT = re.compile(r"[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")
 _TRACE_ID = re.compile(r"[A-Za-z0-9-]{1,64}")
-_BEARER = re.compile(r"[Bb][Ee][Aa][Rr][Ee][Rr] (\S+)")
-_OPEN_PATHS = ("/healthz", "/readyz")
 _SAFE_HEADERS = [
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
@@ -63,10 +66,12 @@ class BodyTooLarge(Exception):
 
 
 class EdgeMiddleware:
-    def __init__(self, app: ASGIApp, metrics: Metrics, api_token: str | None) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, authority: Authority | None) -> None:
+        # authority None: an app with no token checks at all (the UI's sign-in page and static
+        # files, which must answer before anyone has signed in).
         self.app = app
         self.metrics = metrics
-        self.token = api_token.encode() if api_token else None
+        self.authority = authority
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -101,19 +106,11 @@ class EdgeMiddleware:
                 )
                 await response(scope, receive, send_wrapped)
                 return
-            if (
-                self.token is not None
-                and not path.startswith(_OPEN_PATHS)
-                and not self._authorised(headers)
-            ):
-                response = error_response(
-                    401,
-                    "unauthorized",
-                    "missing or wrong bearer token",
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
-                await response(scope, receive, send_wrapped)
-                return
+            if self.authority is not None and not path.startswith(OPEN_PATHS):
+                refusal = await self._authorise(scope, headers, context)
+                if refusal is not None:
+                    await refusal(scope, receive, send_wrapped)
+                    return
             length = headers.get("content-length")
             if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
                 response = error_response(
@@ -135,17 +132,32 @@ class EdgeMiddleware:
                 trace_id=context.trace,
                 run_id=context.run_id,
                 inbox_id=context.inbox_id,
+                auth=_token_name(context),
             )
 
-    def _authorised(self, headers: Headers) -> bool:
-        assert self.token is not None
-        # Exactly "Bearer <token>": the scheme is case-insensitive (RFC 9110 11.1), one
-        # space, and a token with no whitespace of its own (RFC 6750 2.1). Whitespace
-        # around the whole field value is not part of it (RFC 9110 5.5).
-        found = _BEARER.fullmatch(headers.get("authorization", ""))
-        if found is None:
-            return False
-        return hmac.compare_digest(found.group(1).encode(), self.token)
+    async def _authorise(
+        self, scope: Scope, headers: Headers, context: RequestContext
+    ) -> Response | None:
+        """The refusal (401, 403) for a request its token does not allow, else None."""
+        assert self.authority is not None
+        grant = self.authority.grant_for(headers, clock.now())
+        if isinstance(grant, Refused):
+            return error_response(
+                401, "unauthorized", grant.message, headers={"WWW-Authenticate": "Bearer"}
+            )
+        context.grant = grant
+        query_run = QueryParams(scope.get("query_string", b"")).get("run_id")
+        try:
+            await self.authority.check_route(grant, scope["method"], scope["path"], query_run)
+        except RunsinkError as exc:
+            return runsink_error(Request(scope), exc)
+        return None
+
+
+def _token_name(context: RequestContext) -> str | None:
+    """The access log names the token's entry (never the token); nothing on an open server."""
+    grant = context.grant
+    return None if grant is None or grant is OPEN else grant.name
 
 
 def _capped(receive: Receive) -> Receive:

@@ -17,6 +17,8 @@ _MODELS: list[type[BaseModel]] = [
     s.WaitIn,
     s.ClaimIn,
     s.FaultIn,
+    s.RunTokenIn,
+    s.RunTokenOut,
     s.EnvelopeOut,
     s.CreatedOut,
     s.ErrorOut,
@@ -35,7 +37,9 @@ _MODELS: list[type[BaseModel]] = [
 
 _ERRORS = {
     "400": "invalid_cursor or unknown_policy",
-    "401": "unauthorized (when the server has an API token)",
+    "401": "unauthorized (when the server has tokens: a missing, wrong or expired one)",
+    "403": "forbidden_scope: the token's scope does not allow this; details.needed names one "
+    "that would",
     "404": "not_found",
     "409": "idempotency_key_conflict or policy_forbids",
     "410": "evidence_released",
@@ -85,7 +89,8 @@ def _json(name: str, description: str, example: Any = None) -> dict[str, Any]:
 
 _ERROR_EXAMPLES = {
     "400": ("invalid_cursor", "cursor is not one this server issued"),
-    "401": ("unauthorized", "missing or wrong bearer token"),
+    "401": ("unauthorized", "wrong bearer token"),
+    "403": ("forbidden_scope", "this token's scope (runs:team-a-*) does not allow report"),
     "404": ("not_found", "no inbox 'ib_abcdefghijklmnopqrst'"),
     "409": ("policy_forbids", "policy 'ci' allows 3 inbox(es) per purpose for a run"),
     "410": ("evidence_released", "message msg_...: its body was released"),
@@ -99,7 +104,8 @@ def _errors(*codes: str) -> dict[str, Any]:
     responses = {}
     for code in codes:
         error, message = _ERROR_EXAMPLES[code]
-        example = {"error": {"code": error, "message": message, "details": {}}}
+        details = {"needed": "runs:team-b-7"} if code == "403" else {}
+        example = {"error": {"code": error, "message": message, "details": details}}
         responses[code] = _json("ErrorOut", _ERRORS[code], example)
     return responses
 
@@ -179,23 +185,30 @@ def _envelope(description: str, extra: dict[str, Any] | None = None) -> dict[str
 
 
 def _paths() -> dict[str, Any]:
+    # 403 on a call that names a run: wrong_run (an envelope refusal) when the named run
+    # does not own the inbox or message, forbidden_scope when the token may not do it.
     refusal = {
-        "403": _json(
-            "RefusalOut",
-            "wrong_run: the named run does not own this",
-            {
-                "status": "blocked",
-                "reason": "wrong_run",
-                "next_action": "stop",
-                "retry_after": None,
-                "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
-                "error": {
-                    "code": "wrong_run",
-                    "message": "run 'x' does not own this inbox",
-                    "details": {},
-                },
+        "403": {
+            "description": "wrong_run (RefusalOut): the named run does not own this; or "
+            "forbidden_scope (ErrorOut): the token's scope does not allow this call",
+            "content": {
+                "application/json": {
+                    "schema": {"anyOf": [_ref("RefusalOut"), _ref("ErrorOut")]},
+                    "example": {
+                        "status": "blocked",
+                        "reason": "wrong_run",
+                        "next_action": "stop",
+                        "retry_after": None,
+                        "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+                        "error": {
+                            "code": "wrong_run",
+                            "message": "run 'x' does not own this inbox",
+                            "details": {},
+                        },
+                    },
+                }
             },
-        ),
+        },
     }
     return {
         "/v1/inboxes": {
@@ -227,7 +240,7 @@ def _paths() -> dict[str, Any]:
                     "200": _json(
                         "CreatedOut", "replay of a live inbox (Idempotent-Replayed: true)"
                     ),
-                    **_errors("400", "401", "409", "413", "422"),
+                    **_errors("400", "401", "403", "409", "413", "422"),
                 },
             }
         },
@@ -236,7 +249,7 @@ def _paths() -> dict[str, Any]:
                 "operationId": "get_inbox",
                 "summary": "The envelope as of now (spends no budget, never scans)",
                 "parameters": [_INBOX, *_TRACE_HEADERS],
-                "responses": _envelope("the inbox's envelope", _errors("401", "404")),
+                "responses": _envelope("the inbox's envelope", _errors("401", "403", "404")),
             }
         },
         "/v1/inboxes/{inbox_id}/wait": {
@@ -379,15 +392,41 @@ def _paths() -> dict[str, Any]:
                 "parameters": [_RUN],
                 "responses": {
                     "200": _json("RunReportOut", "the run report"),
-                    **_errors("401", "404", "422"),
+                    **_errors("401", "403", "404", "422"),
                 },
             },
             "delete": {
                 "operationId": "release_run",
                 "summary": "Release the run's evidence now (idempotent)",
                 "parameters": [_RUN],
-                "responses": {"204": {"description": "released"}, **_errors("401", "422")},
+                "responses": {"204": {"description": "released"}, **_errors("401", "403", "422")},
             },
+        },
+        "/v1/runs/{run_id}/token": {
+            "post": {
+                "operationId": "mint_run_token",
+                "summary": "Mint a token limited to this run, until its last lease ends",
+                "description": (
+                    "The token reaches this run only: its inboxes, mail, report and release, "
+                    "over HTTP and MCP. It ends with the run's last live lease, or ttl_s from "
+                    "now if sooner; a run with no live inbox gets the lease an inbox created "
+                    "now would get. A run token cannot mint another."
+                ),
+                "parameters": [_RUN, *_TRACE_HEADERS],
+                "requestBody": _body("RunTokenIn", {"ttl_s": 600}, required=False),
+                "responses": {
+                    "201": _json(
+                        "RunTokenOut",
+                        "the run token (keep it secret: it is shown once)",
+                        {
+                            "token": "rt1.Y2ktMTg0Mg.1792549800000.(signature)",
+                            "run_id": "ci-1842",
+                            "expires_at": "2026-10-21T02:30:00.000Z",
+                        },
+                    ),
+                    **_errors("401", "403", "413", "422"),
+                },
+            }
         },
         "/v1/unrouted": {
             "get": {
@@ -448,7 +487,7 @@ def _paths() -> dict[str, Any]:
                 ],
                 "responses": {
                     "200": _json("SearchOut", "the matching messages"),
-                    **_errors("400", "401", "422"),
+                    **_errors("400", "401", "403", "422"),
                 },
             }
         },
@@ -501,18 +540,21 @@ def _paths() -> dict[str, Any]:
                 ),
                 "responses": {
                     "201": _json("FaultOut", "the fault"),
-                    **_errors("401", "404", "413", "422"),
+                    **_errors("401", "403", "404", "413", "422"),
                 },
             },
             "get": {
                 "operationId": "list_faults",
                 "summary": "The injected faults",
-                "responses": {"200": _json("FaultListOut", "the faults"), **_errors("401", "404")},
+                "responses": {
+                    "200": _json("FaultListOut", "the faults"),
+                    **_errors("401", "403", "404"),
+                },
             },
             "delete": {
                 "operationId": "clear_faults",
                 "summary": "Clear every injected fault",
-                "responses": {"204": {"description": "cleared"}, **_errors("401", "404")},
+                "responses": {"204": {"description": "cleared"}, **_errors("401", "403", "404")},
             },
         },
         "/healthz": {

@@ -14,12 +14,21 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from api import live
+from api.auth import Authority, grant_of, route_op
 from api.connections import LongPollGate
 from api.context import context_of
 from api.errors import error_response
 from api.middleware import BodyTooLarge
 from api.openapi import openapi_document
-from api.schemas import ClaimIn, CreateInboxIn, FaultIn, FaultListOut, WaitIn
+from api.schemas import (
+    ClaimIn,
+    CreateInboxIn,
+    FaultIn,
+    FaultListOut,
+    RunTokenIn,
+    RunTokenOut,
+    WaitIn,
+)
 from api.views import (
     create_request,
     created_out,
@@ -30,7 +39,7 @@ from api.views import (
     run_report_out,
     wait_request,
 )
-from sink import clock, ids
+from sink import clock, ids, run_tokens
 from sink.agent import Agent, WaitRequest
 from sink.envelope import Envelope
 from sink.errors import FaultsDisabled, InvalidRequest, NotFound, StorageError
@@ -119,7 +128,20 @@ def _caller_run(request: Request, body_run: str | None = None) -> str | None:
         raise InvalidRequest("the run is named twice, differently (body, X-Run-Id, ?run_id)")
     run = given[0] if given else None
     context_of(request.scope).note(run_id=run)
+    if run is not None:
+        _check_named_run(request, run)
     return run
+
+
+def _authority(request: Request) -> Authority:
+    authority: Authority = request.app.state.authority
+    return authority
+
+
+def _check_named_run(request: Request, run_id: str) -> None:
+    """A run the caller names must be within its token's scope (api/auth.py decides)."""
+    op, _, _ = route_op(request.method, request.scope["path"])
+    _authority(request).check_run(grant_of(request.scope), op, run_id)
 
 
 def _int_query(request: Request, name: str, default: int, low: int, high: int) -> int:
@@ -168,6 +190,7 @@ async def create_inbox(request: Request) -> Response:
     if key is not None and not _IDEMPOTENCY_KEY.fullmatch(key):
         raise InvalidRequest("Idempotency-Key: 1-255 printable ASCII characters, no spaces")
     context_of(request.scope).note(run_id=given.run_id)
+    _check_named_run(request, given.run_id)
     created = await _agent(request).create(
         create_request(given), body, key, _explicit_trace(request)
     )
@@ -312,6 +335,25 @@ async def release_run(request: Request) -> Response:
     return Response(status_code=204)
 
 
+async def mint_run_token(request: Request) -> Response:
+    run_id = _run_path(request)
+    given = _model(RunTokenIn, await _json_body(request, required=False))
+    runtime = _runtime(request)
+    minted = await run_tokens.mint(
+        runtime.store,
+        _authority(request).keyring,
+        runtime.settings.policy(runtime.settings.default_policy),
+        run_id,
+        given.ttl_s,
+        grant_of(request.scope),
+        _explicit_trace(request),
+    )
+    out = RunTokenOut(
+        token=minted.token, run_id=minted.run_id, expires_at=clock.rfc3339(minted.expires_at)
+    )
+    return _model_response(out, 201)
+
+
 # -- faults ----------------------------------------------------------------------------
 
 
@@ -398,6 +440,7 @@ ROUTES = [
     Route("/v1/messages/{message_id}/claim", claim_message, methods=["POST"]),
     Route("/v1/runs/{run_id}", run_report, methods=["GET"]),
     Route("/v1/runs/{run_id}", release_run, methods=["DELETE"]),
+    Route("/v1/runs/{run_id}/token", mint_run_token, methods=["POST"]),
     Route("/v1/events", live.events, methods=["GET"]),
     Route("/v1/faults", add_fault, methods=["POST"]),
     Route("/v1/faults", list_faults, methods=["GET"]),

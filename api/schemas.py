@@ -66,6 +66,12 @@ class ClaimIn(_Request):
     run_id: RunId | None = None
 
 
+class RunTokenIn(_Request):
+    """``POST /v1/runs/{run_id}/token``: how long at most (never past the run's last lease)."""
+
+    ttl_s: Annotated[int, Field(ge=1, le=10**9), BeforeValidator(_whole)] | None = None
+
+
 class FaultIn(_Request):
     target: Literal["wait", "read", "claim", "smtp.connect", "smtp.rcpt", "smtp.data"]
     mode: Literal["timeout", "error", "delay"]
@@ -132,6 +138,12 @@ class ErrorBody(_Response):
     code: str
     message: str
     details: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunTokenOut(_Response):
+    token: str
+    run_id: str
+    expires_at: str
 
 
 class ErrorOut(_Response):

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from sink.errors import ConfigError
 from sink.policy import Policy, load_policies
+from sink.tokens import TokenEntry, api_token_entry, check_token_text, load_tokens_file
 
 _DOMAIN = re.compile(
     r"(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
@@ -44,7 +45,8 @@ class Settings:
     enable_faults: bool = False
     tls_cert: Path | None = None
     tls_key: Path | None = None
-    api_token: str | None = None
+    api_token: str | None = field(default=None, repr=False)
+    tokens_file: Path | None = None
     insecure_no_auth: bool = False
     smtp_auth: tuple[str, str] | None = None
     smtp_max_connections: int = 512
@@ -58,11 +60,19 @@ class Settings:
     log_level: str = "info"
     event_loop: str = "auto"
     policies: dict[str, Policy] = field(default_factory=lambda: load_policies(None))
+    # The tokens file's entries (read once, at start-up); --api-token is added by ``tokens``.
+    file_tokens: tuple[TokenEntry, ...] = field(default=(), repr=False)
 
     def policy(self, name: str) -> Policy:
         """The named policy; an inbox stored under a policy since removed from the file
         lives on under ``ci``."""
         return self.policies.get(name) or self.policies["ci"]
+
+    @property
+    def tokens(self) -> tuple[TokenEntry, ...]:
+        """Every configured token: --api-token (admin) and the tokens file's."""
+        given = (api_token_entry(self.api_token),) if self.api_token else ()
+        return given + self.file_tokens
 
     @property
     def accepted_domains(self) -> tuple[str, ...]:
@@ -103,6 +113,7 @@ _OPTIONS: list[tuple[str, str, str]] = [
     ("tls-cert", "RUNSINK_TLS_CERT", "file"),
     ("tls-key", "RUNSINK_TLS_KEY", "file"),
     ("api-token", "RUNSINK_API_TOKEN", "text"),
+    ("tokens-file", "RUNSINK_TOKENS_FILE", "file"),
     ("insecure-no-auth", "RUNSINK_INSECURE_NO_AUTH", "bool"),
     ("smtp-auth", "RUNSINK_SMTP_AUTH", "text"),
     ("smtp-max-connections", "RUNSINK_SMTP_MAX_CONNECTIONS", "positive"),
@@ -123,7 +134,8 @@ _OPTIONS: list[tuple[str, str, str]] = [
 _HELP: dict[str, str] = {
     "smtp-host": "address the SMTP listener binds (default: 127.0.0.1)",
     "smtp-port": "SMTP port; 0 picks any free port (default: 1025)",
-    "http-host": "address the HTTP API binds; not loopback needs --api-token (default: 127.0.0.1)",
+    "http-host": "address the HTTP API binds; not loopback needs --api-token or --tokens-file "
+    "(default: 127.0.0.1)",
     "http-port": "HTTP API port; 0 picks any free port (default: 8025)",
     "db": "SQLite database file, created if missing (default: ./runsink.db)",
     "domain": "a mail domain whose addresses route to inboxes; repeatable, *.example.test "
@@ -137,7 +149,10 @@ _HELP: dict[str, str] = {
     "tls-cert": "PEM certificate (chain) for STARTTLS and --smtps-port; with --tls-key, "
     "STARTTLS is offered (default: none, no STARTTLS)",
     "tls-key": "PEM private key of --tls-cert (default: none)",
-    "api-token": "bearer token the HTTP API requires, 16+ characters (default: none)",
+    "api-token": "bearer token the HTTP API requires, 16+ characters; the admin scope "
+    "(default: none)",
+    "tokens-file": "TOML file of named tokens, each with a scope: admin, read or runs:<glob> "
+    "(default: none)",
     "insecure-no-auth": "serve the API without a token on a non-loopback --http-host "
     "(default: off)",
     "smtp-auth": "USER:PASSWORD that SMTP clients must AUTH with (default: none, no AUTH)",
@@ -214,7 +229,9 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         raw["domains"] = domains
     policy_file = raw.get("policy_file")
     policies = load_policies(policy_file if isinstance(policy_file, Path) else None)
-    settings = Settings(**raw, policies=policies)  # type: ignore[arg-type]
+    tokens_file = raw.get("tokens_file")
+    file_tokens = load_tokens_file(tokens_file) if isinstance(tokens_file, Path) else ()
+    settings = Settings(**raw, policies=policies, file_tokens=file_tokens)  # type: ignore[arg-type]
     _check(settings)
     return settings
 
@@ -279,8 +296,10 @@ def _parse(source: str, kind: str, value: object) -> object:
         if not sep or not user or not password:
             raise ConfigError(f"{source}: expected USER:PASSWORD")
         return (user, password)
-    if source.startswith("--api-token") and (len(text) < 16 or any(c.isspace() for c in text)):
-        raise ConfigError(f"{source}: a token needs 16 or more characters and no spaces")
+    if source.startswith("--api-token"):
+        problem = check_token_text(text)
+        if problem is not None:
+            raise ConfigError(f"{source}: {problem}")
     return text
 
 
@@ -316,15 +335,19 @@ def _check(settings: Settings) -> None:
         )
     if settings.db_url is None and not settings.db.parent.exists():
         raise ConfigError(f"--db: the folder {str(settings.db.parent)!r} does not exist")
-    if (
-        settings.api_token is None
-        and not settings.insecure_no_auth
-        and not _loopback(settings.http_host)
-    ):
+    if settings.api_token is not None:
+        admin_digest = api_token_entry(settings.api_token).digest
+        for entry in settings.file_tokens:
+            if entry.digest == admin_digest:
+                raise ConfigError(
+                    f"--tokens-file {settings.tokens_file}: [tokens.{entry.name}] has the same "
+                    "token as --api-token (which is admin); give each token one scope"
+                )
+    if not settings.tokens and not settings.insecure_no_auth and not _loopback(settings.http_host):
         raise ConfigError(
             f"--http-host {settings.http_host}: the API would be reachable from other machines "
-            "without a token; give --api-token (RUNSINK_API_TOKEN), or --insecure-no-auth "
-            "for a trusted local network"
+            "without a token; give --api-token (RUNSINK_API_TOKEN) or --tokens-file "
+            "(RUNSINK_TOKENS_FILE), or --insecure-no-auth for a trusted local network"
         )
 
 

@@ -15,6 +15,7 @@ provider trouble to a 451 (``sink/smtp/listener.py``). Nothing else turns them i
     ├── LiveEvidence                a delete named evidence of a live inbox (409)
     ├── EvidenceReleased            the body was released (410)
     ├── Unauthorized                missing or wrong bearer token (401)
+    ├── ForbiddenScope              the token's scope does not allow the call (403)
     ├── FaultsDisabled              fault injection is off (404)
     ├── OwnershipRefused            wrong_run (403) / claimed_by_other_run (409)
     └── ProviderTrouble             the store (or an injected fault) did not answer well
@@ -79,6 +80,18 @@ class EvidenceReleased(RunsinkError):
 
 class Unauthorized(RunsinkError):
     """Missing or wrong bearer token."""
+
+
+class ForbiddenScope(RunsinkError):
+    """The token is valid but its scope does not allow this call.
+
+    ``details.needed`` names the scope that would; never the token, and never the run
+    of an inbox or message the caller may not see.
+    """
+
+    def __init__(self, message: str, needed: str) -> None:
+        super().__init__(message, {"needed": needed})
+        self.needed = needed
 
 
 class FaultsDisabled(RunsinkError):
@@ -150,6 +163,7 @@ STATUS_AND_CODE: list[tuple[type[RunsinkError], int, str]] = [
     (LiveEvidence, 409, "live_evidence"),
     (EvidenceReleased, 410, "evidence_released"),
     (Unauthorized, 401, "unauthorized"),
+    (ForbiddenScope, 403, "forbidden_scope"),
     (CircuitOpen, 503, "circuit_open"),
     (ProviderTimeout, 503, "provider_timeout"),
     (ProviderTrouble, 503, "provider_error"),

@@ -31,6 +31,7 @@ from sink.smtp.listener import Handler, Limits, smtp_factory
 from sink.smtp.tls import server_context
 from sink.storage.postgres import PostgresStore
 from sink.storage.sqlite import SQLiteStore
+from sink.tokens import Keyring
 from sink.waiters import Waiters
 
 _SWEEP_EVERY_S = 1.0
@@ -55,6 +56,7 @@ class Runtime:
             self.store = SQLiteStore(settings.db, self.events.record)
         self.faults = FaultRegistry(random.Random()) if settings.enable_faults else None
         self.agent: Agent | None = None
+        self.keyring: Keyring | None = None  # once the store is open (it keeps the signing key)
         self.clock = SystemClock()
         fleet = self.store if isinstance(self.store, PostgresStore) else None
         self.guard = Guard(self.faults, self.store, self.metrics, self.clock, fleet)
@@ -80,6 +82,7 @@ class Runtime:
         self.tls_context = server_context(self.settings)
         sized = self._size_connections()
         await self.store.open()
+        self.keyring = Keyring(self.settings.tokens, await self.store.signing_key())
         if isinstance(self.store, PostgresStore):
             # Mail accepted by another replica wakes the waits held here.
             self.store.follow(self.waiters)

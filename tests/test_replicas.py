@@ -378,3 +378,16 @@ def _smtp_answer(server: Server, to: str) -> int:
     except smtplib.SMTPRecipientsRefused as exc:
         return int(next(iter(exc.recipients.values()))[0])
     return 250
+
+
+def test_a_run_token_minted_on_one_replica_holds_on_the_other(pair: tuple[Server, Server]) -> None:
+    """The signing key is in the database: B accepts A's run token, with its scope."""
+    a, b = pair
+    run_id = new_run_id()
+    with a.http() as on_a:
+        create_inbox(on_a, run_id)
+        token = on_a.post(f"/v1/runs/{run_id}/token", json={}).json()["token"]
+    with b.http(headers={"Authorization": f"Bearer {token}"}) as on_b:
+        assert on_b.get(f"/v1/runs/{run_id}").status_code == 200
+        other = on_b.get(f"/v1/runs/{new_run_id()}")
+        assert other.status_code == 403 and other.json()["error"]["code"] == "forbidden_scope"

@@ -340,7 +340,28 @@ def test_the_run_report_lists_inboxes_and_events_in_order(backend: Backend) -> N
     assert events == ["created", "message_accepted", "claimed"]
 
 
+def test_the_signing_key_is_made_once_and_kept(backend: Backend) -> None:
+    """signing_key: 32 random bytes, the same on every call (even concurrent first calls)."""
+
+    async def scenario(store: Storage) -> list[bytes]:
+        return list(await asyncio.gather(*(store.signing_key() for _ in range(5))))
+
+    keys = backend.run(scenario)
+    assert len(keys[0]) == 32 and len(set(keys)) == 1
+
+
 # -- SQLite only: the file itself ---------------------------------------------------------
+
+
+def test_the_signing_key_survives_reopening_and_differs_per_database(tmp_path: Path) -> None:
+    """Run tokens hold across restarts: the key is in the file; another file has another."""
+
+    async def key(store: SQLiteStore) -> bytes:
+        return await store.signing_key()
+
+    first = run(tmp_path / "a.db", key)
+    assert run(tmp_path / "a.db", key) == first
+    assert run(tmp_path / "b.db", key) != first
 
 
 def test_concurrent_deliveries_are_durable_in_wal(tmp_path: Path) -> None:

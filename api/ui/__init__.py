@@ -16,7 +16,7 @@ ROUTES = pages.ROUTES
 def serve(app: Starlette, edge: ASGIApp, runtime: Runtime) -> ASGIApp:
     """Put the UI's state on ``app`` and its sign-in gate in front of ``edge`` (the API)."""
     live.instrument(runtime.metrics.registry, runtime.events)
-    tokens = access.Tokens(runtime.settings)
+    tokens = access.Tokens(app.state.authority)
     sessions = access.Sessions()
     public = Starlette(routes=pages.PUBLIC_ROUTES)
     for state in (app.state, public.state):

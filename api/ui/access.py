@@ -22,8 +22,10 @@ from urllib.parse import quote
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from api.auth import Authority
 from api.errors import error_response
-from sink.config import Settings
+from sink.scopes import Kind
+from sink.tokens import Grant
 
 COOKIE = "runsink_session"
 CSRF_HEADER = "x-runsink-csrf"
@@ -35,22 +37,25 @@ _SAFE_METHODS = ("GET", "HEAD")
 class Tokens:
     """The one place the UI asks about tokens: is one needed, and is this one good?
 
-    Today: the single ``--api-token``. Scoped tokens (``--tokens-file``) replace the body of
-    these two methods; the session then carries whichever token signed in, and the API
-    applies that token's scope to everything the browser does.
+    Any configured token (``--api-token``, ``--tokens-file``) may sign in if its scope is
+    ``admin`` or ``read``: the pages show every run and caught mail, so a ``runs:`` or run
+    token is refused here rather than let in to a UI it could not use. The session carries
+    the token that signed in, and the API applies that token's scope to everything the
+    browser does (a ``read`` session cannot claim or release).
     """
 
-    def __init__(self, settings: Settings) -> None:
-        self._expected = settings.api_token
+    def __init__(self, authority: Authority) -> None:
+        self._authority = authority
 
     @property
     def required(self) -> bool:
-        return self._expected is not None
+        return self._authority.keyring.configured
 
     def verify(self, given: str) -> bool:
-        if self._expected is None:
+        if not self.required:
             return True
-        return hmac.compare_digest(given.strip().encode(), self._expected.encode())
+        grant = self._authority.verify(given.strip(), time.time())
+        return isinstance(grant, Grant) and grant.scope.kind in (Kind.ADMIN, Kind.READ)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ from sink.client.models import (
     RunEvent,
     RunInbox,
     RunReport,
+    RunToken,
     SmtpEnvelope,
 )
 from sink.client.sync import Sink
@@ -63,6 +64,7 @@ __all__ = [
     "RunEvent",
     "RunInbox",
     "RunReport",
+    "RunToken",
     "RunsinkClientError",
     "Sink",
     "SinkApi",

@@ -11,7 +11,7 @@ from sink.client import wire
 from sink.client.base import AsyncClock, AsyncSystemClock
 from sink.client.errors import TransportFailed
 from sink.client.inbox import AsyncInbox
-from sink.client.models import Envelope, Match, Message, MessagePage, RunReport
+from sink.client.models import Envelope, Match, Message, MessagePage, RunReport, RunToken
 from sink.client.sync import DEFAULT_TIMEOUT, DEFAULT_URL, client_headers
 
 T = TypeVar("T")
@@ -147,6 +147,14 @@ class AsyncSink:
 
     async def run_report(self, run_id: str) -> RunReport:
         return await self._send(wire.run_report(run_id))
+
+    async def mint_run_token(self, run_id: str, *, ttl_s: int | None = None) -> RunToken:
+        """A token limited to ``run_id`` until its last lease ends (or ``ttl_s``, if sooner).
+
+        Hand it to an agent (``Sink(url, api_token=token.token)``, or ``runsink mcp
+        --api-token``): it reaches this run's inboxes and mail, and nothing else.
+        """
+        return await self._send(wire.mint_run_token(run_id, ttl_s=ttl_s))
 
     async def release_run(self, run_id: str) -> None:
         await self._send(wire.release_run(run_id))

@@ -314,6 +314,23 @@ class RunEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class RunToken:
+    """A token limited to one run (``Sink.mint_run_token``): hand it to an agent."""
+
+    token: str = field(repr=False)  # a credential: kept out of reprs, logs and reports
+    run_id: str
+    expires_at: datetime
+
+    @classmethod
+    def from_json(cls, data: Json) -> RunToken:
+        return cls(
+            token=_str(data, "token"),
+            run_id=_str(data, "run_id"),
+            expires_at=_time(data, "expires_at"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class RunReport:
     """A run's inboxes and its ordered events: what happened, without any mail content."""
 

@@ -11,7 +11,7 @@ from sink.client import wire
 from sink.client.base import Clock, SystemClock
 from sink.client.errors import TransportFailed
 from sink.client.inbox import Inbox
-from sink.client.models import Envelope, Match, Message, MessagePage, RunReport
+from sink.client.models import Envelope, Match, Message, MessagePage, RunReport, RunToken
 
 T = TypeVar("T")
 
@@ -160,6 +160,14 @@ class Sink:
 
     def run_report(self, run_id: str) -> RunReport:
         return self._send(wire.run_report(run_id))
+
+    def mint_run_token(self, run_id: str, *, ttl_s: int | None = None) -> RunToken:
+        """A token limited to ``run_id`` until its last lease ends (or ``ttl_s``, if sooner).
+
+        Hand it to an agent (``Sink(url, api_token=token.token)``, or ``runsink mcp
+        --api-token``): it reaches this run's inboxes and mail, and nothing else.
+        """
+        return self._send(wire.mint_run_token(run_id, ttl_s=ttl_s))
 
     def release_run(self, run_id: str) -> None:
         """Release the run's evidence now: live inboxes expire, bodies are deleted."""

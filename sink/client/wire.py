@@ -16,7 +16,7 @@ from urllib.parse import quote
 import httpx
 
 from sink.client.errors import ApiError, OwnershipRefused, ProtocolError, Unavailable
-from sink.client.models import Envelope, Match, Message, MessagePage, RunReport
+from sink.client.models import Envelope, Match, Message, MessagePage, RunReport, RunToken
 
 T = TypeVar("T")
 
@@ -124,6 +124,12 @@ def run_report(run_id: str) -> Call[RunReport]:
 
 def release_run(run_id: str) -> Call[None]:
     return Call("DELETE", f"/v1/runs/{_seg(run_id)}", _nothing)
+
+
+def mint_run_token(run_id: str, *, ttl_s: int | None) -> Call[RunToken]:
+    body: dict[str, Any] = {} if ttl_s is None else {"ttl_s": ttl_s}
+    path = f"/v1/runs/{_seg(run_id)}/token"
+    return Call("POST", path, _reader(RunToken.from_json), json=body)
 
 
 # -- reading answers -----------------------------------------------------------------

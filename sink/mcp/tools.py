@@ -55,7 +55,9 @@ _ERRORS = """\
 Errors (tool errors, JSON text): not_found, invalid_request, invalid_cursor, \
 unknown_policy, policy_forbids, idempotency_key_conflict, evidence_released; \
 provider_timeout / provider_error / circuit_open (try again after a pause); \
-unauthorized. An ownership refusal (error code wrong_run or claimed_by_other_run) \
+unauthorized; forbidden_scope (your token does not reach this run or call; \
+details.needed names the scope it would take: do not retry, stop or ask whoever gave \
+you the token). An ownership refusal (error code wrong_run or claimed_by_other_run) \
 carries status blocked and next_action stop: the inbox or message is not yours; do \
 not use it and do not retry."""
 

@@ -224,6 +224,10 @@ class Store(Protocol):
 
     async def unrouted(self, limit: int) -> list[UnroutedMail]: ...
 
+    async def signing_key(self) -> bytes:
+        """The server's secret for run tokens: 32 random bytes made at the first call, then
+        the same ones for every process sharing the store, across restarts."""
+
     async def close(self) -> None: ...
 
 

@@ -9,6 +9,7 @@ shared storage suite (``tests/test_storage.py``) runs against it and SQLite alik
 from __future__ import annotations
 
 import itertools
+import secrets
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -71,6 +72,7 @@ class MemoryStore:
         self._seq = itertools.count(1)  # one sequence over every inbox, as in SQLite
         self._unrouted: list[UnroutedMail] = []
         self._events: list[Event] = []
+        self._signing_key = secrets.token_bytes(32)  # lives as long as the store, as its data
 
     async def open(self) -> None:
         self._open = True
@@ -358,6 +360,10 @@ class MemoryStore:
     async def unrouted(self, limit: int) -> list[UnroutedMail]:
         self._check()
         return self._unrouted[::-1][:limit]
+
+    async def signing_key(self) -> bytes:
+        self._check()
+        return self._signing_key
 
     # -- rows --------------------------------------------------------------------
 

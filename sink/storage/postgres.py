@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import secrets
 import time
 import uuid
 import zlib
@@ -85,6 +86,7 @@ if TYPE_CHECKING:  # the driver's classes are generic only in its stubs
 CHANNEL = "runsink"
 _MIGRATION_LOCK = zlib.crc32(b"runsink:migrations")
 _SWEEPER_LOCK = zlib.crc32(b"runsink:sweeper")
+_KEYS_LOCK = zlib.crc32(b"runsink:server_keys")
 _BATCH_MAX = 256
 _BATCHES_IN_FLIGHT = 3
 _NOTIFY_IDS_PER_PAYLOAD = 200  # a NOTIFY payload is at most 8000 bytes
@@ -801,6 +803,26 @@ class PostgresStore:
         )
         events = [Event(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in event_rows]
         return reports, events
+
+    async def signing_key(self) -> bytes:
+        fresh = secrets.token_bytes(32)
+
+        async def work(connection: Connection) -> bytes:
+            # Outside the numbered migrations (as in SQLite), made under a transaction lock so
+            # that replicas starting together make one table and agree on one key.
+            await connection.execute("SELECT pg_advisory_xact_lock($1)", _KEYS_LOCK)
+            await connection.execute(
+                "CREATE TABLE IF NOT EXISTS server_keys (name TEXT PRIMARY KEY, key BYTEA NOT NULL)"
+            )
+            await connection.execute(
+                "INSERT INTO server_keys (name, key) VALUES ('run_tokens', $1) "
+                "ON CONFLICT (name) DO NOTHING",
+                fresh,
+            )
+            key = await connection.fetchval("SELECT key FROM server_keys WHERE name = 'run_tokens'")
+            return bytes(key)
+
+        return await self._transaction("signing_key", work)
 
     async def unrouted(self, limit: int) -> list[UnroutedMail]:
         rows = await self._fetch(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import secrets
 import sqlite3
 import time
 from collections import OrderedDict
@@ -69,6 +70,13 @@ FROM deliveries d JOIN messages m ON m.message_pk = d.message_pk
 """
 
 
+_SERVER_KEYS_TABLE = """
+CREATE TABLE IF NOT EXISTS server_keys (
+    name TEXT PRIMARY KEY,
+    key  BLOB NOT NULL
+)"""
+
+
 def _migrations() -> list[tuple[int, str]]:
     folder = resources.files("sink.storage") / "sql"
     found = []
@@ -97,6 +105,9 @@ def _prepare(db: sqlite3.Connection) -> None:
             db.executescript(
                 f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;"
             )
+    # Outside the numbered migrations on purpose: the table is independent of the mail
+    # schema, and being idempotent it cannot collide with a migration added beside it.
+    db.execute(_SERVER_KEYS_TABLE)
     # Mail not yet in the search index (stored before v2, or just before a stop) goes in now.
     while True:
         db.execute("BEGIN IMMEDIATE")
@@ -657,6 +668,20 @@ class SQLiteStore:
         )
         events = [Event(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in event_rows]
         return reports, events
+
+    async def signing_key(self) -> bytes:
+        fresh = secrets.token_bytes(32)
+
+        def work(db: sqlite3.Connection) -> bytes:
+            db.execute(
+                "INSERT INTO server_keys (name, key) VALUES ('run_tokens', ?) "
+                "ON CONFLICT (name) DO NOTHING",
+                (fresh,),
+            )
+            row = db.execute("SELECT key FROM server_keys WHERE name = 'run_tokens'").fetchone()
+            return bytes(row[0])
+
+        return await self._transaction(work)
 
     async def unrouted(self, limit: int) -> list[UnroutedMail]:
         """v1's shape of caught mail: one entry per recipient, newest first."""

@@ -1,0 +1,250 @@
+"""Who a request is, and whether its scope allows it: one place for every route and tool.
+
+``bearer_token`` reads the credentials (exactly ``Bearer <token>``: the scheme is
+case-insensitive, RFC 9110 section 11.1; the token is taken as given, no padding).
+``Authority.grant_for`` turns them into a ``Grant`` (sink/tokens.py), and
+``Authority.check_route`` decides from the method and path alone, looking up the run
+that owns an inbox or message when the scope depends on it. The route table below
+(``route_op``) maps every path to an operation of ``sink/scopes.py``; a path it does
+not know is a read (GET, HEAD) or an admin operation (anything else), so a route added
+later is never open to a ``runs:`` token by accident.
+
+Runs named in a body, ``X-Run-Id`` or ``?run_id=`` are checked by the routes
+(``check_run``), and the MCP tools make the same calls (``api/mcp.py``). Filtered views
+(search, live events) ask ``visibility_of(request.scope)`` which runs, and whether caught
+mail, the request may see. ``Authority.verify`` checks a token however it arrived.
+
+Order against ownership: the scope is checked first. An inbox or message whose owner
+the token does not cover is 403 ``forbidden_scope`` naming ``read`` or ``admin`` (never
+the owner's run), whatever run the caller names; ``wrong_run`` stays for a caller whose
+scope covers the owner but who named another run, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from starlette.datastructures import Headers
+
+from api.context import context_of
+from sink import scopes
+from sink.errors import ForbiddenScope, NotFound, ProviderTimeout
+from sink.ids import RUN_ID
+from sink.scopes import Kind, Op
+from sink.storage.base import Store
+from sink.tokens import OPEN, Grant, Keyring
+
+T = TypeVar("T")
+
+# The owner of an inbox or message is looked up for runs: and run tokens; as long at most
+# as the default policy's provider deadline.
+_LOOKUP_DEADLINE_S = 2.0
+
+# Paths that need no token at all.
+OPEN_PATHS = ("/healthz", "/readyz")
+
+
+def bearer_token(headers: Headers) -> str | None:
+    """The token of ``Authorization: Bearer <token>``, or None (absent or malformed)."""
+    given = headers.get("authorization")
+    if given is None:
+        return None
+    scheme, space, token = given.partition(" ")
+    if not space or scheme.lower() != "bearer" or not token:
+        return None
+    if any(c.isspace() for c in token):
+        return None  # padding or a second word: not a token we could have issued
+    return token
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """Why a request has no grant (a 401)."""
+
+    message: str
+
+
+def grant_of(scope: Mapping[str, Any]) -> Grant:
+    """The request's grant (the middleware sets it before any route runs)."""
+    grant = context_of(scope).grant
+    if grant is None:  # never a silent default: that would be a way in
+        raise RuntimeError("no grant on this request: is the app behind EdgeMiddleware?")
+    return grant
+
+
+def implied_run(grant: Grant) -> str | None:
+    """The run a view must be limited to when the caller names none (``/v1/events``).
+
+    A run token: its run. A ``runs:`` token: refused (the stream follows one run at a time;
+    name it with ``?run_id=``). Other scopes: None, every run.
+    """
+    if grant.scope.kind is Kind.RUN:
+        return grant.scope.glob
+    if grant.scope.kind is Kind.RUNS:
+        raise ForbiddenScope(
+            f"this token's scope ({grant.scope}) streams one of its runs at a time: name it "
+            "with ?run_id=; every run needs the scope read",
+            "read",
+        )
+    return None
+
+
+def visibility_of(scope: Mapping[str, Any]) -> scopes.Visibility:
+    """What a filtered view (search, live events) may show this request: its runs, and
+    whether caught mail. ``runs:`` and run tokens see their runs only and no caught mail."""
+    return scopes.visibility(grant_of(scope).scope)
+
+
+# -- the route table ---------------------------------------------------------------------
+
+_ID = r"([^/]+)"
+# (methods, path pattern, operation, what the run comes from)
+_ROUTES: list[tuple[frozenset[str], re.Pattern[str], Op, str | None]] = [
+    (frozenset({"POST"}), re.compile(r"/v1/inboxes"), scopes.CREATE, "body"),
+    (frozenset({"GET", "HEAD"}), re.compile(rf"/v1/inboxes/{_ID}"), scopes.GET, "inbox"),
+    (frozenset({"POST"}), re.compile(rf"/v1/inboxes/{_ID}/wait"), scopes.WAIT, "inbox"),
+    (frozenset({"GET", "HEAD"}), re.compile(rf"/v1/inboxes/{_ID}/messages"), scopes.LIST, "inbox"),
+    (frozenset({"GET", "HEAD"}), re.compile(r"/v1/messages"), scopes.SEARCH, None),
+    (
+        frozenset({"GET", "HEAD"}),
+        re.compile(rf"/v1/messages/{_ID}(?:/.*)?"),
+        scopes.READ_MESSAGE,
+        "message",
+    ),
+    (frozenset({"POST"}), re.compile(rf"/v1/messages/{_ID}/claim"), scopes.CLAIM, "message"),
+    (frozenset({"GET", "HEAD"}), re.compile(rf"/v1/runs/{_ID}"), scopes.REPORT, "run"),
+    (frozenset({"DELETE"}), re.compile(rf"/v1/runs/{_ID}"), scopes.RELEASE, "run"),
+    (frozenset({"POST"}), re.compile(rf"/v1/runs/{_ID}/token"), scopes.MINT, "run"),
+    (frozenset({"GET", "HEAD"}), re.compile(r"/v1/events"), scopes.EVENTS, None),
+    (frozenset({"GET", "POST", "DELETE"}), re.compile(r"/mcp/?"), scopes.ANY, None),
+    (frozenset({"GET", "HEAD"}), re.compile(r"/openapi\.json"), scopes.ANY, None),
+]
+
+
+def route_op(method: str, path: str) -> tuple[Op, str | None, str | None]:
+    """(operation, where its run comes from, the id or run in the path) for a request."""
+    for methods, pattern, op, source in _ROUTES:
+        found = pattern.fullmatch(path)
+        if found is not None and method in methods:
+            return op, source, found.group(1) if found.groups() else None
+    # Everything else: /v1/unrouted, /api/v1/ (Mailpit), /v1/faults, /metrics, the UI, and
+    # routes added later. Reads need `read`; anything else needs `admin`.
+    if method in ("GET", "HEAD"):
+        return scopes.READ_ALL, None, None
+    return scopes.ADMINISTER, None, None
+
+
+# -- the authority ---------------------------------------------------------------------
+
+
+class Authority:
+    """Authentication (the keyring) and authorisation (scopes, and the store for owners)."""
+
+    def __init__(self, keyring: Keyring, store: Store) -> None:
+        self.keyring = keyring
+        self._store = store
+
+    def grant_for(self, headers: Headers, now: float) -> Grant | Refused:
+        """The request's grant; without any token configured, a request without one is admin.
+
+        A token, when one is given, is always checked (also on a server without configured
+        tokens, where only run tokens it minted can pass): an expired or unknown token never
+        falls back to the open grant.
+        """
+        if headers.get("authorization") is None and not self.keyring.configured:
+            return OPEN
+        token = bearer_token(headers)
+        if token is None:
+            return Refused("missing or malformed bearer token (expected: Bearer <token>)")
+        return self.verify(token, now)
+
+    def verify(self, token: str, now: float) -> Grant | Refused:
+        """The grant of a token however it came (a Bearer header, a sign-in form, a cookie)."""
+        grant = self.keyring.authenticate(token, now)
+        if grant is not None:
+            return grant
+        if self.keyring.expired(token, now):
+            return Refused("the run token has expired; ask whoever gave it for a new one")
+        return Refused("wrong bearer token")
+
+    async def check_route(
+        self, grant: Grant, method: str, path: str, query_run: str | None
+    ) -> None:
+        """Raise ForbiddenScope (or NotFound) unless the grant may make this request."""
+        if grant.scope.kind is Kind.ADMIN:
+            return
+        op, source, value = route_op(method, path)
+        if source == "run" and value is not None:
+            if RUN_ID.fullmatch(value):  # else the route answers 422 for it
+                self.check_run(grant, op, value)
+        elif source == "inbox" and value is not None:
+            await self.check_inbox(grant, op, value)
+        elif source == "message" and value is not None:
+            await self.check_message(grant, op, value)
+        elif source is None:
+            _refuse_unless(grant, op, None, owner=False)
+            # A view limited to one named run (/v1/events?run_id=): that run must be ours.
+            viewing = op.access is scopes.Access.VIEW and query_run is not None
+            if viewing and query_run is not None and not grant.scope.covers(query_run):
+                _refuse(grant, op, f"runs:{query_run}")
+        # source "body" (create): the route checks the run it reads from the body.
+
+    def check_run(self, grant: Grant, op: Op, run_id: str) -> None:
+        """A run the caller names (path, body, X-Run-Id, ?run_id=)."""
+        _refuse_unless(grant, op, run_id, owner=False)
+
+    async def check_inbox(self, grant: Grant, op: Op, inbox_id: str) -> None:
+        if not _depends_on_run(grant):
+            _refuse_unless(grant, op, None, owner=True)
+            return
+        inbox = await _bounded(self._store.load_inbox(inbox_id))
+        if inbox is None:
+            raise NotFound(f"no inbox {inbox_id[:64]!r}")
+        _refuse_unless(grant, op, inbox.run_id, owner=True)
+
+    async def check_message(self, grant: Grant, op: Op, message_id: str) -> None:
+        if not _depends_on_run(grant):
+            _refuse_unless(grant, op, None, owner=True)
+            return
+        delivery = await _bounded(self._store.delivery(message_id))
+        inbox = (
+            None if delivery is None else await _bounded(self._store.load_inbox(delivery.inbox_id))
+        )
+        if inbox is None:
+            # Unknown (or caught mail, which has no run): a runs: token sees neither.
+            raise NotFound(f"no message {message_id[:64]!r}")
+        _refuse_unless(grant, op, inbox.run_id, owner=True)
+
+
+async def _bounded(lookup: Awaitable[T]) -> T:
+    """An owner lookup, bounded like any provider call: a store that hangs is a 503."""
+    try:
+        return await asyncio.wait_for(lookup, _LOOKUP_DEADLINE_S)
+    except TimeoutError:
+        raise ProviderTimeout("the store did not answer the owner lookup in time") from None
+
+
+def _depends_on_run(grant: Grant) -> bool:
+    return grant.scope.kind in (Kind.RUNS, Kind.RUN)
+
+
+def _refuse_unless(grant: Grant, op: Op, run_id: str | None, *, owner: bool) -> None:
+    needed = scopes.decide(grant.scope, op, run_id, owner=owner)
+    if needed is not None:
+        _refuse(grant, op, needed)
+
+
+def _refuse(grant: Grant, op: Op, needed: str) -> None:
+    raise ForbiddenScope(
+        f"this token's scope ({_described(grant)}) does not allow {op.name}; "
+        f"it needs the scope {needed}",
+        needed,
+    )
+
+
+def _described(grant: Grant) -> str:
+    return str(grant.scope)

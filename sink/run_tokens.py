@@ -1,0 +1,75 @@
+"""Minting a run token: a token limited to one run, that ends when the run's last lease does.
+
+The token itself is stateless (``sink/tokens.py``); minting reads the run's leases, picks
+the expiry, and records a ``token_minted`` event in the run's report (who minted it and
+until when; never the token).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sink import clock
+from sink.logs import log
+from sink.policy import Policy
+from sink.storage.base import Event, Store
+from sink.tokens import Grant, Keyring
+from sink.vocabulary import State
+
+
+@dataclass(frozen=True, slots=True)
+class MintedToken:
+    token: str
+    run_id: str
+    expires_at: float
+
+    def __repr__(self) -> str:  # the token stays out of tracebacks and logs
+        return f"MintedToken(run_id={self.run_id!r}, expires_at={self.expires_at!r})"
+
+
+def run_token_expiry(
+    now: float, lease_ends: list[float], ttl_s: int | None, default_policy: Policy
+) -> float:
+    """When a run token minted now ends.
+
+    The run's last live lease, or ``ttl_s`` from now if that is sooner. A run with no live
+    inbox (a harness minting before the agent creates one) gets the lease an inbox created
+    now would get under the default policy (``ttl_s`` capped by it).
+    """
+    live = [end for end in lease_ends if end > now]
+    if not live:
+        return now + default_policy.ttl(ttl_s)
+    end = max(live)
+    if ttl_s is not None:
+        end = min(end, now + ttl_s)
+    return end
+
+
+async def mint(
+    store: Store,
+    keyring: Keyring,
+    default_policy: Policy,
+    run_id: str,
+    ttl_s: int | None,
+    by: Grant,
+    trace_id: str | None,
+) -> MintedToken:
+    now = clock.now()
+    reports, _ = await store.run_report(run_id)
+    lease_ends = [
+        r.inbox.expires_at for r in reports if r.inbox.effective(now).state is not State.EXPIRED
+    ]
+    expires_at = run_token_expiry(now, lease_ends, ttl_s, default_policy)
+    token = keyring.mint(run_id, expires_at)
+    await store.add_events(
+        [
+            Event(
+                run_id=run_id,
+                type="token_minted",
+                at=now,
+                detail={"by": by.name, "expires_at": clock.rfc3339(expires_at)},
+            )
+        ]
+    )
+    log("run_token_minted", run_id=run_id, trace_id=trace_id, by=by.name)
+    return MintedToken(token, run_id, expires_at)
