@@ -130,10 +130,12 @@ _INDEX_BACKLOG = 4096
 
 
 def _index_pending(db: sqlite3.Connection, limit: int = _INDEX_BATCH) -> int:
-    """Put up to ``limit`` stored messages into the full-text index (inside a transaction).
+    """Put up to ``limit`` stored messages into the listing and the full-text index.
 
-    Indexing is kept out of the delivery's own commit: FTS5 pays per commit for its new
-    segment, so many messages indexed in one transaction cost far less than one by one.
+    Both are kept out of the delivery's own commit (inside a transaction of their own):
+    the listing's four indexes and FTS5's segment per commit cost more than storing the
+    mail, so the 250 waits for neither, and many messages indexed at once cost far less
+    than one by one. Whatever reads the listing catches up first (``_index_caught_up``).
     """
     rows = _all(
         db,
@@ -171,6 +173,18 @@ def _index_pending(db: sqlite3.Connection, limit: int = _INDEX_BATCH) -> int:
         db.execute(
             "UPDATE messages SET indexed = 1, has_attachment = ? WHERE message_pk = ?",
             (attachment, pk),
+        )
+        # Its entries in the listing, in the order they were stored: deliveries, then caught.
+        db.execute(
+            "INSERT INTO listing (id, message_pk, inbox_id, run_id) "
+            "SELECT d.message_id, d.message_pk, d.inbox_id, i.run_id FROM deliveries d "
+            "JOIN inboxes i ON i.inbox_id = d.inbox_id WHERE d.message_pk = ? ORDER BY d.seq",
+            (pk,),
+        )
+        db.execute(
+            "INSERT INTO listing (id, message_pk, inbox_id, run_id) "
+            "SELECT caught_id, message_pk, NULL, NULL FROM caught WHERE message_pk = ?",
+            (pk,),
         )
     return len(rows)
 
@@ -695,6 +709,7 @@ class SQLiteStore:
     # -- caught mail (v2) ----------------------------------------------------------
 
     async def caught_page(self, before: tuple[int, int] | None, limit: int) -> list[Listed]:
+        await self._index_caught_up()
         sql = _LISTED_SELECT + " WHERE v.inbox_id IS NULL"
         params: list[Any] = []
         if before is not None:
@@ -704,6 +719,7 @@ class SQLiteStore:
         return [_listed(row) for row in rows]
 
     async def caught_message(self, caught_id: str) -> CaughtMessage | None:
+        await self._index_caught_up()
         rows = await self._read(
             _LISTED_SELECT.replace(
                 "SELECT ", "SELECT m.raw AS raw_body, m.date, c.expires_at AS caught_until, ", 1
@@ -737,6 +753,7 @@ class SQLiteStore:
             rows = _all(db, f"SELECT caught_id FROM caught {where} LIMIT ?", (*params, limit))
             return _delete_entries(db, [row[0] for row in rows], now)
 
+        await self._index_caught_up()  # deletes go through the listing
         deleted = await self._transaction(work)
         if deleted:
             await self._maintenance("PRAGMA incremental_vacuum")
@@ -878,10 +895,12 @@ class SQLiteStore:
         return found[:want]
 
     async def listed(self, entry_id: str) -> Listed | None:
+        await self._index_caught_up()
         rows = await self._read(_LISTED_SELECT + " WHERE v.id = ?", (entry_id,))
         return _listed(rows[0]) if rows else None
 
     async def listed_raw(self, entry_id: str) -> bytes | None:
+        await self._index_caught_up()
         rows = await self._read(
             """SELECT m.raw FROM listing v JOIN messages m ON m.message_pk = v.message_pk
                LEFT JOIN inboxes i ON i.inbox_id = v.inbox_id
@@ -920,6 +939,7 @@ class SQLiteStore:
                 return Deleted(0, tuple(live))
             return Deleted(_delete_entries(db, list(ids), now))
 
+        await self._index_caught_up()  # the listing must hold everything answered 250
         outcome = await self._transaction(work)
         if outcome.deleted:
             await self._maintenance("PRAGMA incremental_vacuum")
@@ -1178,7 +1198,6 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
     messages: list[tuple[Any, ...]] = []
     deliveries: list[tuple[Any, ...]] = []
     caught: list[tuple[Any, ...]] = []
-    listing: list[tuple[Any, ...]] = []
     events: list[Event] = []
     for item in items:
         size = len(item.raw)
@@ -1201,7 +1220,6 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
             )
             for d in item.deliveries:
                 deliveries.append((d.message_id, d.inbox_id, pk, json.dumps(list(d.rcpts))))
-                listing.append((d.message_id, pk, d.inbox_id, d.run_id))
                 events.append(
                     Event(
                         run_id=d.run_id,
@@ -1216,7 +1234,6 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
                 caught.append(
                     (item.caught_id, pk, json.dumps(list(item.unrouted)), item.caught_until)
                 )
-                listing.append((item.caught_id, pk, None, None))
         events.extend(
             Event(
                 run_id=late.run_id,
@@ -1241,9 +1258,6 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
         db.executemany(
             "INSERT INTO caught (caught_id, message_pk, rcpt_json, expires_at) VALUES (?, ?, ?, ?)",
             caught,
-        )
-        db.executemany(
-            "INSERT INTO listing (id, message_pk, inbox_id, run_id) VALUES (?, ?, ?, ?)", listing
         )
     if events:
         _insert_events(db, events)
@@ -1426,9 +1440,14 @@ def _drop_unneeded_bodies(db: sqlite3.Connection, pks: list[int], now: float) ->
             db.execute("DELETE FROM messages WHERE message_pk = ?", (pk,))
             db.execute("DELETE FROM message_text WHERE rowid = ?", (pk,))
             continue
+        # A delivery not yet in the listing (its message is not indexed yet) is listed as
+        # far as its body is concerned: the indexer will list it.
         needed = db.execute(
-            """SELECT 1 FROM listing v JOIN inboxes i ON i.inbox_id = v.inbox_id
-               WHERE v.message_pk = ? AND i.released_at IS NULL LIMIT 1""",
+            """SELECT 1 FROM deliveries d JOIN inboxes i ON i.inbox_id = d.inbox_id
+               JOIN messages m ON m.message_pk = d.message_pk
+               WHERE d.message_pk = ? AND i.released_at IS NULL
+                 AND (m.indexed = 0 OR EXISTS (SELECT 1 FROM listing v WHERE v.id = d.message_id))
+               LIMIT 1""",
             (pk,),
         ).fetchone()
         if needed:

@@ -39,10 +39,8 @@ CREATE VIRTUAL TABLE message_text USING fts5 (
     subject, body, sender, rcpts, tokenize = 'trigram'
 );
 
-INSERT INTO listing (id, message_pk, inbox_id, run_id)
-SELECT d.message_id, d.message_pk, d.inbox_id, i.run_id
-FROM deliveries d JOIN inboxes i ON i.inbox_id = d.inbox_id
-ORDER BY d.message_pk, d.seq;
+-- v1's messages (indexed = 0) get their listing entries and index text when the store
+-- opens, as all mail does after its commit (sink/storage/sqlite.py: _index_pending).
 
 -- v1 kept metadata only for unrouted mail: not carried over (no body to show). The table stays
 -- (the readiness probe writes a row in it and takes it out again).
