@@ -137,10 +137,12 @@ def _index_pending(db: sqlite3.Connection, limit: int = _INDEX_BATCH) -> int:
     mail, so the 250 waits for neither, and many messages indexed at once cost far less
     than one by one. Whatever reads the listing catches up first (``_index_caught_up``).
     """
+    # The bodies are read one at a time below: a batch of large messages must not sit in
+    # memory at once.
     rows = _all(
         db,
-        "SELECT message_pk, raw, subject, from_addr, mail_from FROM messages "
-        "WHERE indexed = 0 ORDER BY message_pk LIMIT ?",
+        "SELECT message_pk, subject, from_addr, mail_from "
+        "FROM messages WHERE indexed = 0 ORDER BY message_pk LIMIT ?",
         (limit,),
     )
     for row in rows:
@@ -155,8 +157,9 @@ def _index_pending(db: sqlite3.Connection, limit: int = _INDEX_BATCH) -> int:
             for rcpt in json.loads(listed)
         ]
         attachment = 0
-        if row["raw"] is not None:
-            found = search_fields(bytes(row["raw"]))
+        body = db.execute("SELECT raw FROM messages WHERE message_pk = ?", (pk,)).fetchone()
+        if body is not None and body[0] is not None:
+            found = search_fields(bytes(body[0]))
             text = (
                 found.subject,
                 found.body,
