@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import secrets
 from dataclasses import dataclass, replace
-from typing import Any
 
 from sink.errors import StorageError
 from sink.inbox import Claim, Delivery, Evidence, Inbox
@@ -27,6 +26,7 @@ from sink.storage.base import (
     StoredMessage,
     UnroutedMail,
 )
+from sink.storage.rows import expired_event
 from sink.vocabulary import Reason, State
 
 _NEVER = 1e18  # evidence_release_at of an inbox whose expiry set no retention
@@ -153,7 +153,7 @@ class MemoryStore:
         row.evidence_message_id = after.evidence.message_id if after.evidence else None
         self._events.append(event)
         if after.state is State.EXPIRED:
-            self._events.append(_expired_event(after))
+            self._events.append(expired_event(after))
         return True
 
     async def set_last_error(self, inbox_id: str, code: str) -> None:
@@ -405,7 +405,7 @@ class MemoryStore:
             row.evidence_release_at, at + retention_s if retention_s else _NEVER
         )
         row.last_change_reason = cause or inbox.reason
-        self._events.append(_expired_event(inbox, cause))
+        self._events.append(expired_event(inbox, cause))
 
     def _release_rows(self, rows: list[_Inbox], now: float) -> int:
         inboxes = [self._load(r.inbox.inbox_id) for r in rows]
@@ -452,16 +452,3 @@ def _delivery(d: _Delivery) -> Delivery:
 
 def _claimed_at(d: _Delivery) -> float:
     return d.claim.claimed_at if d.claim is not None else 0.0
-
-
-def _expired_event(inbox: Inbox, cause: str | None = None) -> Event:
-    detail: dict[str, Any] = {"reason": inbox.reason}
-    if cause:
-        detail["cause"] = cause
-    return Event(
-        run_id=inbox.run_id,
-        type="expired",
-        at=inbox.expired_at if inbox.expired_at is not None else inbox.expires_at,
-        inbox_id=inbox.inbox_id,
-        detail=detail,
-    )

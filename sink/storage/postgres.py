@@ -59,7 +59,7 @@ from sink.breaker import (
     Transition,
 )
 from sink.errors import StorageError, StorageUnavailable
-from sink.inbox import Claim, Delivery, Evidence, Inbox, Match
+from sink.inbox import Claim, Delivery, Inbox
 from sink.logs import warn
 from sink.storage.base import (
     CreateOutcome,
@@ -75,6 +75,7 @@ from sink.storage.base import (
     StoredMessage,
     UnroutedMail,
 )
+from sink.storage.rows import delivery_from_row, expired_event, inbox_from_row
 from sink.storage.sqlite import RouteCache
 from sink.vocabulary import Reason, State
 
@@ -459,7 +460,7 @@ class PostgresStore:
 
     async def load_inbox(self, inbox_id: str) -> Inbox | None:
         rows = await self._fetch("load_inbox", _INBOX_SELECT + " WHERE i.inbox_id = $1", inbox_id)
-        return _inbox(rows[0]) if rows else None
+        return inbox_from_row(rows[0]) if rows else None
 
     async def count_inboxes(self, run_id: str, purpose: str) -> int:
         rows = await self._fetch(
@@ -504,7 +505,7 @@ class PostgresStore:
         events = [event]
         payloads: list[str] = []
         if after.state is State.EXPIRED:
-            events.append(_expired_event(after))
+            events.append(expired_event(after))
             payloads.append(f"{self.replica_id} e {after.inbox_id}")
         rows = await self._fetch(
             "save_poll",
@@ -574,7 +575,7 @@ class PostgresStore:
             now,
             limit,
         )
-        return [_inbox(row) for row in rows]
+        return [inbox_from_row(row) for row in rows]
 
     async def set_last_error(self, inbox_id: str, code: str) -> None:
         async def work(db: Connection) -> None:
@@ -597,13 +598,13 @@ class PostgresStore:
             after_seq,
             limit,
         )
-        return [_delivery(row) for row in rows]
+        return [delivery_from_row(row) for row in rows]
 
     async def delivery(self, message_id: str) -> Delivery | None:
         rows = await self._fetch(
             "delivery", _DELIVERY_SELECT + " WHERE d.message_id = $1", message_id
         )
-        return _delivery(rows[0]) if rows else None
+        return delivery_from_row(rows[0]) if rows else None
 
     async def raw(self, message_id: str) -> bytes | None:
         rows = await self._fetch(
@@ -634,7 +635,7 @@ class PostgresStore:
             return None
         row = rows[0]
         return StoredMessage(
-            delivery=_delivery(row),
+            delivery=delivery_from_row(row),
             run_id=row["run_id"],
             raw=None if row["raw"] is None else bytes(row["raw"]),
             mail_from=row["mail_from"],
@@ -699,7 +700,7 @@ class PostgresStore:
                 " FOR UPDATE OF i",
                 run_id,
             )
-            inboxes = [_inbox(row) for row in rows]
+            inboxes = [inbox_from_row(row) for row in rows]
             for inbox in inboxes:
                 if inbox.effective(now).state is not State.EXPIRED:
                     await _persist_expiry(db, inbox.expire(Reason.LEASE, now), 0, cause="released")
@@ -735,7 +736,7 @@ class PostgresStore:
                 now,
                 limit,
             )
-            inboxes = [_inbox(row) for row in rows]
+            inboxes = [inbox_from_row(row) for row in rows]
             for inbox in inboxes:
                 await _persist_expiry(db, inbox.effective(now), 0)
             ids = [i.inbox_id for i in inboxes]
@@ -788,7 +789,7 @@ class PostgresStore:
         )
         reports = [
             InboxReport(
-                inbox=_inbox(row),
+                inbox=inbox_from_row(row),
                 accepted_message_id=row["accepted_message_id"],
                 last_change_reason=row["last_change_reason"],
                 evidence_release_at=row["released_at"] or row["evidence_release_at"],
@@ -903,7 +904,7 @@ class PostgresStore:
             run_id,
             limit,
         )
-        return [_delivery(row) for row in rows]
+        return [delivery_from_row(row) for row in rows]
 
     async def find_messages(self, text: str, limit: int) -> list[FoundMessage]:
         rows = await self._fetch(
@@ -1462,82 +1463,9 @@ def _set_on_termination(lost: asyncio.Event, _connection: object) -> None:
 # -- row mapping and statements (inside a transaction) ------------------------------
 
 
-def _inbox(row: Record) -> Inbox:
-    evidence = None
-    if row["evidence_message_id"] is not None and row["ev_seq"] is not None:
-        claim = None
-        if row["ev_claim_id"] is not None:
-            claim = Claim(
-                row["ev_claim_id"],
-                row["evidence_message_id"],
-                row["ev_claim_run_id"],
-                row["ev_claimed_at"],
-            )
-        evidence = Evidence(
-            row["evidence_message_id"],
-            row["ev_seq"],
-            row["ev_subject"],
-            row["ev_from"],
-            row["ev_received_at"],
-            claim,
-        )
-    return Inbox(
-        inbox_id=row["inbox_id"],
-        run_id=row["run_id"],
-        purpose=row["purpose"],
-        address=row["address"],
-        policy_name=row["policy"],
-        created_at=row["created_at"],
-        expires_at=row["expires_at"],
-        poll_budget=row["poll_budget"],
-        polls_used=row["polls_used"],
-        next_poll_at=row["next_poll_at"],
-        cursor_seq=row["cursor_seq"],
-        state=State(row["state"]),
-        reason=None if row["reason"] is None else Reason(row["reason"]),
-        evidence=evidence,
-        match=Match(**json.loads(row["match_json"])),
-        trace_id=row["trace_id"],
-        last_error=row["last_error"],
-        expired_at=row["expired_at"],
-        last_poll_at=row["last_poll_at"],
-        last_poll_latency_ms=row["last_poll_latency_ms"],
-        released_at=row["released_at"],
-    )
-
-
-def _delivery(row: Record) -> Delivery:
-    claim = None
-    if row["claim_id"] is not None:
-        claim = Claim(row["claim_id"], row["message_id"], row["claim_run_id"], row["claimed_at"])
-    return Delivery(
-        seq=row["seq"],
-        message_id=row["message_id"],
-        inbox_id=row["inbox_id"],
-        subject=row["subject"],
-        from_addr=row["from_addr"],
-        received_at=row["received_at"],
-        size=row["size"],
-        claim=claim,
-    )
-
-
 async def _load_inbox(db: Connection, inbox_id: str) -> Inbox | None:
     row = await db.fetchrow(_INBOX_SELECT + " WHERE i.inbox_id = $1", inbox_id)
-    return _inbox(row) if row is not None else None
-
-
-def _expired_event(inbox: Inbox, cause: str | None = None) -> Event:
-    detail: dict[str, Any] = {"reason": inbox.reason}
-    if cause:
-        detail["cause"] = cause
-    return Event(
-        run_id=inbox.run_id,
-        type="expired",
-        at=inbox.expired_at if inbox.expired_at is not None else inbox.expires_at,
-        inbox_id=inbox.inbox_id,
-        detail=detail,
-    )
+    return inbox_from_row(row) if row is not None else None
 
 
 async def _persist_expiry(
@@ -1559,7 +1487,7 @@ async def _persist_expiry(
     )
     if status != "UPDATE 1":
         return False
-    await _insert_events(db, [_expired_event(inbox, cause)])
+    await _insert_events(db, [expired_event(inbox, cause)])
     return True
 
 

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from sink.errors import StorageError
-from sink.inbox import Claim, Delivery, Evidence, Inbox, Match
+from sink.inbox import Claim, Delivery, Inbox
 from sink.logs import warn
 from sink.message import search_fields
 from sink.search import Query, fts_any, fts_expression, texts_match
@@ -45,6 +45,7 @@ from sink.storage.base import (
     StoredMessage,
     UnroutedMail,
 )
+from sink.storage.rows import delivery_from_row, expired_event, inbox_from_row
 from sink.storage.sqlite_writer import CONNECTION_PRAGMAS, Writer, note
 from sink.vocabulary import Reason, State
 
@@ -351,7 +352,7 @@ class SQLiteStore:
 
     async def load_inbox(self, inbox_id: str) -> Inbox | None:
         rows = await self._read(_INBOX_SELECT + " WHERE i.inbox_id = ?", (inbox_id,))
-        return _inbox(rows[0]) if rows else None
+        return inbox_from_row(rows[0]) if rows else None
 
     async def count_inboxes(self, run_id: str, purpose: str) -> int:
         rows = await self._read(
@@ -409,7 +410,7 @@ class SQLiteStore:
                 return False
             events = [event]
             if after.state is State.EXPIRED:
-                events.append(_expired_event(after))
+                events.append(expired_event(after))
             _insert_events(db, events)
             return True
 
@@ -430,7 +431,7 @@ class SQLiteStore:
             _INBOX_SELECT + " WHERE i.state != 'expired' AND i.expires_at <= ? LIMIT ?",
             (now, limit),
         )
-        return [_inbox(row) for row in rows]
+        return [inbox_from_row(row) for row in rows]
 
     async def set_last_error(self, inbox_id: str, code: str) -> None:
         def work(db: sqlite3.Connection) -> None:
@@ -487,11 +488,11 @@ class SQLiteStore:
             _DELIVERY_SELECT + " WHERE d.inbox_id = ? AND d.seq > ? ORDER BY d.seq LIMIT ?",
             (inbox_id, after_seq, limit),
         )
-        return [_delivery(row) for row in rows]
+        return [delivery_from_row(row) for row in rows]
 
     async def delivery(self, message_id: str) -> Delivery | None:
         rows = await self._read(_DELIVERY_SELECT + " WHERE d.message_id = ?", (message_id,))
-        return _delivery(rows[0]) if rows else None
+        return delivery_from_row(rows[0]) if rows else None
 
     async def raw(self, message_id: str) -> bytes | None:
         rows = await self._read(
@@ -520,7 +521,7 @@ class SQLiteStore:
             return None
         row = rows[0]
         return StoredMessage(
-            delivery=_delivery(row),
+            delivery=delivery_from_row(row),
             run_id=row["run_id"],
             raw=None if row["raw"] is None else bytes(row["raw"]),
             mail_from=row["mail_from"],
@@ -581,7 +582,7 @@ class SQLiteStore:
             rows = list(
                 _all(db, _INBOX_SELECT + " WHERE i.run_id = ? AND i.released_at IS NULL", (run_id,))
             )
-            inboxes = [_inbox(row) for row in rows]
+            inboxes = [inbox_from_row(row) for row in rows]
             for inbox in inboxes:
                 if inbox.effective(now).state is not State.EXPIRED:
                     _persist_expiry(db, inbox.expire(Reason.LEASE, now), 0, cause="released")
@@ -620,7 +621,7 @@ class SQLiteStore:
                     (*params, limit),
                 )
             )
-            inboxes = [_inbox(row) for row in rows]
+            inboxes = [inbox_from_row(row) for row in rows]
             for inbox in inboxes:
                 _persist_expiry(db, inbox.effective(now), 0)
             _release(
@@ -672,7 +673,7 @@ class SQLiteStore:
             )
             reports.append(
                 InboxReport(
-                    inbox=_inbox(row),
+                    inbox=inbox_from_row(row),
                     accepted_message_id=accepted[0][0] if accepted else None,
                     last_change_reason=row["last_change_reason"],
                     evidence_release_at=row["released_at"] or row["evidence_release_at"],
@@ -1015,7 +1016,7 @@ class SQLiteStore:
             "run_id = ?) ORDER BY d.seq DESC LIMIT ?",
             (run_id, limit),
         )
-        return [_delivery(row) for row in rows]
+        return [delivery_from_row(row) for row in rows]
 
     async def find_messages(self, text: str, limit: int) -> list[FoundMessage]:
         rows = await self._read(
@@ -1048,69 +1049,9 @@ class SQLiteStore:
 # -- row mapping and statements (run inside a transaction) -----------------------
 
 
-def _inbox(row: Row) -> Inbox:
-    evidence = None
-    if row["evidence_message_id"] is not None and row["ev_seq"] is not None:
-        claim = None
-        if row["ev_claim_id"] is not None:
-            claim = Claim(
-                row["ev_claim_id"],
-                row["evidence_message_id"],
-                row["ev_claim_run_id"],
-                row["ev_claimed_at"],
-            )
-        evidence = Evidence(
-            row["evidence_message_id"],
-            row["ev_seq"],
-            row["ev_subject"],
-            row["ev_from"],
-            row["ev_received_at"],
-            claim,
-        )
-    return Inbox(
-        inbox_id=row["inbox_id"],
-        run_id=row["run_id"],
-        purpose=row["purpose"],
-        address=row["address"],
-        policy_name=row["policy"],
-        created_at=row["created_at"],
-        expires_at=row["expires_at"],
-        poll_budget=row["poll_budget"],
-        polls_used=row["polls_used"],
-        next_poll_at=row["next_poll_at"],
-        cursor_seq=row["cursor_seq"],
-        state=State(row["state"]),
-        reason=None if row["reason"] is None else Reason(row["reason"]),
-        evidence=evidence,
-        match=Match(**json.loads(row["match_json"])),
-        trace_id=row["trace_id"],
-        last_error=row["last_error"],
-        expired_at=row["expired_at"],
-        last_poll_at=row["last_poll_at"],
-        last_poll_latency_ms=row["last_poll_latency_ms"],
-        released_at=row["released_at"],
-    )
-
-
-def _delivery(row: Row) -> Delivery:
-    claim = None
-    if row["claim_id"] is not None:
-        claim = Claim(row["claim_id"], row["message_id"], row["claim_run_id"], row["claimed_at"])
-    return Delivery(
-        seq=row["seq"],
-        message_id=row["message_id"],
-        inbox_id=row["inbox_id"],
-        subject=row["subject"],
-        from_addr=row["from_addr"],
-        received_at=row["received_at"],
-        size=row["size"],
-        claim=claim,
-    )
-
-
 def _load_inbox(db: sqlite3.Connection, inbox_id: str) -> Inbox | None:
     rows = list(_all(db, _INBOX_SELECT + " WHERE i.inbox_id = ?", (inbox_id,)))
-    return _inbox(rows[0]) if rows else None
+    return inbox_from_row(rows[0]) if rows else None
 
 
 def _count(db: sqlite3.Connection, run_id: str, purpose: str) -> int:
@@ -1118,19 +1059,6 @@ def _count(db: sqlite3.Connection, run_id: str, purpose: str) -> int:
         _all(db, "SELECT COUNT(*) FROM inboxes WHERE run_id = ? AND purpose = ?", (run_id, purpose))
     )
     return int(rows[0][0])
-
-
-def _expired_event(inbox: Inbox, cause: str | None = None) -> Event:
-    detail: dict[str, Any] = {"reason": inbox.reason}
-    if cause:
-        detail["cause"] = cause
-    return Event(
-        run_id=inbox.run_id,
-        type="expired",
-        at=inbox.expired_at if inbox.expired_at is not None else inbox.expires_at,
-        inbox_id=inbox.inbox_id,
-        detail=detail,
-    )
 
 
 def _persist_expiry(
@@ -1153,7 +1081,7 @@ def _persist_expiry(
         ),
     )
     if cur.rowcount == 1:
-        _insert_events(db, [_expired_event(inbox, cause)])
+        _insert_events(db, [expired_event(inbox, cause)])
 
 
 def _release(

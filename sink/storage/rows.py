@@ -1,0 +1,92 @@
+"""Rows to domain values, shared by the SQL adapters (SQLite and PostgreSQL select the same
+columns for an inbox and a delivery), and the ``expired`` event every adapter records."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+from sink.inbox import Claim, Delivery, Evidence, Inbox, Match
+from sink.storage.base import Event
+from sink.vocabulary import Reason, State
+
+
+class Row(Protocol):
+    """A result row read by column name (``sqlite3.Row``, ``asyncpg.Record``)."""
+
+    def __getitem__(self, key: str) -> Any: ...
+
+
+def inbox_from_row(row: Row) -> Inbox:
+    """An inbox from its row (the adapters select the same columns)."""
+    evidence = None
+    if row["evidence_message_id"] is not None and row["ev_seq"] is not None:
+        claim = None
+        if row["ev_claim_id"] is not None:
+            claim = Claim(
+                row["ev_claim_id"],
+                row["evidence_message_id"],
+                row["ev_claim_run_id"],
+                row["ev_claimed_at"],
+            )
+        evidence = Evidence(
+            row["evidence_message_id"],
+            row["ev_seq"],
+            row["ev_subject"],
+            row["ev_from"],
+            row["ev_received_at"],
+            claim,
+        )
+    return Inbox(
+        inbox_id=row["inbox_id"],
+        run_id=row["run_id"],
+        purpose=row["purpose"],
+        address=row["address"],
+        policy_name=row["policy"],
+        created_at=row["created_at"],
+        expires_at=row["expires_at"],
+        poll_budget=row["poll_budget"],
+        polls_used=row["polls_used"],
+        next_poll_at=row["next_poll_at"],
+        cursor_seq=row["cursor_seq"],
+        state=State(row["state"]),
+        reason=None if row["reason"] is None else Reason(row["reason"]),
+        evidence=evidence,
+        match=Match(**json.loads(row["match_json"])),
+        trace_id=row["trace_id"],
+        last_error=row["last_error"],
+        expired_at=row["expired_at"],
+        last_poll_at=row["last_poll_at"],
+        last_poll_latency_ms=row["last_poll_latency_ms"],
+        released_at=row["released_at"],
+    )
+
+
+def delivery_from_row(row: Row) -> Delivery:
+    claim = None
+    if row["claim_id"] is not None:
+        claim = Claim(row["claim_id"], row["message_id"], row["claim_run_id"], row["claimed_at"])
+    return Delivery(
+        seq=row["seq"],
+        message_id=row["message_id"],
+        inbox_id=row["inbox_id"],
+        subject=row["subject"],
+        from_addr=row["from_addr"],
+        received_at=row["received_at"],
+        size=row["size"],
+        claim=claim,
+    )
+
+
+def expired_event(inbox: Inbox, cause: str | None = None) -> Event:
+    """The run report's ``expired`` entry for an inbox that just expired."""
+    detail: dict[str, Any] = {"reason": inbox.reason}
+    if cause:
+        detail["cause"] = cause
+    return Event(
+        run_id=inbox.run_id,
+        type="expired",
+        at=inbox.expired_at if inbox.expired_at is not None else inbox.expires_at,
+        inbox_id=inbox.inbox_id,
+        detail=detail,
+    )
