@@ -122,7 +122,9 @@ def _prepare(db: sqlite3.Connection) -> None:
             break
 
 
-_INDEX_BATCH = 256
+# Small batches: under sustained ingest the indexer's transactions queue with deliveries'
+# commits in the one writer, and a delivery should never wait behind a long one.
+_INDEX_BATCH = 32
 # The index catches up in the background once deliveries pause this long, or at once when
 # this many wait: parsing a body and its FTS5 insert cost more than storing it, and none
 # of that may slow the 250s of a busy moment. A search catches up first, whatever waits.
