@@ -275,6 +275,7 @@ class CaughtMessageOut(_Response):
     caught: Literal[True]
     headers: dict[str, list[str]] | None
     from_: str = Field(alias="from")
+    from_name: str | None
     to: list[str]
     cc: list[str]
     subject: str
@@ -284,6 +285,7 @@ class CaughtMessageOut(_Response):
     attachments: list[AttachmentOut]
     links: list[str]
     codes: list[str]
+    parse_warnings: list[str]
     envelope: SmtpEnvelopeOut
     size: int
     received_at: str

@@ -6,6 +6,8 @@ for the HTTP routes and the ``/mcp`` tools alike; answers become wire models.
 
 from __future__ import annotations
 
+from typing import Any
+
 from api.schemas import (
     AttachmentOut,
     CaughtMessageOut,
@@ -35,6 +37,7 @@ from sink.envelope import Envelope
 from sink.faults import Fault
 from sink.inbox import Claim, Evidence, Match
 from sink.mailbox import CaughtRead, Page
+from sink.message import ParsedMessage
 
 
 def match_from(given: MatchIn | None) -> Match:
@@ -137,6 +140,26 @@ def message_list_out(page: MessagePage) -> MessageListOut:
     )
 
 
+def _parsed_fields(parsed: ParsedMessage | None) -> dict[str, Any]:
+    """What a read message and a read caught message take from the parse (empty once the
+    body is released)."""
+    return {
+        "headers": parsed.headers if parsed else None,
+        "from_name": parsed.from_name if parsed else None,
+        "text": parsed.text if parsed else None,
+        "html": parsed.html if parsed else None,
+        "attachments": [
+            AttachmentOut(
+                filename=a.filename, content_type=a.content_type, size=a.size, sha256=a.sha256
+            )
+            for a in (parsed.attachments if parsed else ())
+        ],
+        "links": list(parsed.links) if parsed else [],
+        "codes": list(parsed.codes) if parsed else [],
+        "parse_warnings": list(parsed.parse_warnings) if parsed else [],
+    }
+
+
 def message_out(result: ReadResult) -> MessageOut:
     stored = result.stored
     delivery = stored.delivery
@@ -144,24 +167,12 @@ def message_out(result: ReadResult) -> MessageOut:
     return MessageOut(
         message_id=delivery.message_id,
         inbox_id=delivery.inbox_id,
-        headers=parsed.headers if parsed else None,
         from_=delivery.from_addr,
-        from_name=parsed.from_name if parsed else None,
         to=list(stored.to),
         cc=list(stored.cc),
         subject=delivery.subject,
         date=stored.date,
-        text=parsed.text if parsed else None,
-        html=parsed.html if parsed else None,
-        attachments=[
-            AttachmentOut(
-                filename=a.filename, content_type=a.content_type, size=a.size, sha256=a.sha256
-            )
-            for a in (parsed.attachments if parsed else ())
-        ],
-        links=list(parsed.links) if parsed else [],
-        codes=list(parsed.codes) if parsed else [],
-        parse_warnings=list(parsed.parse_warnings) if parsed else [],
+        **_parsed_fields(parsed),
         envelope=SmtpEnvelopeOut(mail_from=stored.mail_from, rcpt_to=list(stored.rcpts)),
         size=delivery.size,
         claimed=delivery.claim is not None,
@@ -232,22 +243,12 @@ def caught_message_out(read: CaughtRead) -> CaughtMessageOut:
     return CaughtMessageOut(
         message_id=listed.id,
         caught=True,
-        headers=parsed.headers if parsed else None,
         from_=listed.from_addr,
         to=list(listed.to),
         cc=list(listed.cc),
         subject=listed.subject,
         date=caught.date,
-        text=parsed.text if parsed else None,
-        html=parsed.html if parsed else None,
-        attachments=[
-            AttachmentOut(
-                filename=a.filename, content_type=a.content_type, size=a.size, sha256=a.sha256
-            )
-            for a in (parsed.attachments if parsed else ())
-        ],
-        links=list(parsed.links) if parsed else [],
-        codes=list(parsed.codes) if parsed else [],
+        **_parsed_fields(parsed),
         envelope=SmtpEnvelopeOut(mail_from=listed.mail_from, rcpt_to=list(listed.rcpts)),
         size=listed.size,
         received_at=rfc3339(listed.received_at),

@@ -50,7 +50,7 @@ def test_mail_to_gmail_is_250_caught_readable_and_never_evidence(
         assert client.mail(SENDER)[0] == 250
         assert client.rcpt("someone@gmail.com")[0] == 250
         message = (
-            f"From: {SENDER}\r\nTo: someone@gmail.com\r\nSubject: {subject}\r\n\r\n"
+            f"From: Acme <{SENDER}>\r\nTo: someone@gmail.com\r\nSubject: {subject}\r\n\r\n"
             "Your code is 482913\r\n"
         )
         assert client.data(message.encode())[0] == 250
@@ -61,6 +61,7 @@ def test_mail_to_gmail_is_250_caught_readable_and_never_evidence(
     read = http.get(f"/v1/unrouted/{item['id']}").json()
     assert read["caught"] is True
     assert read["codes"] == ["482913"]
+    assert (read["from"], read["from_name"], read["parse_warnings"]) == (SENDER, "Acme", [])
     assert read["envelope"] == {"mail_from": SENDER, "rcpt_to": ["someone@gmail.com"]}
     raw = http.get(f"/v1/unrouted/{item['id']}/raw")
     assert raw.headers["content-type"] == "message/rfc822"
