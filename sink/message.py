@@ -445,14 +445,25 @@ def _walk(
     if bodies.parts >= MAX_PARTS:
         return
     bodies.parts += 1
-    info = Message()  # only for its Content-Type/-Disposition parameter parsing (RFC 2231)
+    heads: dict[str, str] = {}  # the first Content-Type and Content-Disposition
     encoding = ""
     for name, value in fields:
         key = name.lower()
-        if key in ("content-type", "content-disposition") and key not in info:
-            info[key] = value
+        if key in ("content-type", "content-disposition"):
+            heads.setdefault(key, value)
         elif key == "content-transfer-encoding" and not encoding:
             encoding = value.strip().lower()
+    simple = None if "content-disposition" in heads else _simple_text(heads.get("content-type"))
+    if simple is not None:  # most mail: a text part with no parameter but its charset
+        content_type, charset = simple
+        payload = _transfer_decoded(raw[start:end], encoding)
+        if payload.strip():
+            decoded = _decode_text(payload, charset)
+            (bodies.texts if content_type == "text/plain" else bodies.htmls).append(decoded)
+        return
+    info = Message()  # only for its Content-Type/-Disposition parameter parsing (RFC 2231)
+    for key, value in heads.items():
+        info[key] = value
     content_type = info.get_content_type()
     if content_type.startswith("multipart/"):
         # Each level searches its whole span for its boundary, so nesting costs depth x size;
@@ -468,11 +479,7 @@ def _walk(
                 _walk(raw, body_start, part_end, _fields(head), depth + 1, bodies)
             return
         content_type = "text/plain"  # no delimiter anywhere: the body is all there is
-    payload = raw[start:end]
-    if encoding == "base64":
-        payload = _b64decode(payload)
-    elif encoding == "quoted-printable":
-        payload = binascii.a2b_qp(payload)
+    payload = _transfer_decoded(raw[start:end], encoding)
     filename = info.get_filename()
     disposition = info.get_content_disposition()
     if content_type in ("text/plain", "text/html") and not filename and disposition != "attachment":
@@ -492,6 +499,36 @@ def _walk(
         content_id = next((v for n, v in fields if n.lower() == "content-id"), None)
         cid = content_id.strip().strip("<>").strip() if content_id else None
         bodies.kept.append(Part(attachment, name, cid or None, payload))
+
+
+# ``text/plain``, ``text/html; charset=utf-8``, ``text/plain; charset="ISO-8859-1"``: read
+# here, without ``email.message.Message``'s parameter parser (RFC 2231), to the same result.
+_SIMPLE_TEXT = re.compile(
+    r"[ \t]*text/(plain|html)[ \t]*"
+    r'(?:;[ \t]*charset[ \t]*=[ \t]*("?)([A-Za-z0-9_.:+-]+)\2[ \t]*;?[ \t]*)?',
+    re.IGNORECASE,
+)
+
+
+def _simple_text(content_type: str | None) -> tuple[str, str | None] | None:
+    """(type, charset) of a Content-Type naming text/plain or text/html and at most a
+    charset; None for anything else (``Message`` parses it). No Content-Type is text/plain
+    (RFC 2045 5.2)."""
+    if content_type is None:
+        return "text/plain", None
+    match = _SIMPLE_TEXT.fullmatch(content_type)
+    if match is None:
+        return None
+    charset = match.group(3)
+    return "text/" + match.group(1).lower(), charset.lower() if charset else None
+
+
+def _transfer_decoded(payload: bytes, encoding: str) -> bytes:
+    if encoding == "base64":
+        return _b64decode(payload)
+    if encoding == "quoted-printable":
+        return binascii.a2b_qp(payload)
+    return payload
 
 
 def _split_multipart(

@@ -522,3 +522,38 @@ def test_a_25_mb_message_parses() -> None:
     assert message.attachments[0].sha256 == hashlib.sha256(blob).hexdigest()
     assert message.links == ("https://app.test/x?a=1&b=2",)
     assert searchable_text(raw).startswith("Item code 4821")
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        None,
+        "text/plain",
+        "TEXT/HTML",
+        "text/plain; charset=utf-8",
+        'text/plain; charset="ISO-8859-1"',
+        "text/html;charset=UTF-8;",
+        " text/plain ; charset = us-ascii ",
+        "text/plain; charset*=utf-8''x",
+        "text/plain; name=a.txt",
+        'text/plain; charset="utf-8',
+        "text/plain (comment)",
+        "multipart/mixed; boundary=x",
+        "textplain",
+        "application/octet-stream",
+    ],
+)
+def test_the_simple_text_reading_agrees_with_the_email_package(content_type: str | None) -> None:
+    """Content-Types read without ``email.message.Message`` read as it reads them."""
+    from email.message import Message
+
+    from sink.message import _simple_text
+
+    simple = _simple_text(content_type)
+    if simple is None:
+        return  # left to Message
+    info = Message()
+    if content_type is not None:
+        info["content-type"] = content_type
+    assert simple == (info.get_content_type(), info.get_content_charset())
+    assert info.get_filename() is None

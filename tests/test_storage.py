@@ -438,3 +438,42 @@ def test_a_failing_write_fails_alone_in_its_group_commit(tmp_path: Path) -> None
     with sqlite3.connect(path) as db:
         stored = [row[0] for row in db.execute("SELECT n FROM t ORDER BY n")]
     assert stored == [n for n in range(20) if n != 13]
+
+
+def test_shared_writes_run_as_one_and_a_failing_one_fails_alone(tmp_path: Path) -> None:
+    """Shared writes side by side in a commit run as one call; when it fails, each alone."""
+    from sink.errors import StorageError
+    from sink.storage.sqlite_writer import Writer
+
+    path = tmp_path / "w.db"
+    calls: list[list[int]] = []
+
+    def setup(db: sqlite3.Connection) -> None:
+        db.execute("CREATE TABLE IF NOT EXISTS t (n INTEGER PRIMARY KEY)")
+
+    def insert_many(db: sqlite3.Connection, items: list[int]) -> None:
+        calls.append(list(items))
+        db.executemany("INSERT INTO t (n) VALUES (?)", [(n,) for n in items])
+        if 13 in items:
+            db.execute("INSERT INTO t (n) VALUES (13)")  # a duplicate key: fails
+
+    async def scenario(numbers: range) -> list[object]:
+        writer = Writer(path)
+        await writer.open(setup)
+        try:
+            return await asyncio.gather(
+                *(writer.shared(insert_many, n) for n in numbers), return_exceptions=True
+            )
+        finally:
+            await writer.close()
+
+    assert asyncio.run(scenario(range(10))) == [None] * 10
+    assert calls == [list(range(10))]  # all ten waited for one commit: one call
+    calls.clear()
+    results = asyncio.run(scenario(range(10, 20)))
+    assert isinstance(results[3], StorageError)
+    assert [r for i, r in enumerate(results) if i != 3] == [None] * 9
+    assert calls == [list(range(10, 20)), *([n] for n in range(10, 20))]
+    with sqlite3.connect(path) as db:
+        stored = [row[0] for row in db.execute("SELECT n FROM t ORDER BY n")]
+    assert stored == [n for n in range(20) if n != 13]

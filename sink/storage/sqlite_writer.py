@@ -3,10 +3,12 @@
 Every write is a function run on the writer thread. Writes that arrive while a commit
 is in progress wait for the next one and then share it: one ``BEGIN IMMEDIATE``, one
 ``SAVEPOINT`` per write (a failing write rolls back alone and fails alone), one
-``COMMIT`` and one fsync for all of them. SMTP deliveries and agent calls (creates,
-polls, claims) all share commits this way, so durability does not cost throughput,
-and each batch costs one hop between the event loop and the thread. The fsync
-happens on the writer thread, never on the event loop.
+``COMMIT`` and one fsync for all of them. Writes of one kind that follow each other in a
+batch (``shared``: SMTP deliveries) run as one write, one statement per table for all of
+them; should it fail, each runs alone in its own savepoint, so that one fails alone still.
+SMTP deliveries and agent calls (creates, polls, claims) all share commits this way, so
+durability does not cost throughput, and each batch costs one hop between the event loop
+and the thread. The fsync happens on the writer thread, never on the event loop.
 
 A caller that gives up before its batch starts is dropped from it; one that gives
 up later lets its write finish: there is never a write half done.
@@ -32,12 +34,29 @@ CONNECTION_PRAGMAS = (
     "PRAGMA synchronous = FULL",
     "PRAGMA busy_timeout = 5000",
     "PRAGMA foreign_keys = OFF",
+    # A savepoint keeps the pages it changes in a statement journal, which SQLite spills to a
+    # temporary file past 64 KiB: one file opened, written and removed per commit, in memory
+    # instead (https://www.sqlite.org/tempfiles.html#statement_journals).
+    "PRAGMA temp_store = MEMORY",
 )
 
 _BATCH_MAX = 256
 
 Work = Callable[[sqlite3.Connection], Any]
 Outcome = tuple[bool, Any]  # (succeeded, result or exception)
+
+
+class Shared:
+    """A write that may share one ``run(db, items)`` call with the same kind next to it."""
+
+    __slots__ = ("item", "run")
+
+    def __init__(self, run: Callable[[sqlite3.Connection, list[Any]], None], item: Any) -> None:
+        self.run = run
+        self.item = item
+
+    def __call__(self, db: sqlite3.Connection) -> None:
+        self.run(db, [self.item])
 
 
 class NotingConnection(sqlite3.Connection):
@@ -90,6 +109,11 @@ class Writer:
         self._pending.append((work, done))
         self._arrived.set()
         return await done
+
+    async def shared(self, run: Callable[[sqlite3.Connection, list[Any]], None], item: Any) -> None:
+        """``transaction(lambda db: run(db, [item]))``, run with the same ``run``'s items that
+        wait beside it as one ``run(db, items)``: one statement per table, not one per item."""
+        await self.transaction(Shared(run, item))
 
     async def statement(self, sql: str) -> None:
         """A statement outside any transaction (maintenance such as incremental_vacuum)."""
@@ -160,7 +184,19 @@ class Writer:
         db = self._connection()
         db.execute("BEGIN IMMEDIATE")
         try:
-            outcomes = [self._run_one(db, work) for work in works]
+            outcomes: list[Outcome] = []
+            start = 0
+            while start < len(works):
+                work = works[start]
+                end = start + 1
+                if isinstance(work, Shared):
+                    while end < len(works) and _same_run(works[end], work):
+                        end += 1
+                if end - start == 1:
+                    outcomes.append(self._run_one(db, work))
+                else:
+                    outcomes += self._run_shared(db, works[start:end])
+                start = end
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
@@ -184,6 +220,19 @@ class Writer:
         db.execute("RELEASE write")
         return True, (value, getattr(db, "notes", []))
 
+    @classmethod
+    def _run_shared(cls, db: sqlite3.Connection, works: list[Work]) -> list[Outcome]:
+        """Shared writes as one; when that fails, each alone (the failing one fails alone)."""
+        items = [work.item for work in works if isinstance(work, Shared)]
+        run = works[0].run if isinstance(works[0], Shared) else None
+        assert run is not None and len(items) == len(works)
+        succeeded, value = cls._run_one(db, lambda db: run(db, items))
+        if not succeeded:
+            return [cls._run_one(db, work) for work in works]
+        _, noted = value
+        # The notes go with the first write's outcome: the commit gathers them all anyway.
+        return [(True, (None, noted))] + [(True, (None, []))] * (len(works) - 1)
+
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
             raise StorageError("the store is closed")
@@ -197,3 +246,7 @@ class Writer:
             raise StorageError(f"write failed: {exc}") from exc
         except RuntimeError as exc:  # the executor was shut down
             raise StorageError("the store is closed") from exc
+
+
+def _same_run(work: Work, shared: Shared) -> bool:
+    return isinstance(work, Shared) and work.run is shared.run
