@@ -385,6 +385,46 @@ def test_concurrent_deliveries_are_durable_in_wal(tmp_path: Path) -> None:
     assert count == 200 and mode == "wal"
 
 
+def _indexed(store: SQLiteStore) -> Awaitable[list[sqlite3.Row]]:
+    return store._read("SELECT message_pk FROM listing ORDER BY seq")
+
+
+def test_the_index_follows_ingest_after_a_pause_and_at_a_backlog(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a search, stored mail reaches the listing once ingest pauses, and while it
+    goes on once the backlog is at its bound; a search then finds all of it, in order."""
+    import sink.storage.sqlite as adapter
+
+    monkeypatch.setattr(adapter, "_INDEX_BATCH", 4)
+    monkeypatch.setattr(adapter, "_INDEX_QUIET_S", 0.05)
+    monkeypatch.setattr(adapter, "_INDEX_BACKLOG", 6)
+
+    async def scenario(store: SQLiteStore) -> None:
+        loop = asyncio.get_running_loop()
+        new = new_inbox()
+        await store.create_inbox(new, created_event(new))
+        for n in range(10):
+            await store.save_message(incoming(new.inbox, subject=f"m{n}"))
+        deadline = loop.time() + 10
+        while len(await _indexed(store)) < 10:  # the pause after them
+            assert loop.time() < deadline, "the index never caught up after a pause"
+            await asyncio.sleep(0.01)
+        # Ingest that never pauses for long enough: the backlog bound starts the index.
+        sent = 10
+        deadline = loop.time() + 10
+        while len(await _indexed(store)) <= 10:
+            assert loop.time() < deadline, "the index never started under a backlog"
+            await store.save_message(incoming(new.inbox, subject=f"m{sent}"))
+            sent += 1
+            await asyncio.sleep(0.005)
+        await store._index_caught_up()  # what a search does first
+        rows = [row[0] for row in await _indexed(store)]
+        assert rows == sorted(rows) and len(rows) == sent
+
+    run(tmp_path / "s.db", scenario)
+
+
 def test_reopening_applies_no_migration_twice(tmp_path: Path) -> None:
     """Opening an existing store keeps its data and its schema version."""
     path = tmp_path / "s.db"

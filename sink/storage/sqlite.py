@@ -467,30 +467,40 @@ class SQLiteStore:
                 # Not a synchronisation: a pause until ingest is quiet (or the backlog is
                 # large), so that indexing neither competes with deliveries nor runs per
                 # message: one index transaction (one FTS5 segment, one fsync) covers many.
+                # One batch at a time, looking again before each: deliveries that resume
+                # find the writer free within one batch, not after the whole backlog.
                 quiet_at = self._last_delivery + _INDEX_QUIET_S
                 if self._unindexed_count < _INDEX_BACKLOG and loop.time() < quiet_at:
                     await asyncio.sleep(quiet_at - loop.time())
                     continue
-                await self._index_caught_up()
+                async with self._index_lock:
+                    await self._index_batch()
         except StorageError as exc:  # the next search (or the next open) indexes it
             warn("search_index_deferred", error=type(exc).__name__)
 
-    async def _index_all(self) -> None:
-        while await self._transaction(_index_pending) == _INDEX_BATCH:
-            pass
+    async def _index_batch(self) -> bool:
+        """Index one batch (under the index lock); True when nothing was left behind it."""
+        if not self._unindexed:
+            return True
+        # Cleared first: a delivery committed while the batch runs sets it again.
+        self._unindexed = False
+        try:
+            indexed = await self._transaction(_index_pending)
+        except BaseException:
+            self._unindexed = True
+            raise
+        self._unindexed_count = max(0, self._unindexed_count - indexed)
+        if indexed == _INDEX_BATCH:
+            self._unindexed = True  # there may be more
+            return False
+        self._unindexed_count = 0
+        return True
 
     async def _index_caught_up(self) -> None:
         """Read-your-writes: mail answered 250 before a search is in the index it reads."""
         async with self._index_lock:
-            if not self._unindexed:
-                return
-            self._unindexed = False
-            self._unindexed_count = 0
-            try:
-                await self._index_all()
-            except BaseException:
-                self._unindexed = True
-                raise
+            while not await self._index_batch():
+                pass
 
     async def deliveries_after(self, inbox_id: str, after_seq: int, limit: int) -> list[Delivery]:
         rows = await self._read(
