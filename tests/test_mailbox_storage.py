@@ -10,6 +10,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TypeVar
 
+import pytest
+
 from sink import ids
 from sink.message import summarize
 from sink.search import parse_query
@@ -95,6 +97,30 @@ def test_caught_mail_expires_and_its_message_goes(tmp_path: Path) -> None:
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 1
         assert db.execute("SELECT COUNT(*) FROM message_text").fetchone()[0] == 1
+
+
+def test_the_sweepers_turn_with_no_caught_mail_due_leaves_the_index_to_the_pause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """expire_caught with nothing due indexes nothing (the sweeper asks every second, ingest
+    or not); with mail due, it catches the index up and deletes."""
+    import sink.storage.sqlite as adapter
+
+    monkeypatch.setattr(adapter, "_INDEX_QUIET_S", 3600.0)  # no pause in this test
+    path = tmp_path / "s.db"
+
+    async def listed(store: SQLiteStore) -> int:
+        return len(await store._read("SELECT seq FROM listing"))
+
+    async def work(store: SQLiteStore) -> tuple[int, int, int, int]:
+        await store.save_message(caught(until=time.time() + 600))
+        await store.save_message(caught(until=time.time() + 600))
+        none_due = await store.expire_caught(time.time(), 100)
+        before = await listed(store)
+        due = await store.expire_caught(time.time() + 601, 1)
+        return none_due, before, due, await listed(store)
+
+    assert run(path, work) == (0, 0, 1, 1)
 
 
 def test_a_shared_body_stays_while_either_use_needs_it(tmp_path: Path) -> None:
