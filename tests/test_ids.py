@@ -41,3 +41,34 @@ def test_times_are_rfc3339_milliseconds_utc() -> None:
 def test_retry_after_rounds_up_to_a_tenth() -> None:
     """retry_after rounds up to 0.1 s and is never negative."""
     assert seconds_up(1.21) == 1.3 and seconds_up(1.2) == 1.2 and seconds_up(-3) == 0.0
+
+
+def test_system_random_bytes_come_from_a_pool_never_handed_out_twice() -> None:
+    """Slices of the pool are consecutive and distinct; a request past the pool refills it."""
+    from sink.ids import SystemRandomBytes
+
+    source = SystemRandomBytes()
+    pieces = [source(15) for _ in range(1000)]  # past one 4 KiB pool
+    assert all(len(p) == 15 for p in pieces)
+    assert len(set(pieces)) == len(pieces)
+    assert len(source(10_000)) == 10_000
+
+
+def test_a_forked_child_draws_other_random_bytes_than_its_parent() -> None:
+    """After a fork the child's pool is its own: parent and child never make the same id."""
+    import os
+
+    from sink.ids import SystemRandomBytes
+
+    source = SystemRandomBytes()
+    source(1)  # the pool is filled before the fork
+    reading, writing = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child)
+        os.write(writing, source(32))
+        os._exit(0)
+    os.close(writing)
+    from_child = os.read(reading, 32)
+    os.close(reading)
+    os.waitpid(child, 0)
+    assert len(from_child) == 32 and from_child != source(32)

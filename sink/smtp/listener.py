@@ -26,6 +26,7 @@ import asyncio
 import asyncio.sslproto as sslproto
 import collections
 import contextlib
+import functools
 import hmac
 import re
 import ssl
@@ -317,6 +318,7 @@ _STATUS_CODES = {"500": "5.5.2", "501": "5.5.4", "502": "5.5.1", "503": "5.5.1",
 _STATUS_CODES |= {"530": "5.7.0", "535": "5.7.8", "552": "5.3.4", "553": "5.1.3"}
 
 
+@functools.lru_cache(maxsize=256)  # pure, and most replies are a handful of strings
 def with_status_code(reply: str) -> str:
     """``250 OK`` -> ``250 2.0.0 OK``: an enhanced status code on single-line 2xx/4xx/5xx
     replies that lack one (RFC 2034 3; not the 220 greeting, nor 3xx replies)."""
@@ -556,9 +558,21 @@ class RunsinkSMTP(SMTP):
     async def push(self, status: AnyStr) -> None:
         # ENHANCEDSTATUSCODES (RFC 2034) is advertised: aiosmtpd's own replies ("250 OK",
         # "221 Bye", "500 Error: bad syntax") get a status code too (RFC 3463).
-        if isinstance(status, str) and not self._greeting_reply:
-            status = with_status_code(status)
-        await super().push(status)
+        if isinstance(status, str):
+            if not self._greeting_reply:
+                status = with_status_code(status)
+            reply = status.encode("utf-8" if self.enable_SMTPUTF8 else "ascii")
+        else:
+            reply = status
+        # aiosmtpd's push, less its debug record, and less an await of drain() after every
+        # reply: the transport sends at once what it can, and drain() only matters (waits
+        # for a peer that stopped reading, or raises once the connection is lost) when
+        # something is left in its buffer or it is closing.
+        writer = self._writer
+        writer.write(reply + b"\r\n")
+        transport = writer.transport
+        if transport.is_closing() or transport.get_write_buffer_size():
+            await writer.drain()
 
     @syntax("MAIL FROM: <address>", extended=" [SP <mail-parameters>]")
     async def smtp_MAIL(self, arg: str | None) -> None:
