@@ -842,3 +842,17 @@ def test_many_real_connections_then_421(server: Server) -> None:
             if client.code() == 220:
                 break
         assert time.monotonic() < deadline, "the listener did not recover"
+
+
+def test_a_multi_line_reply_leaves_in_one_write(server: Server) -> None:
+    """EHLO's lines go out together (one send, not one per line), and read as before."""
+    with Raw(server.smtp_port) as client:
+        assert client.code() == 220
+        client.send(b"EHLO client.example.test\r\n")
+        first = client.sock.recv(65536)  # loopback: one write arrives as one segment
+        lines = first.decode().split("\r\n")
+        assert lines[-1] == ""  # ends with a whole line
+        assert [line[:4] for line in lines[:-2]] == ["250-"] * (len(lines) - 2)
+        assert lines[-2] == "250 HELP"
+        assert "250-PIPELINING" in lines and "250-ENHANCEDSTATUSCODES" in lines
+        assert client.cmd("QUIT") == 221

@@ -148,6 +148,12 @@ class Handler:
     One instance serves every connection; it holds what they share (the connection gate).
     """
 
+    def __dir__(self) -> list[str]:
+        # aiosmtpd's SMTP.__init__ looks for ``handle_*`` hooks with dir() and for ``auth_*``
+        # mechanisms with inspect.getmembers() on this handler, for every new connection
+        # (as on the protocol: RunsinkSMTP.__dir__): name just those.
+        return [n for n in object.__dir__(self) if n.startswith(("handle_", "auth_"))]
+
     def __init__(
         self,
         ingest: Ingest,
@@ -418,6 +424,7 @@ class RunsinkSMTP(SMTP):
         self._implicit_tls = implicit_tls
         self._greeting_reply = False
         self._handshake: asyncio.Future[None] | None = None
+        self._reply_lines: list[bytes] = []  # a multi-line reply's lines before its last
 
     # -- connection life ----------------------------------------------------------
 
@@ -568,6 +575,14 @@ class RunsinkSMTP(SMTP):
         # reply: the transport sends at once what it can, and drain() only matters (waits
         # for a peer that stopped reading, or raises once the connection is lost) when
         # something is left in its buffer or it is closing.
+        if reply[3:4] == b"-":
+            # A line of a multi-line reply (EHLO's seven): sent with its last line, in one
+            # write, not one system call each.
+            self._reply_lines.append(reply + b"\r\n")
+            return
+        if self._reply_lines:
+            reply = b"".join(self._reply_lines) + reply
+            self._reply_lines.clear()
         writer = self._writer
         writer.write(reply + b"\r\n")
         transport = writer.transport
