@@ -25,7 +25,7 @@ from email.message import EmailMessage
 from pathlib import Path
 
 from sink import ids
-from sink.inbox import Inbox, Match, State
+from sink.inbox import Inbox
 from sink.mailbox import Mailbox
 from sink.message import summarize
 from sink.storage.base import Delivered, Event, Incoming, NewInbox
@@ -106,22 +106,15 @@ def _message(rng: random.Random, n: int, to: str) -> bytes:
 async def _inboxes(store: SQLiteStore, now: float) -> list[Inbox]:
     made = []
     for n in range(200):
-        inbox = Inbox(
+        inbox = Inbox.fresh(
             inbox_id=ids.new_inbox_id(),
             run_id=f"run-{n % 40}",
             purpose=f"p{n}",
             address=f"{ids.new_local_part()}@sink.test",
             policy_name="ci",
-            created_at=now,
-            expires_at=now + 86400,
+            now=now,
+            ttl_s=86400,
             poll_budget=12,
-            polls_used=0,
-            next_poll_at=None,
-            cursor_seq=0,
-            state=State.CREATED,
-            reason=None,
-            evidence=None,
-            match=Match(),
             trace_id=ids.new_trace_id(),
         )
         new = NewInbox(inbox, inbox.address.split("@")[0], f"k{n}", "{}", 1000, 86400)

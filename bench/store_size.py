@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import SMTPClient, make_message, percentile, start_runsink
 
 from sink import ids
-from sink.inbox import Inbox, Match, State
+from sink.inbox import Inbox
 from sink.message import summarize
 from sink.storage.base import Delivered, Event, Incoming, NewInbox
 from sink.storage.sqlite import SQLiteStore
@@ -67,22 +67,15 @@ def _raw(address: str, n: int) -> bytes:
 def _new_inbox(now: float) -> NewInbox:
     local = ids.new_local_part()
     run_id = f"fill-{uuid.uuid4().hex[:10]}"
-    inbox = Inbox(
+    inbox = Inbox.fresh(
         inbox_id=ids.new_inbox_id(),
         run_id=run_id,
         purpose="fill",
         address=f"{local}@sink.test",
         policy_name="ci",
-        created_at=now,
-        expires_at=now + 3600,
+        now=now,
+        ttl_s=3600,
         poll_budget=12,
-        polls_used=0,
-        next_poll_at=None,
-        cursor_seq=0,
-        state=State.CREATED,
-        reason=None,
-        evidence=None,
-        match=Match(),
         trace_id=uuid.uuid4().hex,
     )
     return NewInbox(inbox, local, f"fill:{run_id}", "{}", 100, 86400)

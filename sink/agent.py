@@ -149,21 +149,15 @@ class Agent:
         policy = self._settings.policy(policy_name)
         now = self._clock.now()
         local_part = self._ids.local_part()
-        inbox = Inbox(
+        inbox = Inbox.fresh(
             inbox_id=self._ids.inbox_id(),
             run_id=request.run_id,
             purpose=request.purpose,
             address=f"{local_part}@{self._settings.domain}",
             policy_name=policy_name,
-            created_at=now,
-            expires_at=now + policy.ttl(request.ttl_s),
+            now=now,
+            ttl_s=policy.ttl(request.ttl_s),
             poll_budget=policy.budget(request.poll_budget),
-            polls_used=0,
-            next_poll_at=None,
-            cursor_seq=0,
-            state=State.CREATED,
-            reason=None,
-            evidence=None,
             match=request.match,
             trace_id=trace or self._ids.trace_id(),
         )
