@@ -5,6 +5,7 @@ Real processes, a real database; every wait is bounded by a deadline.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import smtplib
 import threading
@@ -347,10 +348,11 @@ def test_the_database_restarted_mid_run_costs_451s_and_nothing_acknowledged(
     finally:
         own.destroy()
     assert refused == 451
-    # The inbox itself cannot be read: a 503 provider error with Retry-After (no envelope
-    # without the inbox); the client retries it like provider trouble.
-    assert down.status_code == 503 and down.headers["Retry-After"] == "1"
-    assert down.json()["error"]["code"] in ("provider_error", "provider_timeout")
+    # The inbox cannot be read, but this replica knows it: provider trouble, state unchanged.
+    assert down.status_code == 200 and down.headers["Retry-After"] == "1"
+    body = down.json()
+    assert (body["status"], body["next_action"]) == ("retryable", "wait_then_retry")
+    assert body["reason"] in ("provider_error", "provider_timeout")
     assert after["state"] == "received"
     assert failures > 0
     assert acknowledged <= stored
@@ -378,6 +380,75 @@ def _smtp_answer(server: Server, to: str) -> int:
     except smtplib.SMTPRecipientsRefused as exc:
         return int(next(iter(exc.recipients.values()))[0])
     return 250
+
+
+@pytest.mark.slow
+def test_database_down_inbox_calls_answer_wait_then_retry(tmp_path: Path, policy_file: str) -> None:
+    """PostgreSQL stopped: get, wait and claim (HTTP and MCP) answer the envelope with the
+    state unchanged, retryable/wait_then_retry and a retry_after; an inbox this replica never
+    saw gets a 503 that says the same; after a restart of PostgreSQL (not of runsink) the
+    same calls answer normally."""
+    own = Cluster.create()
+    try:
+        own.start()
+        own.psql("CREATE DATABASE runsink")
+        dsn = own.dsn("runsink")
+        a, b = _start_replicas(tmp_path, dsn, policy_file, 2)
+        try:
+            with a.http() as on_a, b.http() as on_b:
+                run_id = new_run_id()
+                inbox = create_inbox(on_a, run_id, policy="kept")
+                stranger = create_inbox(on_b, new_run_id(), policy="kept")  # A never sees it
+                a.send(inbox["address"], subject="Before the outage")
+                before = wait(on_a, inbox["inbox_id"], timeout_s=5).json()
+                message_id = before["message"]["message_id"]
+                own.stop("immediate")
+                _until(lambda: on_a.get("/readyz").status_code == 503)
+                got = on_a.get(f"/v1/inboxes/{inbox['inbox_id']}")
+                waited = wait(on_a, inbox["inbox_id"], timeout_s=0)
+                claimed = on_a.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id})
+                wrong = wait(on_a, inbox["inbox_id"], timeout_s=0, run_id=new_run_id())
+                unknown = wait(on_a, stranger["inbox_id"], timeout_s=0)
+                created = on_a.post("/v1/inboxes", json={"run_id": run_id, "purpose": "more"})
+                by_mcp = asyncio.run(_mcp_wait(a, inbox["inbox_id"]))
+                own.start()
+                _until(lambda: on_a.get("/readyz").status_code == 200)
+                after = on_a.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id})
+                stranger_after = wait(on_a, stranger["inbox_id"], timeout_s=0)
+        finally:
+            a.stop()
+            b.stop()
+    finally:
+        own.destroy()
+    assert (before["state"], before["next_action"]) == ("received", "claim_message")
+    for answer in (got, waited, claimed):
+        assert answer.status_code == 200, answer.text
+        assert int(answer.headers["Retry-After"]) >= 1
+        body = answer.json()
+        assert (body["state"], body["status"], body["next_action"]) == (
+            "received",
+            "retryable",
+            "wait_then_retry",
+        )
+        assert body["reason"] in ("provider_error", "provider_timeout")
+        assert body["retry_after"] > 0 and body["inbox_id"] == inbox["inbox_id"]
+        assert body["message"]["message_id"] == message_id and body["claim"] is None
+    assert wrong.status_code == 403 and wrong.json()["reason"] == "wrong_run"
+    for answer in (unknown, created):
+        assert answer.status_code == 503 and answer.headers["Retry-After"] == "1"
+        body = answer.json()
+        assert (body["status"], body["next_action"]) == ("retryable", "wait_then_retry")
+        assert body["retry_after"] == 1.0 and body["reason"] == body["error"]["code"]
+    assert (by_mcp["state"], by_mcp["next_action"]) == ("received", "wait_then_retry")
+    assert after.status_code == 200 and after.json()["next_action"] == "proceed"
+    assert stranger_after.json()["reason"] == "evidence_not_found"
+
+
+async def _mcp_wait(server: Server, inbox_id: str) -> dict[str, object]:
+    from tests.test_mcp import call, connect
+
+    async with connect("http", server.url) as client:
+        return await call(client, "wait_for_message", inbox_id=inbox_id, timeout_s=0)
 
 
 def test_a_run_token_minted_on_one_replica_holds_on_the_other(pair: tuple[Server, Server]) -> None:
