@@ -58,7 +58,7 @@ from sink.breaker import (
     BreakerState,
     Transition,
 )
-from sink.errors import StorageError, StorageUnavailable
+from sink.errors import StorageError, StorageUnavailable, StoreFull
 from sink.inbox import Claim, Delivery, Inbox
 from sink.logs import warn
 from sink.storage.base import (
@@ -75,6 +75,7 @@ from sink.storage.base import (
     StoredMessage,
     UnroutedMail,
 )
+from sink.storage.pg_space import DISK_FULL, SpaceGate, probe
 from sink.storage.rows import delivery_from_row, expired_event, inbox_from_row
 from sink.storage.sqlite import RouteCache
 from sink.vocabulary import Reason, State
@@ -135,6 +136,8 @@ def _translate(exc: BaseException, what: str) -> StorageError:
     if isinstance(exc, StorageError):
         return exc
     state = getattr(exc, "sqlstate", None) or ""
+    if state == DISK_FULL:
+        return StoreFull(f"{what}: the database has no space left")
     if (
         isinstance(
             exc,
@@ -238,6 +241,8 @@ class PostgresStore:
         self._listener: _Listener | None = None
         self._routes = RouteCache()
         self._committed_at = -_PROBE_TRUSTED_S  # when ping last saw a commit succeed
+        # After a disk-full error, new mail and inboxes wait for a probe to find space.
+        self._space = SpaceGate(self._probe_space)
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -367,22 +372,26 @@ class PostgresStore:
     # -- inboxes -----------------------------------------------------------------
 
     async def ping(self) -> None:
-        """The store can commit: the database answers, is no read-only standby, and a write
-        commits (a full disk fails it). A success is trusted for a second, so a caller
-        polling readiness costs at most one tiny commit per second."""
+        """The store can commit: the database answers, is no read-only standby, and its
+        files can grow (a full disk or tablespace fails it: ``pg_space.py``). A success is
+        trusted for a second, so a caller polling readiness costs at most one tiny commit
+        per second."""
         rows = await self._fetch("ping", "SELECT pg_is_in_recovery()")
         if rows[0][0]:
             raise StorageUnavailable("ping: the database is a read-only standby")
         now = time.monotonic()
         if now - self._committed_at < _PROBE_TRUSTED_S:
             return
-        await self._fetch(
-            "ping",
-            f"INSERT INTO readiness (replica_id, at) VALUES ($1, {_DB_NOW})"
-            f" ON CONFLICT (replica_id) DO UPDATE SET at = {_DB_NOW} RETURNING 1",
-            self.replica_id,
-        )
+        try:
+            await self._probe_space()
+        except StoreFull:
+            self._space.filled()
+            raise
+        self._space.freed()
         self._committed_at = now
+
+    async def _probe_space(self) -> None:
+        await self._transaction("ping", partial(probe, replica_id=self.replica_id))
 
     async def create_inbox(self, new: NewInbox, event: Event) -> CreateResult:
         inbox = new.inbox
@@ -453,10 +462,14 @@ class PostgresStore:
             await _insert_events(db, [event])
             return CreateResult(CreateOutcome.CREATED, inbox)
 
+        await self._space.admit()
         try:
             return await self._transaction("create_inbox", work)
         except _Forbidden as refused:
             return CreateResult(CreateOutcome.FORBIDDEN, count=refused.count)
+        except StoreFull:
+            self._space.filled()
+            raise
 
     async def load_inbox(self, inbox_id: str) -> Inbox | None:
         rows = await self._fetch("load_inbox", _INBOX_SELECT + " WHERE i.inbox_id = $1", inbox_id)
@@ -588,7 +601,12 @@ class PostgresStore:
     # -- messages ----------------------------------------------------------------
 
     async def save_message(self, incoming: Incoming) -> None:
-        await self._deliveries.save(incoming)
+        await self._space.admit()
+        try:
+            await self._deliveries.save(incoming)
+        except StoreFull:
+            self._space.filled()
+            raise
 
     async def deliveries_after(self, inbox_id: str, after_seq: int, limit: int) -> list[Delivery]:
         rows = await self._fetch(
