@@ -85,7 +85,8 @@ class Runtime:
         self.keyring = Keyring(self.settings.tokens, await self.store.signing_key())
         if isinstance(self.store, PostgresStore):
             # Mail accepted by another replica wakes the waits held here.
-            self.store.follow(self.waiters)
+            # And every replica's live events reach this one's /v1/events readers.
+            self.store.follow(self.waiters, live=self.events)
         self.agent = Agent(
             self.store, self.waiters, self.settings, self.guard, self.metrics, self.clock
         )

@@ -451,6 +451,45 @@ async def _mcp_wait(server: Server, inbox_id: str) -> dict[str, object]:
         return await call(client, "wait_for_message", inbox_id=inbox_id, timeout_s=0)
 
 
+def test_live_events_of_one_replica_reach_readers_on_the_other_once_in_order(
+    pair: tuple[Server, Server],
+) -> None:
+    """A /v1/events reader on B sees everything A commits for the run (created, message,
+    poll, claim, expiry, release) in A's order; A's own reader sees the same, once each."""
+    from tests.test_ui_http import Reader
+
+    a, b = pair
+    run_id = new_run_id()
+    on_b_reader = Reader(f"{b.url}/v1/events?run_id={run_id}")
+    on_a_reader = Reader(f"{a.url}/v1/events?run_id={run_id}")
+    try:
+        with a.http() as on_a:
+            inbox = create_inbox(on_a, run_id)
+            a.send(inbox["address"], subject="Across replicas")
+            found = wait(on_a, inbox["inbox_id"], timeout_s=5).json()
+            message_id = found["message"]["message_id"]
+            on_a.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id})
+            on_a.delete(f"/v1/runs/{run_id}")
+
+        def released(events: list[tuple[str, str, dict[str, object]]]) -> bool:
+            return any(
+                kind == "run_event" and data["type"] == "released" for _, kind, data in events
+            )
+
+        on_b = [(kind, data) for _, kind, data in on_b_reader.until(released, 10)]
+        on_a_seen = [(kind, data) for _, kind, data in on_a_reader.until(released, 10)]
+    finally:
+        on_b_reader.close()
+        on_a_reader.close()
+    types = [data["type"] for kind, data in on_b if kind == "run_event"]
+    assert types == ["created", "message_accepted", "polled", "claimed", "expired", "released"]
+    assert on_b == on_a_seen  # the same events, in the same order, none twice
+    message = next(data for kind, data in on_b if kind == "message")
+    assert message["subject"] == "Across replicas" and message["message_id"] == message_id
+    states = [data["state"] for kind, data in on_b if kind == "inbox"]
+    assert states == ["created", "received", "received", "expired"]
+
+
 def test_a_run_token_minted_on_one_replica_holds_on_the_other(pair: tuple[Server, Server]) -> None:
     """The signing key is in the database: B accepts A's run token, with its scope."""
     a, b = pair

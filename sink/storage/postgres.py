@@ -75,6 +75,7 @@ from sink.storage.base import (
     StoredMessage,
     UnroutedMail,
 )
+from sink.storage.pg_events import EventFeed, LiveTarget
 from sink.storage.pg_space import DISK_FULL, SpaceGate, probe
 from sink.storage.rows import delivery_from_row, expired_event, inbox_from_row
 from sink.storage.sqlite import RouteCache
@@ -237,6 +238,9 @@ class PostgresStore:
         # at its time), so their commits need not wait for the disk.
         self._leases: asyncpg.Pool | None = None
         self.replica_id = uuid.uuid4().hex[:12]
+        # Every pooled connection names its replica: the events it inserts carry it as their
+        # origin (a column default), so live events are told apart from other replicas'.
+        self._named = {**_NAMED, "runsink.replica": self.replica_id}
         self._deliveries = _Deliveries(self)
         self._listener: _Listener | None = None
         self._routes = RouteCache()
@@ -265,7 +269,7 @@ class PostgresStore:
                     max_size=self._pool_size,
                     timeout=_CONNECT_TIMEOUT_S,
                     max_inactive_connection_lifetime=60.0,
-                    server_settings=_NAMED,
+                    server_settings=self._named,
                 )
                 self._leases = await asyncpg.create_pool(
                     self._dsn,
@@ -273,7 +277,7 @@ class PostgresStore:
                     max_size=4,
                     timeout=_CONNECT_TIMEOUT_S,
                     max_inactive_connection_lifetime=60.0,
-                    server_settings={**_NAMED, "synchronous_commit": "off"},
+                    server_settings={**self._named, "synchronous_commit": "off"},
                 )
                 break
             except _DRIVER_ERRORS as exc:
@@ -283,9 +287,11 @@ class PostgresStore:
                 await asyncio.sleep(0.5)
         self._deliveries.start()
 
-    def follow(self, target: WakeTarget) -> None:
-        """Wake ``target``'s waits on mail (and end them on expiry) from any replica."""
-        self._listener = _Listener(self._dsn, self.replica_id, _Ends(target, self))
+    def follow(self, target: WakeTarget, live: LiveTarget | None = None) -> None:
+        """Wake ``target``'s waits on mail (and end them on expiry) from any replica; and
+        publish to ``live`` the events other replicas commit (``pg_events.py``)."""
+        feed = EventFeed(self.replica_id, live) if live is not None else None
+        self._listener = _Listener(self._dsn, self.replica_id, _Ends(target, self), feed)
         self._listener.start()
 
     async def until_listening(self) -> None:
@@ -1400,10 +1406,14 @@ class _Listener:
     ``_LISTENER_CHECK_S`` notices a connection that died without a word.
     """
 
-    def __init__(self, dsn: str, replica_id: str, target: WakeTarget) -> None:
+    def __init__(
+        self, dsn: str, replica_id: str, target: WakeTarget, feed: EventFeed | None = None
+    ) -> None:
         self._dsn = dsn
         self._replica_id = replica_id
         self._target = target
+        self._feed = feed  # other replicas' live events, read on this connection
+        self._idle = asyncio.Event()  # never set without a feed
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
 
@@ -1419,14 +1429,18 @@ class _Listener:
 
     def _on_notify(self, _connection: Any, _pid: int, _channel: str, payload: object) -> None:
         sender, _, rest = str(payload).partition(" ")
+        kind, _, ids = rest.partition(" ")
+        if kind == "v":  # event rows committed (pg_events.py)
+            if self._feed is not None:
+                self._feed.announced(sender, ids)
+            return
         if sender == self._replica_id:
             return  # this replica already woke its own waits after its commit
-        kind, _, ids = rest.partition(" ")
         inbox_ids = ids.split(",") if ids else []
-        if kind == "e":
-            self._target.end(inbox_ids)
-        else:
-            self._target.wake(inbox_ids)
+        act = partial(self._target.end if kind == "e" else self._target.wake, inbox_ids)
+        # While anyone reads live events, after the events committed with it.
+        if self._feed is None or not self._feed.hold(act):
+            act()
 
     async def _run(self) -> None:
         backoff = 0.05
@@ -1444,10 +1458,12 @@ class _Listener:
                 await self._catch_up(connection)
                 self.connected.set()
                 backoff = 0.05
+                work = self._feed.work if self._feed is not None else self._idle
                 while not lost.is_set():
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(lost.wait(), _LISTENER_CHECK_S)
-                    if not lost.is_set():
+                    if self._feed is not None and self._feed.pending:
+                        await self._feed.pull(connection)
+                        continue
+                    if not await _either(lost, work, _LISTENER_CHECK_S):
                         await connection.fetchval("SELECT 1", timeout=_LISTENER_CHECK_S)
             except _DRIVER_ERRORS:
                 pass  # the database is away: reconnect below, and catch up then
@@ -1461,6 +1477,8 @@ class _Listener:
             backoff = min(backoff * 2, 1.0)
 
     async def _catch_up(self, connection: Connection) -> None:
+        if self._feed is not None:  # the events first: the wake-ups below come after them
+            await self._feed.reconnected(connection)
         watched = self._target.watched()
         if not watched:
             return
@@ -1476,6 +1494,19 @@ class _Listener:
 
 def _set_on_termination(lost: asyncio.Event, _connection: object) -> None:
     lost.set()
+
+
+async def _either(a: asyncio.Event, b: asyncio.Event, within_s: float) -> bool:
+    """Until either event is set (True) or ``within_s`` seconds pass (False)."""
+    if a.is_set() or b.is_set():
+        return True
+    waits = {asyncio.ensure_future(a.wait()), asyncio.ensure_future(b.wait())}
+    try:
+        done, _ = await asyncio.wait(waits, timeout=within_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in waits:
+            waiting.cancel()
+    return bool(done)
 
 
 # -- row mapping and statements (inside a transaction) ------------------------------
