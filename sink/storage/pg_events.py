@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from sink.storage.base import Event
 
+FETCH_S = 5.0  # a read that takes longer drops the connection: the reconnect catches up
 GAP_TTL_S = 120.0  # a transaction that took an id and has not committed in this long won't
 GAPS_MAX = 10_000
 PAGE = 1000
@@ -124,7 +125,7 @@ class EventFeed:
                 await self._catch_up(connection)
             if self._wanted:
                 wanted = sorted(self._wanted)
-                rows = await connection.fetch(_ANNOUNCED, wanted, timeout=30)
+                rows = await connection.fetch(_ANNOUNCED, wanted, timeout=FETCH_S)
                 self._wanted.difference_update(wanted)
                 self._publish(rows)
         except BaseException:
@@ -152,7 +153,9 @@ class EventFeed:
             return
         for _ in range(CATCH_UP_MAX // PAGE):
             self._forget_old_gaps()
-            rows = await connection.fetch(_UNSEEN, self._high, sorted(self._gaps), PAGE, timeout=30)
+            rows = await connection.fetch(
+                _UNSEEN, self._high, sorted(self._gaps), PAGE, timeout=FETCH_S
+            )
             self._publish(rows)
             if len(rows) < PAGE:
                 return
