@@ -15,10 +15,11 @@ number of readers.
 Ids are ``<boot>.<seq>``: ``boot`` names this process's life, so an id from before a
 restart is recognised as unknown instead of being taken for a recent position.
 
-Fed from the store's commit hook (every run event recorded, after its commit: ``record``),
-ingest (a message stored, after its commit: ``message``) and, on PostgreSQL, the feed of
-what other replicas committed (``sink/storage/pg_events.py``: ``record``, ``delivered``,
-and ``lost`` when it cannot replay a gap).
+Fed, with SQLite, from the store's commit hook (every run event recorded, after its commit:
+``record``) and ingest (a message stored, after its commit: ``message``); with PostgreSQL,
+from the database's feed of every replica's events in commit order
+(``sink/storage/pg_events.py``: ``record``, ``delivered``, and ``lost`` when it cannot replay
+a gap), and ingest for caught mail.
 """
 
 from __future__ import annotations
@@ -131,13 +132,14 @@ class Hub:
                     },
                 )
 
-    def message(self, incoming: Incoming) -> None:
-        """A message was stored (its 250 follows): one event per inbox, one if caught."""
+    def message(self, incoming: Incoming, deliveries: bool = True) -> None:
+        """A message was stored (its 250 follows): one event per inbox (unless ``deliveries``
+        is False: the store's feed announces them), one if caught."""
         if self._unheard():
             return
         received_at = rfc3339(incoming.received_at)
         subject = incoming.summary.subject
-        for d in incoming.deliveries:
+        for d in incoming.deliveries if deliveries else ():
             self._delivered(d.message_id, d.inbox_id, d.run_id, subject, received_at)
         if incoming.unrouted:
             self._publish(
@@ -157,7 +159,7 @@ class Hub:
     def delivered(
         self, message_id: str, inbox_id: str, run_id: str, subject: str, received_at: float
     ) -> None:
-        """A message another replica stored (and answered 250 for)."""
+        """A message stored by any replica (and answered 250 for), from the store's feed."""
         if self._unheard():
             return
         self._delivered(message_id, inbox_id, run_id, subject, rfc3339(received_at))

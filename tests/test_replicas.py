@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -455,7 +456,8 @@ def test_live_events_of_one_replica_reach_readers_on_the_other_once_in_order(
     pair: tuple[Server, Server],
 ) -> None:
     """A /v1/events reader on B sees everything A commits for the run (created, message,
-    poll, claim, expiry, release) in A's order; A's own reader sees the same, once each."""
+    claim, expiry, release) and B's own poll after the message that answered it; A's reader
+    sees the very same stream: every event once, in one order."""
     from tests.test_ui_http import Reader
 
     a, b = pair
@@ -463,10 +465,19 @@ def test_live_events_of_one_replica_reach_readers_on_the_other_once_in_order(
     on_b_reader = Reader(f"{b.url}/v1/events?run_id={run_id}")
     on_a_reader = Reader(f"{a.url}/v1/events?run_id={run_id}")
     try:
-        with a.http() as on_a:
+        with a.http() as on_a, b.http() as on_b_client:
             inbox = create_inbox(on_a, run_id)
+            found: dict[str, Any] = {}
+            # B's long-poll is answered by A's mail: B's reader must see A's message first.
+            waiter = threading.Thread(
+                target=lambda: found.update(
+                    wait(on_b_client, inbox["inbox_id"], timeout_s=10).json()
+                )
+            )
+            waiter.start()
+            _until_long_polls(on_b_client, 1)
             a.send(inbox["address"], subject="Across replicas")
-            found = wait(on_a, inbox["inbox_id"], timeout_s=5).json()
+            waiter.join(15)
             message_id = found["message"]["message_id"]
             on_a.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id})
             on_a.delete(f"/v1/runs/{run_id}")

@@ -1,26 +1,24 @@
-"""Live events across replicas: what other replicas committed, for this replica's stream.
+"""Live events on PostgreSQL: every replica's events, in the order the database committed them.
 
-Each replica publishes its own events to its hub the moment they commit (``on_events`` and
-ingest); this feed adds everyone else's. Every statement that inserts event rows NOTIFYs
-their ids (migration ``005_live_events.sql``: ``<origin> v <id,id,...>``, or ``v *`` when
-the list would not fit a payload); the listener's connection hands them here, and this
-feed reads the rows it did not write and publishes them, in id order. Ids of this
-replica's own rows are only noted, so a subscriber never sees an event twice.
-
-Order: an inbox's events are written under its row's lock, so their ids follow their
-commits, and notifications arrive in commit order. While anyone listens, the wake-ups and
-ends that other replicas announce (``w``/``e``) are held until the events announced with
-them are published: a wait that such a wake-up answers here publishes its ``polled`` after
-the ``message`` that woke it.
+Every statement that inserts event rows NOTIFYs their ids once it commits (migration
+``005_live_events.sql``: ``db v <id,id,...>``, or ``db v *`` when the list would not fit a
+payload), and PostgreSQL delivers notifications in commit order. The listener's connection
+hands them here; this feed reads those rows (joined to the message for a ``message``
+event's subject, which no payload carries) and publishes them to the hub, in that order.
+A replica's own events take the same path as everyone else's, so every replica's stream
+shows one order, each event once: a poll that another replica's mail answered comes after
+that mail, and a claim made after seeing that poll comes after the poll, whichever
+replicas were involved. (With SQLite the store's commit hook and ingest publish instead.)
 
 While the listener is away nothing is announced, so the feed keeps the highest id it has
 seen and the ids below it it has not (``gaps``: a transaction that took an id earlier may
 commit later); on reconnect it catches up from the table: ``id > high OR id IN gaps``. A
 catch-up too large to replay (``CATCH_UP_MAX`` events) tells the readers to resynchronise
-instead (the hub's ``resync`` event), never a silent gap. Caught-up events come after the
-local events of the outage, so across replicas the order per inbox holds except across a
-reconnect. While nobody listens (the hub is unheard) no row is read at all: the ids in
-the payloads keep the position.
+instead (the hub's ``resync`` event), never a silent gap. Caught-up events follow what was
+published before the outage; the outage's events reach
+the stream late, but they reach it.
+While nobody listens (the hub is unheard) no row is read at all: the ids in the payloads
+keep the position.
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 from sink.storage.base import Event
@@ -40,7 +38,7 @@ PAGE = 1000
 CATCH_UP_MAX = 20 * PAGE
 
 _COLUMNS = """
-SELECT e.id, e.origin, e.run_id, e.type, e.at, e.inbox_id, e.message_id, e.detail_json,
+SELECT e.id, e.run_id, e.type, e.at, e.inbox_id, e.message_id, e.detail_json,
        m.subject, m.received_at
 FROM events e
 LEFT JOIN deliveries d ON e.type = 'message_accepted' AND d.message_id = e.message_id
@@ -74,51 +72,34 @@ class Querying(Protocol):
 
 
 class EventFeed:
-    def __init__(self, replica_id: str, target: LiveTarget) -> None:
-        self._replica_id = replica_id
+    def __init__(self, target: LiveTarget) -> None:
         self._target = target
         self._high: int | None = None  # the highest event id seen (None: not yet known)
         self._gaps: dict[int, float] = {}  # unseen ids below _high -> when first missed
-        self._wanted: set[int] = set()  # announced ids of other replicas, to read
+        self._wanted: set[int] = set()  # announced ids, to read
         self._scan = False  # read every unseen id (a "v *" announcement)
-        self._held: list[Callable[[], None]] = []  # wake-ups and ends, after the events
         self.work = asyncio.Event()  # set when pull() has something to do
 
-    # -- from the listener's callback (never awaits) ---------------------------------
-
-    def announced(self, origin: str, ids: str) -> None:
-        """A ``v`` notification: event rows with these ids were committed by ``origin``."""
+    def announced(self, ids: str) -> None:
+        """From the listener's callback (never awaits): rows with these ids committed."""
         if ids == "*":
             self._scan = True
             self.work.set()
             return
         numbers = [int(n) for n in ids.split(",") if n.isdigit()]
-        if origin == self._replica_id or not self._target.heard():
-            self._seen(numbers)  # ours are published already; unheard ones go unread
+        if not self._target.heard():
+            self._seen(numbers)  # nobody to show them to: only the position moves
             return
         self._wanted.update(numbers)
         self.work.set()
 
-    def hold(self, action: Callable[[], None]) -> bool:
-        """Run ``action`` (a wake-up, an end) after the announced events are published.
-
-        False when nobody listens: the caller runs it now, as if there were no feed."""
-        if not self._target.heard():
-            return False
-        self._held.append(action)
-        self.work.set()
-        return True
-
     @property
     def pending(self) -> bool:
-        return bool(self._wanted or self._scan or self._held)
-
-    # -- on the listener's connection ----------------------------------------------------
+        return bool(self._wanted or self._scan)
 
     async def pull(self, connection: Querying) -> None:
-        """Read and publish what was announced, then run what was held behind it."""
+        """On the listener's connection: read and publish what was announced."""
         self.work.clear()
-        held, self._held = self._held, []
         try:
             if self._scan:
                 self._scan = False
@@ -133,9 +114,6 @@ class EventFeed:
             self._gaps.update((n, time.monotonic()) for n in self._wanted)
             self._wanted.clear()
             raise
-        finally:
-            for action in held:
-                action()
 
     async def reconnected(self, connection: Querying) -> None:
         """The listener is back: catch up on what was committed while it was away."""
@@ -169,8 +147,6 @@ class EventFeed:
         if not self._target.heard():
             return
         for r in rows:
-            if r["origin"] == self._replica_id:
-                continue
             event = Event(
                 run_id=r["run_id"],
                 type=r["type"],

@@ -228,8 +228,9 @@ class PostgresStore:
         start_deadline_s: float = _START_DEADLINE_S,
     ) -> None:
         self._dsn = dsn
-        # on_events: every event this process records, once its commit is durable (live
-        # events). Events other replicas record are theirs to publish.
+        # on_events: every event this process records, once its commit is durable. (The
+        # runtime publishes live events with ``follow(..., live=)`` instead: every replica's,
+        # in the database's commit order.)
         self._on_events = on_events
         self._pool_size = pool_size
         self._start_deadline_s = start_deadline_s
@@ -238,9 +239,6 @@ class PostgresStore:
         # at its time), so their commits need not wait for the disk.
         self._leases: asyncpg.Pool | None = None
         self.replica_id = uuid.uuid4().hex[:12]
-        # Every pooled connection names its replica: the events it inserts carry it as their
-        # origin (a column default), so live events are told apart from other replicas'.
-        self._named = {**_NAMED, "runsink.replica": self.replica_id}
         self._deliveries = _Deliveries(self)
         self._listener: _Listener | None = None
         self._routes = RouteCache()
@@ -269,7 +267,7 @@ class PostgresStore:
                     max_size=self._pool_size,
                     timeout=_CONNECT_TIMEOUT_S,
                     max_inactive_connection_lifetime=60.0,
-                    server_settings=self._named,
+                    server_settings=_NAMED,
                 )
                 self._leases = await asyncpg.create_pool(
                     self._dsn,
@@ -277,7 +275,7 @@ class PostgresStore:
                     max_size=4,
                     timeout=_CONNECT_TIMEOUT_S,
                     max_inactive_connection_lifetime=60.0,
-                    server_settings={**self._named, "synchronous_commit": "off"},
+                    server_settings={**_NAMED, "synchronous_commit": "off"},
                 )
                 break
             except _DRIVER_ERRORS as exc:
@@ -289,8 +287,8 @@ class PostgresStore:
 
     def follow(self, target: WakeTarget, live: LiveTarget | None = None) -> None:
         """Wake ``target``'s waits on mail (and end them on expiry) from any replica; and
-        publish to ``live`` the events other replicas commit (``pg_events.py``)."""
-        feed = EventFeed(self.replica_id, live) if live is not None else None
+        publish to ``live`` the events every replica commits, in commit order (``pg_events.py``)."""
+        feed = EventFeed(live) if live is not None else None
         self._listener = _Listener(self._dsn, self.replica_id, _Ends(target, self), feed)
         self._listener.start()
 
@@ -1412,7 +1410,7 @@ class _Listener:
         self._dsn = dsn
         self._replica_id = replica_id
         self._target = target
-        self._feed = feed  # other replicas' live events, read on this connection
+        self._feed = feed  # every replica's live events (this one's too), read on this connection
         self._idle = asyncio.Event()  # never set without a feed
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
@@ -1430,17 +1428,17 @@ class _Listener:
     def _on_notify(self, _connection: Any, _pid: int, _channel: str, payload: object) -> None:
         sender, _, rest = str(payload).partition(" ")
         kind, _, ids = rest.partition(" ")
-        if kind == "v":  # event rows committed (pg_events.py)
+        if kind == "v":  # event rows committed, by any replica (pg_events.py)
             if self._feed is not None:
-                self._feed.announced(sender, ids)
+                self._feed.announced(ids)
             return
         if sender == self._replica_id:
             return  # this replica already woke its own waits after its commit
         inbox_ids = ids.split(",") if ids else []
-        act = partial(self._target.end if kind == "e" else self._target.wake, inbox_ids)
-        # While anyone reads live events, after the events committed with it.
-        if self._feed is None or not self._feed.hold(act):
-            act()
+        if kind == "e":
+            self._target.end(inbox_ids)
+        else:
+            self._target.wake(inbox_ids)
 
     async def _run(self) -> None:
         backoff = 0.05

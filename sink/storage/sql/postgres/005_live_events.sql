@@ -1,27 +1,22 @@
--- Live events across replicas (GET /v1/events): every replica shows what any replica
--- committed. Each event row names the replica that wrote it (``origin``: its pool
--- connections carry the session setting ``runsink.replica``), and every statement that
--- inserts events NOTIFYs their ids once it commits: ``<origin> v <id,id,...>``, or
--- ``<origin> v *`` when the list would not fit a payload (8000 bytes). A replica reads the
--- rows of the ids it did not write (never mail content in a payload: subjects come from the
--- rows), and on a reconnect catches up from the table by id (sink/storage/pg_events.py).
--- Writing through the column default and a trigger leaves every INSERT INTO events as it was.
-ALTER TABLE events ADD COLUMN origin TEXT DEFAULT current_setting('runsink.replica', true);
-
+-- Live events across replicas (GET /v1/events): every replica shows every replica's events,
+-- its own included, in the order the database committed them. Every statement that inserts
+-- events NOTIFYs their ids once it commits (``db v <id,id,...>``, or ``db v *`` when the list
+-- would not fit a payload of 8000 bytes); notifications arrive in commit order, and each
+-- replica reads those rows (never mail content in a payload: subjects come from the rows) and
+-- publishes them. On a reconnect it catches up from the table by id (sink/storage/pg_events.py).
+-- A trigger leaves every INSERT INTO events as it was.
 CREATE FUNCTION runsink_events_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-    writer TEXT;
     ids TEXT;
 BEGIN
-    FOR writer, ids IN
-        SELECT COALESCE(n.origin, '-'), string_agg(n.id::text, ',' ORDER BY n.id)
-        FROM new_events n GROUP BY 1
-    LOOP
-        IF length(ids) > 7900 THEN
-            ids := '*';
-        END IF;
-        PERFORM pg_notify('runsink', writer || ' v ' || ids);
-    END LOOP;
+    SELECT string_agg(n.id::text, ',' ORDER BY n.id) INTO ids FROM new_events n;
+    IF ids IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF length(ids) > 7900 THEN
+        ids := '*';
+    END IF;
+    PERFORM pg_notify('runsink', 'db v ' || ids);
     RETURN NULL;
 END
 $$;
