@@ -425,3 +425,42 @@ def test_live_events_committed_while_the_listener_is_away_are_caught_up(pg_dsn: 
         ("r-a", "released"),
     ]
     assert [subject for _, subject in messages] == ["while away"] and resyncs == 0
+
+
+def test_the_live_feed_replays_ids_below_its_position_that_commit_late(pg_dsn: str) -> None:
+    """Seen 1, 2 and 5: a catch-up publishes 3 (a transaction that took its id earlier and
+    committed later) and 6, then 4 when it commits too; nothing is published twice."""
+    from sink.storage.pg_events import EventFeed
+
+    async def insert(connection: asyncpg.Connection, *ids: int) -> None:
+        await connection.executemany(
+            "INSERT INTO events (id, run_id, at, type, detail_json)"
+            " VALUES ($1, $2, 0, 'created', '{}')",
+            [(n, f"run-{n}") for n in ids],
+        )
+
+    async def scenario() -> list[list[str]]:
+        connection = await asyncpg.connect(pg_dsn)
+        live = Live()
+        feed = EventFeed(live)
+        seen: list[list[str]] = []
+        try:
+            await feed.reconnected(connection)  # an empty table: from id 0
+            await insert(connection, 1, 2, 5)
+            feed.announced("1,2,5")
+            await feed.pull(connection)
+            seen.append([e.run_id for e in live.events])
+            await insert(connection, 3, 6)
+            await feed.reconnected(connection)
+            seen.append([e.run_id for e in live.events])
+            await insert(connection, 4)
+            await feed.reconnected(connection)
+            seen.append([e.run_id for e in live.events])
+        finally:
+            await connection.close()
+        return seen
+
+    first, second, third = asyncio.run(scenario())
+    assert first == ["run-1", "run-2", "run-5"]
+    assert second == [*first, "run-3", "run-6"]
+    assert third == [*second, "run-4"]
