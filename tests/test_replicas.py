@@ -387,8 +387,8 @@ def _smtp_answer(server: Server, to: str) -> int:
 def test_database_down_inbox_calls_answer_wait_then_retry(tmp_path: Path, policy_file: str) -> None:
     """PostgreSQL stopped: get, wait and claim (HTTP and MCP) answer the envelope with the
     state unchanged, retryable/wait_then_retry and a retry_after; an inbox this replica never
-    saw gets a 503 that says the same; after a restart of PostgreSQL (not of runsink) the
-    same calls answer normally."""
+    saw, a create, a listing and a read get a 503 that says the same; after a restart of
+    PostgreSQL (not of runsink) the same calls answer normally."""
     own = Cluster.create()
     try:
         own.start()
@@ -411,6 +411,8 @@ def test_database_down_inbox_calls_answer_wait_then_retry(tmp_path: Path, policy
                 wrong = wait(on_a, inbox["inbox_id"], timeout_s=0, run_id=new_run_id())
                 unknown = wait(on_a, stranger["inbox_id"], timeout_s=0)
                 created = on_a.post("/v1/inboxes", json={"run_id": run_id, "purpose": "more"})
+                listed = on_a.get(f"/v1/inboxes/{inbox['inbox_id']}/messages")
+                read = on_a.get(f"/v1/messages/{message_id}")
                 by_mcp = asyncio.run(_mcp_wait(a, inbox["inbox_id"]))
                 own.start()
                 _until(lambda: on_a.get("/readyz").status_code == 200)
@@ -435,7 +437,7 @@ def test_database_down_inbox_calls_answer_wait_then_retry(tmp_path: Path, policy
         assert body["retry_after"] > 0 and body["inbox_id"] == inbox["inbox_id"]
         assert body["message"]["message_id"] == message_id and body["claim"] is None
     assert wrong.status_code == 403 and wrong.json()["reason"] == "wrong_run"
-    for answer in (unknown, created):
+    for answer in (unknown, created, listed, read):
         assert answer.status_code == 503 and answer.headers["Retry-After"] == "1"
         body = answer.json()
         assert (body["status"], body["next_action"]) == ("retryable", "wait_then_retry")

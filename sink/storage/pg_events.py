@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from sink.logs import warn
 from sink.storage.base import Event
 
 FETCH_S = 5.0  # a read that takes longer drops the connection: the reconnect catches up
@@ -147,24 +148,31 @@ class EventFeed:
         if not self._target.heard():
             return
         for r in rows:
-            event = Event(
-                run_id=r["run_id"],
-                type=r["type"],
-                at=float(r["at"]),
-                inbox_id=r["inbox_id"],
-                message_id=r["message_id"],
-                detail=json.loads(r["detail_json"]),
+            try:
+                self._publish_one(r)
+            except Exception as exc:  # one bad row must not stop the feed (nor its reconnects)
+                warn("live_event_skipped", event_id=int(r["id"]), error=type(exc).__name__)
+
+    def _publish_one(self, r: Any) -> None:
+        event = Event(
+            run_id=r["run_id"],
+            type=r["type"],
+            at=float(r["at"]),
+            inbox_id=r["inbox_id"],
+            message_id=r["message_id"],
+            detail=json.loads(r["detail_json"]),
+        )
+        self._target.record([event])
+        if event.type == "message_accepted" and r["subject"] is not None:
+            if event.inbox_id is None or event.message_id is None:
+                raise ValueError("a message_accepted event without its inbox or message")
+            self._target.delivered(
+                event.message_id,
+                event.inbox_id,
+                event.run_id,
+                r["subject"],
+                float(r["received_at"]),
             )
-            self._target.record([event])
-            if event.type == "message_accepted" and r["subject"] is not None:
-                assert event.inbox_id is not None and event.message_id is not None
-                self._target.delivered(
-                    event.message_id,
-                    event.inbox_id,
-                    event.run_id,
-                    r["subject"],
-                    float(r["received_at"]),
-                )
 
     # -- the position -------------------------------------------------------------------
 
