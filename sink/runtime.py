@@ -51,7 +51,9 @@ class Runtime:
         self.events = Hub()  # live events (GET /v1/events): fed by the store's commits and ingest
         self.store: SQLiteStore | PostgresStore
         if settings.db_url is not None:
-            self.store = PostgresStore(settings.db_url, self.events.record)
+            # Live events come from the database's feed (follow() below): every replica's,
+            # this one's included, in commit order, so all replicas show one order.
+            self.store = PostgresStore(settings.db_url)
         else:
             self.store = SQLiteStore(settings.db, self.events.record)
         self.faults = FaultRegistry(random.Random()) if settings.enable_faults else None
@@ -61,7 +63,14 @@ class Runtime:
         fleet = self.store if isinstance(self.store, PostgresStore) else None
         self.guard = Guard(self.faults, self.store, self.metrics, self.clock, fleet)
         self.ingest = Ingest(
-            self.store, self.waiters, settings, self.metrics, self.clock, events=self.events
+            self.store,
+            self.waiters,
+            settings,
+            self.metrics,
+            self.clock,
+            events=self.events,
+            # On PostgreSQL a delivery's message event comes with its row from the feed.
+            announce_deliveries=settings.db_url is None,
         )
         # Caught mail kept with bodies, search and the Mailpit subset: the SQLite store's for now
         # (PostgreSQL keeps v1's unrouted metadata; those endpoints answer 404 there).
@@ -85,7 +94,8 @@ class Runtime:
         self.keyring = Keyring(self.settings.tokens, await self.store.signing_key())
         if isinstance(self.store, PostgresStore):
             # Mail accepted by another replica wakes the waits held here.
-            self.store.follow(self.waiters)
+            # And every replica's live events (this one's too) reach its /v1/events readers.
+            self.store.follow(self.waiters, live=self.events)
         self.agent = Agent(
             self.store, self.waiters, self.settings, self.guard, self.metrics, self.clock
         )

@@ -58,7 +58,7 @@ from sink.breaker import (
     BreakerState,
     Transition,
 )
-from sink.errors import StorageError, StorageUnavailable
+from sink.errors import StorageError, StorageUnavailable, StoreFull
 from sink.inbox import Claim, Delivery, Inbox
 from sink.logs import warn
 from sink.storage.base import (
@@ -75,6 +75,8 @@ from sink.storage.base import (
     StoredMessage,
     UnroutedMail,
 )
+from sink.storage.pg_events import EventFeed, LiveTarget
+from sink.storage.pg_space import DISK_FULL, SpaceGate, probe
 from sink.storage.rows import delivery_from_row, expired_event, inbox_from_row
 from sink.storage.sqlite import RouteCache
 from sink.vocabulary import Reason, State
@@ -135,6 +137,8 @@ def _translate(exc: BaseException, what: str) -> StorageError:
     if isinstance(exc, StorageError):
         return exc
     state = getattr(exc, "sqlstate", None) or ""
+    if state == DISK_FULL:
+        return StoreFull(f"{what}: the database has no space left")
     if (
         isinstance(
             exc,
@@ -224,8 +228,9 @@ class PostgresStore:
         start_deadline_s: float = _START_DEADLINE_S,
     ) -> None:
         self._dsn = dsn
-        # on_events: every event this process records, once its commit is durable (live
-        # events). Events other replicas record are theirs to publish.
+        # on_events: every event this process records, once its commit is durable. (The
+        # runtime publishes live events with ``follow(..., live=)`` instead: every replica's,
+        # in the database's commit order.)
         self._on_events = on_events
         self._pool_size = pool_size
         self._start_deadline_s = start_deadline_s
@@ -238,6 +243,8 @@ class PostgresStore:
         self._listener: _Listener | None = None
         self._routes = RouteCache()
         self._committed_at = -_PROBE_TRUSTED_S  # when ping last saw a commit succeed
+        # After a disk-full error, new mail and inboxes wait for a probe to find space.
+        self._space = SpaceGate(self._probe_space)
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -278,9 +285,11 @@ class PostgresStore:
                 await asyncio.sleep(0.5)
         self._deliveries.start()
 
-    def follow(self, target: WakeTarget) -> None:
-        """Wake ``target``'s waits on mail (and end them on expiry) from any replica."""
-        self._listener = _Listener(self._dsn, self.replica_id, _Ends(target, self))
+    def follow(self, target: WakeTarget, live: LiveTarget | None = None) -> None:
+        """Wake ``target``'s waits on mail (and end them on expiry) from any replica; and
+        publish to ``live`` the events every replica commits, in commit order (``pg_events.py``)."""
+        feed = EventFeed(live) if live is not None else None
+        self._listener = _Listener(self._dsn, self.replica_id, _Ends(target, self), feed)
         self._listener.start()
 
     async def until_listening(self) -> None:
@@ -367,22 +376,26 @@ class PostgresStore:
     # -- inboxes -----------------------------------------------------------------
 
     async def ping(self) -> None:
-        """The store can commit: the database answers, is no read-only standby, and a write
-        commits (a full disk fails it). A success is trusted for a second, so a caller
-        polling readiness costs at most one tiny commit per second."""
+        """The store can commit: the database answers, is no read-only standby, and its
+        files can grow (a full disk or tablespace fails it: ``pg_space.py``). A success is
+        trusted for a second, so a caller polling readiness costs at most one tiny commit
+        per second."""
         rows = await self._fetch("ping", "SELECT pg_is_in_recovery()")
         if rows[0][0]:
             raise StorageUnavailable("ping: the database is a read-only standby")
         now = time.monotonic()
         if now - self._committed_at < _PROBE_TRUSTED_S:
             return
-        await self._fetch(
-            "ping",
-            f"INSERT INTO readiness (replica_id, at) VALUES ($1, {_DB_NOW})"
-            f" ON CONFLICT (replica_id) DO UPDATE SET at = {_DB_NOW} RETURNING 1",
-            self.replica_id,
-        )
+        try:
+            await self._probe_space()
+        except StoreFull:
+            self._space.filled()
+            raise
+        self._space.freed()
         self._committed_at = now
+
+    async def _probe_space(self) -> None:
+        await self._transaction("ping", partial(probe, replica_id=self.replica_id))
 
     async def create_inbox(self, new: NewInbox, event: Event) -> CreateResult:
         inbox = new.inbox
@@ -453,10 +466,14 @@ class PostgresStore:
             await _insert_events(db, [event])
             return CreateResult(CreateOutcome.CREATED, inbox)
 
+        await self._space.admit()
         try:
             return await self._transaction("create_inbox", work)
         except _Forbidden as refused:
             return CreateResult(CreateOutcome.FORBIDDEN, count=refused.count)
+        except StoreFull:
+            self._space.filled()
+            raise
 
     async def load_inbox(self, inbox_id: str) -> Inbox | None:
         rows = await self._fetch("load_inbox", _INBOX_SELECT + " WHERE i.inbox_id = $1", inbox_id)
@@ -588,7 +605,12 @@ class PostgresStore:
     # -- messages ----------------------------------------------------------------
 
     async def save_message(self, incoming: Incoming) -> None:
-        await self._deliveries.save(incoming)
+        await self._space.admit()
+        try:
+            await self._deliveries.save(incoming)
+        except StoreFull:
+            self._space.filled()
+            raise
 
     async def deliveries_after(self, inbox_id: str, after_seq: int, limit: int) -> list[Delivery]:
         rows = await self._fetch(
@@ -1382,10 +1404,14 @@ class _Listener:
     ``_LISTENER_CHECK_S`` notices a connection that died without a word.
     """
 
-    def __init__(self, dsn: str, replica_id: str, target: WakeTarget) -> None:
+    def __init__(
+        self, dsn: str, replica_id: str, target: WakeTarget, feed: EventFeed | None = None
+    ) -> None:
         self._dsn = dsn
         self._replica_id = replica_id
         self._target = target
+        self._feed = feed  # every replica's live events (this one's too), read on this connection
+        self._idle = asyncio.Event()  # never set without a feed
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
 
@@ -1401,9 +1427,13 @@ class _Listener:
 
     def _on_notify(self, _connection: Any, _pid: int, _channel: str, payload: object) -> None:
         sender, _, rest = str(payload).partition(" ")
+        kind, _, ids = rest.partition(" ")
+        if kind == "v":  # event rows committed, by any replica (pg_events.py)
+            if self._feed is not None:
+                self._feed.announced(ids)
+            return
         if sender == self._replica_id:
             return  # this replica already woke its own waits after its commit
-        kind, _, ids = rest.partition(" ")
         inbox_ids = ids.split(",") if ids else []
         if kind == "e":
             self._target.end(inbox_ids)
@@ -1426,10 +1456,12 @@ class _Listener:
                 await self._catch_up(connection)
                 self.connected.set()
                 backoff = 0.05
+                work = self._feed.work if self._feed is not None else self._idle
                 while not lost.is_set():
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(lost.wait(), _LISTENER_CHECK_S)
-                    if not lost.is_set():
+                    if self._feed is not None and self._feed.pending:
+                        await self._feed.pull(connection)
+                        continue
+                    if not await _either(lost, work, _LISTENER_CHECK_S):
                         await connection.fetchval("SELECT 1", timeout=_LISTENER_CHECK_S)
             except _DRIVER_ERRORS:
                 pass  # the database is away: reconnect below, and catch up then
@@ -1443,6 +1475,8 @@ class _Listener:
             backoff = min(backoff * 2, 1.0)
 
     async def _catch_up(self, connection: Connection) -> None:
+        if self._feed is not None:  # the events first: the wake-ups below come after them
+            await self._feed.reconnected(connection)
         watched = self._target.watched()
         if not watched:
             return
@@ -1458,6 +1492,19 @@ class _Listener:
 
 def _set_on_termination(lost: asyncio.Event, _connection: object) -> None:
     lost.set()
+
+
+async def _either(a: asyncio.Event, b: asyncio.Event, within_s: float) -> bool:
+    """Until either event is set (True) or ``within_s`` seconds pass (False)."""
+    if a.is_set() or b.is_set():
+        return True
+    waits = {asyncio.ensure_future(a.wait()), asyncio.ensure_future(b.wait())}
+    try:
+        done, _ = await asyncio.wait(waits, timeout=within_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in waits:
+            waiting.cancel()
+    return bool(done)
 
 
 # -- row mapping and statements (inside a transaction) ------------------------------
