@@ -7,6 +7,7 @@ import asyncio
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import TypeVar
@@ -20,6 +21,7 @@ from sink.search import parse_query
 from sink.storage.base import Delivered, Incoming, Storage
 from sink.storage.memory import MemoryStore
 from sink.storage.postgres import PostgresStore
+from sink.storage.postgres_mail import PostgresMail
 from sink.storage.sqlite import SQLiteStore
 from tests.pg_cluster import Cluster
 from tests.support import psql
@@ -261,3 +263,31 @@ def test_a_v2_postgres_database_is_listed_and_indexed_at_the_upgrade(
 
     assert Stores("postgres", dsn).run(search) == ["msg_aaaaaaaaaaaaaaaaaaaaaaaa"]
     assert psql(dsn, "SELECT MAX(version) FROM runsink_migrations") == [["3"]]
+
+
+def test_postgres_text_search_past_the_newest_first_walk(pg_dsn: str) -> None:
+    """Beyond the newest entries it walks first, a text term is found through the trigram
+    index: the same results, order, paging, offsets and counts."""
+
+    def mail_with(subject: str) -> Incoming:
+        raw = RAW.replace(b"Hello there", subject.encode())
+        return replace(caught(raw), summary=summarize(raw))
+
+    async def work(store: Storage, mail: MailStore) -> None:
+        assert isinstance(mail, PostgresMail)
+        mail.walk_first = 2  # the walk sees 2 entries; the index finds the rest
+        subjects = ["alpha one", "beta two", "alpha three", "beta four", "alpha five", "beta six"]
+        for subject in subjects:
+            await store.save_message(mail_with(subject))
+        alpha = parse_query("alpha")
+        found = await mail.search(alpha, None, None, 10)
+        assert [f.subject for f in found] == ["alpha five", "alpha three", "alpha one"]
+        assert [f.subject for f in await mail.search(alpha, None, None, 1, 1)] == ["alpha three"]
+        older = await mail.search(alpha, None, found[0].position, 10)
+        assert [f.subject for f in older] == ["alpha three", "alpha one"]
+        assert await mail.count(alpha, None, 100) == 3
+        assert await mail.count(alpha, None, 2) == 2
+        assert await mail.count(parse_query("alpha -five"), None, 100) == 2
+        assert await mail.search(parse_query("gamma"), None, None, 10) == []
+
+    Stores("postgres", pg_dsn).run(work)

@@ -55,16 +55,22 @@ _DELETE_BATCH = 500
 
 _COLUMNS = {"subject": "t.subject", "body": "t.body", "sender": "t.sender", "rcpts": "t.rcpts"}
 
-_LISTED_SELECT = """
+_LISTED_FROM = """
 SELECT v.seq, v.id, m.message_pk, v.inbox_id, v.run_id, m.subject, m.from_addr, m.to_json,
        m.cc_json, m.mail_from, m.received_at, m.size, m.has_attachment,
        COALESCE(d.rcpt_json, c.rcpt_json) AS rcpt_json, d.claim_id,
        (m.raw IS NULL OR i.released_at IS NOT NULL) AS released
-FROM listing v JOIN messages m ON m.message_key = v.message_key
+FROM {listing} v JOIN messages m ON m.message_key = v.message_key
 LEFT JOIN deliveries d ON d.message_id = v.id
 LEFT JOIN caught c ON c.caught_id = v.id
 LEFT JOIN inboxes i ON i.inbox_id = v.inbox_id
 """
+_LISTED_SELECT = _LISTED_FROM.format(listing="listing")
+# A text term walks this many of the newest entries first: a common word fills its page
+# there at once. Beyond them the trigram indexes drive (a rare word's few matches are found
+# without reading every text); PostgreSQL's planner cannot tell the two cases apart.
+_WALK_FIRST = 2000
+_NO_UPPER = 1 << 62
 
 
 class PostgresMail:
@@ -77,6 +83,7 @@ class PostgresMail:
         self._stored_count = 0  # deliveries since the indexer last caught up
         self._last_stored = 0.0
         self._catching_up = asyncio.Lock()
+        self.walk_first = _WALK_FIRST  # see _WALK_FIRST (a test lowers it)
 
     # -- the indexer ---------------------------------------------------------------
 
@@ -229,7 +236,37 @@ class PostgresMail:
         offset: int = 0,
     ) -> list[Listed]:
         await self._caught_up()
-        sql, params = _search_sql(query, run_scope, before)
+        upper = before[1] if before is not None else _NO_UPPER
+        if not query.positive_texts:
+            return await self._page(query, run_scope, upper, limit, offset)
+        want = offset + limit
+        found = await self._page(query, run_scope, upper, want, window=self.walk_first)
+        if len(found) < want:
+            floor = await self._window_floor(upper)
+            if floor is not None:
+                found += await self._page(query, run_scope, floor, want - len(found))
+        return found[offset:]
+
+    async def count(self, query: Query, run_scope: str | None, cap: int) -> int:
+        await self._caught_up()
+        if not query.positive_texts:
+            return await self._count(query, run_scope, _NO_UPPER, cap)
+        counted = await self._count(query, run_scope, _NO_UPPER, cap, window=self.walk_first)
+        floor = await self._window_floor(_NO_UPPER) if counted < cap else None
+        if floor is not None:
+            counted += await self._count(query, run_scope, floor, cap - counted)
+        return counted
+
+    async def _page(
+        self,
+        query: Query,
+        run_scope: str | None,
+        upper: int,
+        limit: int,
+        offset: int = 0,
+        window: int | None = None,
+    ) -> list[Listed]:
+        sql, params = _search_sql(query, run_scope, upper, window)
         n = len(params)
         rows = await self._fetch(
             "search",
@@ -240,13 +277,27 @@ class PostgresMail:
         )
         return [_listed(row) for row in rows]
 
-    async def count(self, query: Query, run_scope: str | None, cap: int) -> int:
-        await self._caught_up()
-        sql, params = _search_sql(query, run_scope, None)
+    async def _count(
+        self, query: Query, run_scope: str | None, upper: int, cap: int, window: int | None = None
+    ) -> int:
+        sql, params = _search_sql(query, run_scope, upper, window)
         rows = await self._fetch(
             "count", f"SELECT COUNT(*) FROM ({sql} LIMIT ${len(params) + 1}) x", *params, cap
         )
         return int(rows[0][0])
+
+    async def _window_floor(self, upper: int) -> int | None:
+        """The oldest seq of the newest-first walk below ``upper``, or None when the walk
+        saw every entry below it."""
+        rows = await self._fetch(
+            "search",
+            "SELECT MIN(seq), COUNT(*) FROM (SELECT seq FROM listing WHERE seq < $1 "
+            "ORDER BY seq DESC LIMIT $2) x",
+            upper,
+            self.walk_first,
+        )
+        floor, seen = rows[0]
+        return None if seen < self.walk_first else int(floor)
 
     async def listed(self, entry_id: str) -> Listed | None:
         await self._caught_up()
@@ -457,13 +508,22 @@ def like_pattern(value: str) -> str:
 
 def _text_sql(text: Text, param: _Params) -> str:
     pattern = param(like_pattern(text.value))
-    found = []
-    for column in text.columns:
-        match = f"{_COLUMNS[column]} LIKE {pattern}"
-        # A released body is out of the index (SQLite blanks its copy of the text).
-        found.append(f"({match} AND m.raw IS NOT NULL)" if column == "body" else match)
-    either = " OR ".join(found)
-    return f"NOT COALESCE({either}, false)" if text.negated else f"COALESCE({either}, false)"
+    found = " OR ".join(f"{_COLUMNS[column]} LIKE {pattern}" for column in text.columns)
+    if text.negated:
+        # Negated: no trigram index helps anyway; a message without text has none of it.
+        return f"NOT COALESCE({_unreleased(text, pattern, found)}, false)"
+    # Positive: the ORed LIKEs stand alone, so the trigram indexes can answer them (a
+    # missing text row is NULL, which WHERE treats as false).
+    return _unreleased(text, pattern, found)
+
+
+def _unreleased(text: Text, pattern: str, found: str) -> str:
+    """``found``, with a released body's text left out (SQLite blanks its copy of it):
+    (others OR body) AND (others OR body kept), i.e. others OR (body AND kept)."""
+    if "body" not in text.columns:
+        return f"({found})"
+    others = [f"{_COLUMNS[c]} LIKE {pattern}" for c in text.columns if c != "body"]
+    return f"({found}) AND ({' OR '.join([*others, 'm.raw IS NOT NULL'])})"
 
 
 def _filter_sql(kind: str, value: Any, negated: bool, param: _Params) -> str:
@@ -492,10 +552,17 @@ def _filter_sql(kind: str, value: Any, negated: bool, param: _Params) -> str:
 
 
 def _search_sql(
-    query: Query, run_scope: str | None, before: tuple[int, int] | None
+    query: Query, run_scope: str | None, upper: int, window: int | None = None
 ) -> tuple[str, list[Any]]:
-    """The listing entries matching ``query``, unordered (the caller orders and limits)."""
+    """The listing entries below seq ``upper`` matching ``query``, unordered (the caller
+    orders and limits); with ``window``, among the newest ``window`` entries below it only."""
     param = _Params()
+    listing = "listing"
+    if window is not None:
+        listing = (
+            f"(SELECT * FROM listing WHERE seq < {param(upper)} "
+            f"ORDER BY seq DESC LIMIT {param(window)})"
+        )
     where: list[str] = []
     if run_scope is not None:
         where.append(f"v.run_id = {param(run_scope)}")
@@ -503,9 +570,9 @@ def _search_sql(
         where.append(_filter_sql(item.kind, item.value, item.negated, param))
     for text in query.texts:
         where.append(_text_sql(text, param))
-    if before is not None:
-        where.append(f"v.seq < {param(before[1])}")
-    sql = _LISTED_SELECT
+    if window is None and upper < _NO_UPPER:
+        where.append(f"v.seq < {param(upper)}")
+    sql = _LISTED_FROM.format(listing=listing)
     if query.texts:
         sql += "LEFT JOIN message_text t ON t.message_key = v.message_key\n"
     if where:

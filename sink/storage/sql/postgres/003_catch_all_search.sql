@@ -29,6 +29,8 @@ CREATE TABLE listing (
     inbox_id    TEXT,            -- NULL for caught mail
     run_id      TEXT
 );
+-- A text term's matches (found by the trigram indexes) reach their entries by message_key.
+CREATE INDEX listing_message ON listing (message_key);
 CREATE INDEX listing_run ON listing (run_id, seq) WHERE run_id IS NOT NULL;
 CREATE INDEX listing_inbox ON listing (inbox_id, seq) WHERE inbox_id IS NOT NULL;
 CREATE INDEX listing_caught ON listing (seq) WHERE inbox_id IS NULL;
