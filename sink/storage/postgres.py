@@ -77,6 +77,7 @@ from sink.storage.base import (
 )
 from sink.storage.pg_events import EventFeed, LiveTarget
 from sink.storage.pg_space import DISK_FULL, SpaceGate, probe
+from sink.storage.postgres_mail import PostgresMail
 from sink.storage.rows import delivery_from_row, expired_event, inbox_from_row
 from sink.storage.sqlite import RouteCache
 from sink.vocabulary import Reason, State
@@ -245,6 +246,8 @@ class PostgresStore:
         self._committed_at = -_PROBE_TRUSTED_S  # when ping last saw a commit succeed
         # After a disk-full error, new mail and inboxes wait for a probe to find space.
         self._space = SpaceGate(self._probe_space)
+        # Caught mail, search and deletes (the v2 mail ports): postgres_mail.py.
+        self.mail = PostgresMail(lambda: self.pool, _translated)
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -300,6 +303,7 @@ class PostgresStore:
 
     async def close(self) -> None:
         await self._deliveries.close()
+        await self.mail.close()
         if self._listener is not None:
             await self._listener.close()
             self._listener = None
@@ -611,6 +615,7 @@ class PostgresStore:
         except StoreFull:
             self._space.filled()
             raise
+        self.mail.stored()
 
     async def deliveries_after(self, inbox_id: str, after_seq: int, limit: int) -> list[Delivery]:
         rows = await self._fetch(
@@ -848,12 +853,13 @@ class PostgresStore:
         return await self._transaction("signing_key", work)
 
     async def unrouted(self, limit: int) -> list[UnroutedMail]:
-        rows = await self._fetch(
-            "unrouted",
-            "SELECT rcpt, mail_from, received_at, size FROM unrouted ORDER BY id DESC LIMIT $1",
-            limit,
-        )
-        return [UnroutedMail(r[0], r[1], r[2], r[3]) for r in rows]
+        """v1's shape of caught mail: one entry per recipient, newest first."""
+        found = []
+        for item in await self.mail.caught_page(None, limit):
+            found += [
+                UnroutedMail(r, item.mail_from, item.received_at, item.size) for r in item.rcpts
+            ]
+        return found[:limit]
 
     # -- the run index (RunIndex: read-only views for the web UI) -------------------
 
@@ -1124,7 +1130,8 @@ class PostgresStore:
                 next_seq[row[0]] = int(row[1]) - per_inbox[row[0]] + 1
         messages: list[tuple[Any, ...]] = []
         deliveries: list[tuple[Any, ...]] = []
-        unrouted: list[tuple[Any, ...]] = []
+        caught: list[tuple[Any, ...]] = []
+        listing: list[tuple[Any, ...]] = []  # in arrival order: deliveries, then caught
         events: list[Event] = []
         for item in items:
             size = len(item.raw)
@@ -1133,8 +1140,9 @@ class PostgresStore:
                 *item.late,
                 *(Late(d.inbox_id, d.run_id, d.rcpts[0]) for d in item.deliveries if d not in live),
             ]
-            if live:
-                key = live[0].message_id
+            # The message is stored once, for its inboxes and as caught mail alike.
+            key = live[0].message_id if live else item.caught_id
+            if key is not None:
                 s = item.summary
                 messages.append(
                     (
@@ -1156,6 +1164,7 @@ class PostgresStore:
                     deliveries.append(
                         (d.inbox_id, seq, d.message_id, key, json.dumps(list(d.rcpts)))
                     )
+                    listing.append((d.message_id, key, d.inbox_id, d.run_id))
                     events.append(
                         Event(
                             run_id=d.run_id,
@@ -1166,9 +1175,10 @@ class PostgresStore:
                             detail={"size": size},
                         )
                     )
-            unrouted.extend(
-                (rcpt, item.mail_from, item.received_at, size) for rcpt in item.unrouted
-            )
+            if item.caught_id:
+                rcpts = json.dumps(list(item.unrouted))
+                caught.append((item.caught_id, key, rcpts, item.caught_until))
+                listing.append((item.caught_id, key, None, None))
             events.extend(
                 Event(
                     run_id=late.run_id,
@@ -1191,7 +1201,8 @@ class PostgresStore:
             _BATCH_INSERT,
             *_columns(messages, 10),
             *_columns(deliveries, 5),
-            *_columns(unrouted, 4),
+            *_columns(caught, 4),
+            *_columns(listing, 4),
             *_columns(_event_rows(events), 6),
             CHANNEL,
             payloads,
@@ -1253,15 +1264,21 @@ WITH m AS (
 ), d AS (
     INSERT INTO deliveries (inbox_id, seq, message_id, message_key, rcpt_json)
     SELECT * FROM unnest($11::text[], $12::bigint[], $13::text[], $14::text[], $15::text[])
-), u AS (
-    INSERT INTO unrouted (rcpt, mail_from, received_at, size)
-    SELECT * FROM unnest($16::text[], $17::text[], $18::float8[], $19::int[])
+), c AS (
+    INSERT INTO caught (caught_id, message_key, rcpt_json, expires_at)
+    SELECT * FROM unnest($16::text[], $17::text[], $18::text[], $19::float8[])
+), v AS (
+    -- The listing (search, the Mailpit subset): cheap rows, numbered in arrival order; the
+    -- search text comes later (postgres_mail.py's indexer), off the 250's path.
+    INSERT INTO listing (id, message_key, inbox_id, run_id)
+    SELECT id, k, i, r FROM unnest($20::text[], $21::text[], $22::text[], $23::text[])
+        WITH ORDINALITY AS l(id, k, i, r, n) ORDER BY n
 ), e AS (
     INSERT INTO events (run_id, inbox_id, message_id, at, type, detail_json)
-    SELECT * FROM unnest($20::text[], $21::text[], $22::text[], $23::float8[], $24::text[],
-                         $25::text[])
+    SELECT * FROM unnest($24::text[], $25::text[], $26::text[], $27::float8[], $28::text[],
+                         $29::text[])
 )
-SELECT pg_notify($26, p) FROM unnest($27::text[]) AS p
+SELECT pg_notify($30, p) FROM unnest($31::text[]) AS p
 """
 
 
@@ -1547,13 +1564,16 @@ async def _release(db: Connection, inbox_ids: list[str], now: float, runs: dict[
         now,
         inbox_ids,
     )
-    # A message stored once for several inboxes keeps its body until every one is released.
+    # A message stored once for several inboxes (and caught mail) keeps its body until every
+    # one is released; a delivery deleted from the listing needs it no more.
     await db.execute(
         """UPDATE messages SET raw = NULL, released_at = $1
            WHERE raw IS NOT NULL
              AND message_key IN (SELECT message_key FROM deliveries
                                  WHERE inbox_id = ANY($2::text[]))
+             AND NOT EXISTS (SELECT 1 FROM caught c WHERE c.message_key = messages.message_key)
              AND NOT EXISTS (SELECT 1 FROM deliveries d JOIN inboxes i ON i.inbox_id = d.inbox_id
+                             JOIN listing v ON v.id = d.message_id
                              WHERE d.message_key = messages.message_key
                                AND i.released_at IS NULL)""",
         now,
