@@ -234,6 +234,12 @@ async def measure(server: ServerProcess, count: int, timeout_s: int) -> dict[str
     }
 
 
+def _server_connections(count: int) -> int:
+    """An HTTP cap whose long-poll share (seven eighths, sink/capacity.py) takes ``count``
+    waits, plus the control connections."""
+    return max(4096, (count + 64) * 8 // 7 + 64)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="1,000 waits only")
@@ -244,18 +250,30 @@ def main(argv: list[str] | None = None) -> int:
     counts = [
         int(c) for c in (args.counts or ("1000" if args.quick else "1000,5000,10000")).split(",")
     ]
+    # Each process (this client, the server) holds one descriptor per wait, and the server
+    # keeps a sixteenth of its limit in reserve (sink/capacity.py): raise the soft limit to
+    # the hard one in-process; the server inherits it.
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the server inherits it too
-    needed = max(counts) * 2 + 200
-    if hard < needed:
-        print(f"the descriptor limit ({hard}) is too low for {max(counts)} waits", file=sys.stderr)
+    if hard != resource.RLIM_INFINITY:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    needed = _server_connections(max(counts)) * 17 // 16 + 1024
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        print(
+            f"the descriptor limit ({hard}) is too low for {max(counts)} waits "
+            f"(about {needed} needed: raise the hard `ulimit -n`)",
+            file=sys.stderr,
+        )
         return 0
 
     rows = []
     for count in counts:
         folder = Path(tempfile.mkdtemp(prefix="runsink-longpoll-"))
         (folder / "policies.toml").write_text(POLICIES)
-        server = start_runsink(folder, policy_file=folder / "policies.toml")
+        server = start_runsink(
+            folder,
+            policy_file=folder / "policies.toml",
+            extra_args=["--http-max-connections", str(_server_connections(count))],
+        )
         try:
             print(f"{count} waits ...", file=sys.stderr, flush=True)
             rows.append(asyncio.run(measure(server, count, args.timeout)))
