@@ -287,6 +287,9 @@ class GuardedH11Protocol(H11Protocol):
             # A request it began (its task starts on the loop's next turn) learns that this
             # protocol tells it when the client hangs up, and waits on a lean event.
             hangup.mark(cast("dict[str, Any]", cycle.scope))
+            # uvicorn keeps the request's header list here too (read again only for a
+            # WebSocket upgrade, decided above): the scope's copy is the one that counts.
+            self.headers = []
             if type(cycle.message_event) is asyncio.Event:
                 cycle.message_event = LeanEvent(cycle.message_event.is_set())  # type: ignore[assignment]
 

@@ -72,6 +72,7 @@ class WaitEndpoint:
         context = context_of(scope)
         context.note(inbox_id=inbox_id)
         wait = self._request(scope, context, await body())
+        _forget_headers(scope)
         gate = self._gate
         if wait.timeout_s > 0 and not gate.enter():
             self._metrics.refused("http", "too_many_long_polls")
@@ -115,6 +116,18 @@ class WaitEndpoint:
         return wait_request(given, run_id)
 
 
+_CLOSE = (b"connection", b"close")
+
+
+def _forget_headers(scope: MutableMapping[str, Any]) -> None:
+    """Everything the request's headers decide is decided (trace, token, run): a parked wait
+    keeps only what its answer still reads (uvicorn looks for ``Connection: close``), not
+    the list, its tuples and its bytes (about 600 bytes)."""
+    headers = scope.get("headers")
+    if headers:
+        scope["headers"] = [_CLOSE] if _CLOSE in headers else []
+
+
 class WaitPath:
     """In front of the app: waits answered here, everything else passed on."""
 
@@ -134,7 +147,7 @@ class WaitPath:
         if found is None or not self._takes(scope):
             await self.app(scope, receive, send)
             return
-        inbox_id = found.group(1)
+        inbox_id, found = found.group(1), None
         started = time.perf_counter()
         context = begin(Headers(scope=scope))
         scope[CONTEXT] = context

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
+from sink.deadlines import Deadlines
+
 
 class Wakeup:
     """One wait's wake-up: set on new mail, or with ``ended`` when its inbox ended.
@@ -22,11 +24,12 @@ class Wakeup:
     parked long-polls each hold one.
     """
 
-    __slots__ = ("_future", "_set", "ended")
+    __slots__ = ("_deadlines", "_future", "_set", "ended")
 
-    def __init__(self) -> None:
+    def __init__(self, deadlines: Deadlines | None = None) -> None:
         self._set = False
         self._future: asyncio.Future[None] | None = None
+        self._deadlines = deadlines
         self.ended = False
 
     def set(self) -> None:
@@ -53,8 +56,9 @@ class Wakeup:
     async def wait_for(self, seconds: float) -> bool:
         """Until set (True) or ``seconds`` have passed (False).
 
-        One timer that resolves the future: no ``asyncio.timeout`` (its object, and a task
-        cancellation when it fires, for each of thousands of waits timing out together).
+        The deadline resolves the future (the waiters' shared ``Deadlines``, else a timer of
+        its own): no ``asyncio.timeout`` (its object, its timer, and a task cancellation when
+        it fires, for each of thousands of waits timing out together).
         """
         if self._set:
             return True
@@ -62,11 +66,16 @@ class Wakeup:
             return False
         loop = asyncio.get_running_loop()
         future = self._future = loop.create_future()
-        timer = loop.call_later(seconds, _expire, future)
+        timer = None
+        if self._deadlines is not None:
+            self._deadlines.add(future, seconds)
+        else:
+            timer = loop.call_later(seconds, _expire, future)
         try:
             await future
         finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
             self._future = None
         return self._set
 
@@ -82,9 +91,10 @@ class Waiters:
         # while it has several (a set per parked long-poll was about 300 bytes).
         self._by_inbox: dict[str, Wakeup | set[Wakeup]] = {}
         self._closing = False
+        self._deadlines = Deadlines()
 
     def register(self, inbox_id: str) -> Wakeup:
-        wakeup = Wakeup()
+        wakeup = Wakeup(self._deadlines)
         if self._closing:
             wakeup.set()
         waiting = self._by_inbox.get(inbox_id)

@@ -147,3 +147,23 @@ def test_a_client_that_hangs_up_ends_its_wait_and_spends_nothing(
     assert time.monotonic() - started < 25  # long before the gone wait's 30 s
     polled = _log_lines(server, "polled", inbox["inbox_id"])
     assert len(polled) == 1
+
+
+def test_a_wait_asking_to_close_the_connection_is_answered_and_closed(server: Server) -> None:
+    """``Connection: close`` on a wait still closes the connection after the answer (the wait
+    keeps that header when it lets go of the others)."""
+    with server.http() as client:
+        inbox = create_inbox(client)
+    body = b'{"timeout_s": 0}'
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/inboxes/%s/wait HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            % (inbox["inbox_id"].encode(), len(body), body)
+        )
+        received = b""
+        while chunk := sock.recv(65536):  # until the server closes
+            received += chunk
+    head, _, answer = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"connection: close" in head.lower()
+    assert json.loads(answer)["state"] == "waiting"
