@@ -175,7 +175,7 @@ async def measure(server: ServerProcess, count: int, timeout_s: int) -> dict[str
         http.close()
     await asyncio.sleep(1.0)  # let the server see the closes
 
-    waits = await _gather_limited([Http.open(port) for _ in range(count)], 200)
+    waits: list[Http] = []
     answered_at: dict[int, float] = {}
     answers: dict[int, tuple[int, bytes]] = {}
 
@@ -193,6 +193,11 @@ async def measure(server: ServerProcess, count: int, timeout_s: int) -> dict[str
     # the store's limit, not what a parked wait costs.
     holders: list[asyncio.Future[None]] = []
     for first in range(0, count, WAVE):
+        # Each wave's connections are opened just before it asks: a connection that has
+        # asked nothing is closed at the server's header deadline (10 s).
+        waits += await _gather_limited(
+            [Http.open(port) for _ in range(min(count, first + WAVE) - first)], 200
+        )
         holders += [
             asyncio.ensure_future(hold(i, waits[i], inboxes[i]))
             for i in range(first, min(count, first + WAVE))

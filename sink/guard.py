@@ -242,7 +242,11 @@ class Guard:
             if held >= deadline:
                 raise timed_out
         try:
-            return await asyncio.wait_for(work(), deadline - held)
+            # asyncio.timeout, not wait_for: wait_for runs the work in a task of its own
+            # (Python 3.11), a task and two turns of the loop more on every store call (a
+            # woken long-poll makes two before it answers).
+            async with asyncio.timeout(deadline - held):
+                return await work()
         except TimeoutError as exc:
             raise timed_out from exc
 
