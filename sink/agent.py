@@ -14,6 +14,7 @@ import asyncio
 import json
 from collections.abc import Awaitable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from sink import ids
@@ -281,9 +282,11 @@ class Agent:
                 match = request.match if request.match is not None else inbox.match
                 position = inbox.cursor_seq if cursor_seq is None else cursor_seq
                 if self._slots is not None:
-                    slots, until = self._slots, deadline + policy.provider_deadline_s
+                    # partial, not a lambda: a closure would make cells of these locals for
+                    # the whole of every wait (thousands of them parked at once).
+                    until = deadline + policy.provider_deadline_s
                     retry_at = await attempt.call(
-                        lambda: slots.take_poll_slot(inbox, started, until)
+                        partial(self._slots.take_poll_slot, inbox, started, until)
                     )
                     if retry_at is not None:  # a wait on another replica holds the inbox
                         self._metrics.blocked("wait", "too_early")
@@ -300,7 +303,7 @@ class Agent:
                     return await self._describe(inbox, look.ended_at, trace_id)
                 after = after_poll(inbox, policy, look.scan, started, look.ended_at)
                 event = _polled_event(inbox, after, look, started)
-                saved = await attempt.call(lambda: self._store.save_poll(inbox, after, event))
+                saved = await attempt.call(partial(self._store.save_poll, inbox, after, event))
                 if saved:
                     slot_until = None  # a recorded poll frees the slot in the same write
                 else:
