@@ -4,6 +4,7 @@
     .venv/bin/python bench/store_size.py --quick     # 10k and 100k
     .venv/bin/python bench/store_size.py --sizes 10000,50000
     .venv/bin/python bench/store_size.py --folder /var/tmp/stores   # keep the stores, reuse them
+    RUNSINK_BENCH_STORES=/var/tmp/stores make bench                 # the same, from bench/all.py
 
 Each store is filled through the real SQLite adapter (``SQLiteStore.create_inbox`` and
 ``save_message``, group commit and all: no hand-made SQL), spread over many runs and
@@ -59,6 +60,7 @@ inboxes_per_purpose = 100000
 MESSAGES_PER_INBOX = 50
 OPERATIONS = 200
 SLICE = 20
+STORES_ENV = "RUNSINK_BENCH_STORES"  # the default for --folder
 _CONCURRENCY = 512
 
 
@@ -216,8 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     default = "10000,100000" if args.quick else "10000,100000,1000000"
     sizes = [int(s) for s in (args.sizes or default).split(",")]
-    folder = args.folder or Path(tempfile.mkdtemp(prefix="runsink-store-size-"))
-    keep = args.keep or args.folder is not None
+    kept = args.folder or (Path(os.environ[STORES_ENV]) if os.environ.get(STORES_ENV) else None)
+    folder = kept or Path(tempfile.mkdtemp(prefix="runsink-store-size-"))
+    keep = args.keep or kept is not None
     (folder / "policies.toml").parent.mkdir(parents=True, exist_ok=True)
     (folder / "policies.toml").write_text(POLICIES)
     servers = []
