@@ -18,6 +18,7 @@ from api.mailbox import MAILBOX_ROUTES
 from api.mailpit import MAILPIT_ROUTES
 from api.middleware import EdgeMiddleware
 from api.routes import ROUTES
+from api.waitpath import WaitEndpoint, WaitPath
 from sink.errors import RunsinkError
 from sink.runtime import Runtime
 
@@ -74,5 +75,8 @@ def create_app(runtime: Runtime, extra_routes: list[Any] | None = None) -> Any:
     assert runtime.keyring is not None, "the runtime is not started"
     authority = Authority(runtime.keyring, runtime.store)
     app.state.authority = authority
+    assert runtime.agent is not None, "the runtime is not started"
+    waits = WaitEndpoint(runtime.agent, runtime.metrics, authority, app.state.long_polls)
+    app.state.waits = waits
     edge = EdgeMiddleware(app, runtime.metrics, authority)
-    return ui.serve(app, edge, runtime)
+    return WaitPath(ui.serve(app, edge, runtime), waits, runtime.metrics, authority)

@@ -18,6 +18,8 @@ request handling and adds, per connection:
   oldest connection with no request in progress (idle, or still sending its head) makes
   room, as nginx reuses idle keep-alive connections; only when every connection is busy
   (long-polls, requests being answered) is the newcomer answered 503 with ``Retry-After``;
+- a word to a waiting request when its client hangs up (``api/hangup.py``), so a parked
+  long-poll needs no task of its own listening to ``receive()``;
 - **414** for a request line over 8 KiB and **431** for a head over h11's buffer, answered
   with a *lingering close* (stop writing, read and drop what the client still sends for a
   moment, then close) so the answer is not lost to a reset. Targets between 8 KiB and the
@@ -36,12 +38,14 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
+from typing import Any, cast
 
 import h11
 from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
+
+from api import hangup
 
 MAX_TARGET_BYTES = 8 * 1024
 """The longest request target (path and query) answered; RFC 9112 3 recommends at least
@@ -153,6 +157,48 @@ class _Linger:
         self.drained = 0
 
 
+class LeanEvent:
+    """``asyncio.Event`` as uvicorn uses it (set, clear, wait), without the deque every
+    Event makes up front (about 700 bytes): uvicorn makes two per connection (the request's
+    message event, the flow control's), and almost nobody ever waits on them while a
+    long-poll is parked."""
+
+    __slots__ = ("_value", "_waiters")
+
+    def __init__(self, value: bool = False) -> None:
+        self._value = value
+        self._waiters: list[asyncio.Future[None]] | None = None
+
+    def is_set(self) -> bool:
+        return self._value
+
+    def set(self) -> None:
+        if self._value:
+            return
+        self._value = True
+        waiters, self._waiters = self._waiters, None
+        for waiter in waiters or ():
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def clear(self) -> None:
+        self._value = False
+
+    async def wait(self) -> bool:
+        if self._value:
+            return True
+        waiter = asyncio.get_running_loop().create_future()
+        if self._waiters is None:
+            self._waiters = []
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        finally:
+            if self._waiters is not None and waiter in self._waiters:
+                self._waiters.remove(waiter)
+        return True
+
+
 def protocol_class(table: ConnectionTable) -> type[GuardedH11Protocol]:
     """uvicorn builds protocols from a class (``Config(http=...)``): bind the table to one."""
     return type("BoundGuardedH11Protocol", (GuardedH11Protocol,), {"table": table})
@@ -194,9 +240,15 @@ class GuardedH11Protocol(H11Protocol):
             return
         self._admitted = True
         super().connection_made(transport)
+        flow: Any = self.flow
+        if type(getattr(flow, "_is_writable_event", None)) is asyncio.Event:
+            flow._is_writable_event = LeanEvent(flow._is_writable_event.is_set())
         self._settle()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            hangup.lost(cast("dict[str, Any]", cycle.scope))
         self._cancel_head_timer()
         if self._linger is not None:
             self._linger.timer.cancel()
@@ -227,6 +279,19 @@ class GuardedH11Protocol(H11Protocol):
             return
         super().data_received(data)
         self._settle()
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            # A request it began (its task starts on the loop's next turn) learns that this
+            # protocol tells it when the client hangs up, and waits on a lean event.
+            hangup.mark(cast("dict[str, Any]", cycle.scope))
+            # uvicorn keeps the request's header list here too (read again only for a
+            # WebSocket upgrade, decided above): the scope's copy is the one that counts.
+            self.headers = []
+            if type(cycle.message_event) is asyncio.Event:
+                cycle.message_event = LeanEvent(cycle.message_event.is_set())  # type: ignore[assignment]
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

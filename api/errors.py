@@ -10,9 +10,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from api.context import context_of
-from api.schemas import ErrorBody, ErrorOut, RefusalOut
+from api.schemas import ErrorBody, ErrorOut, RefusalOut, TroubleOut
 from sink import errors
+from sink.agent import UNREADABLE_RETRY_S
+from sink.clock import seconds_up
 from sink.logs import error as log_error
+from sink.vocabulary import NextAction, Status
 
 TABLE = errors.STATUS_AND_CODE
 
@@ -47,12 +50,11 @@ def runsink_error(request: Request, exc: errors.RunsinkError) -> Response:
         return JSONResponse(
             refusal.model_dump(mode="json"), status_code=_REFUSAL_STATUS[exc.reason]
         )
+    if isinstance(exc, errors.ProviderTrouble):
+        return trouble_response(request, exc)
     for cls, status, code in TABLE:
         if isinstance(exc, cls):
             headers = None
-            if status == 503:
-                retry_after = exc.retry_after if isinstance(exc, errors.CircuitOpen) else 1.0
-                headers = {"Retry-After": str(max(1, math.ceil(retry_after)))}
             if isinstance(exc, errors.ForbiddenScope):
                 # RFC 6750 section 3.1: the token is fine, its scope is not enough.
                 headers = {
@@ -60,6 +62,26 @@ def runsink_error(request: Request, exc: errors.RunsinkError) -> Response:
                 }
             return error_response(status, code, exc.message, exc.details, headers)
     return internal_error(request, exc)
+
+
+def trouble_response(request: Request, exc: errors.ProviderTrouble) -> Response:
+    """503 with Retry-After, and (as an envelope would) what to do: wait, then retry."""
+    circuit = isinstance(exc, errors.CircuitOpen)
+    wait_s = exc.retry_after if isinstance(exc, errors.CircuitOpen) else UNREADABLE_RETRY_S
+    retry_after = max(0.1, seconds_up(wait_s))
+    body = TroubleOut(
+        status=Status.BLOCKED if circuit else Status.RETRYABLE,
+        reason=exc.reason,
+        next_action=NextAction.WAIT_THEN_RETRY,
+        retry_after=retry_after,
+        trace_id=trace_of(request),
+        error=ErrorBody(code=exc.reason.value, message=exc.message, details=exc.details),
+    )
+    return JSONResponse(
+        body.model_dump(mode="json"),
+        status_code=503,
+        headers={"Retry-After": str(max(1, math.ceil(retry_after)))},
+    )
 
 
 def validation_error(request: Request, exc: ValidationError) -> Response:

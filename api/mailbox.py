@@ -17,7 +17,7 @@ from sink.mailbox import Mailbox
 
 
 def _mailbox(request: Request) -> Mailbox:
-    return _runtime(request).mailbox_or_refuse()
+    return _runtime(request).mailbox
 
 
 async def list_caught(request: Request) -> Response:

@@ -37,7 +37,7 @@ _ACTIVE_TYPES = ("html", "svg", "xml", "javascript", "ecmascript", "xhtml")
 
 
 def _mailbox(request: Request) -> Mailbox:
-    return _runtime(request).mailbox_or_refuse()
+    return _runtime(request).mailbox
 
 
 def _whole(request: Request, name: str, default: int, high: int) -> int:
@@ -271,7 +271,7 @@ async def delete_messages(request: Request) -> Response:
 
 async def info(request: Request) -> Response:
     runtime = _runtime(request)
-    mailbox = runtime.mailbox_or_refuse()
+    mailbox = runtime.mailbox
     metrics = runtime.metrics.registry
 
     def sample(outcome: str) -> int:
@@ -283,7 +283,8 @@ async def info(request: Request) -> Response:
         {
             "Version": __version__,
             "LatestVersion": "",
-            "Database": str(runtime.settings.db),
+            # A PostgreSQL URL may hold a password: only the kind of store is named.
+            "Database": "postgresql" if runtime.settings.db_url else str(runtime.settings.db),
             "DatabaseSize": await runtime.store.used_bytes(),
             "Messages": await mailbox.count(Query()),
             "Unread": await mailbox.count(_UNCLAIMED),

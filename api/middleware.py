@@ -79,19 +79,14 @@ class EdgeMiddleware:
             return
         started = time.perf_counter()
         headers = Headers(scope=scope)
-        explicit = explicit_trace(headers)
-        context = RequestContext(explicit, explicit or ids.new_trace_id())
+        context = begin(headers)
         scope[CONTEXT] = context
         status_seen = {"status": 500}
 
         async def send_wrapped(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status_seen["status"] = message["status"]
-                out = MutableHeaders(scope=message)
-                out["x-trace-id"] = context.trace
-                for name, value in _SAFE_HEADERS:
-                    if name.decode() not in out:
-                        out.raw.append((name, value))
+                outgoing(message, context.trace)
             await send(message)
 
         path: str = scope["path"]
@@ -120,38 +115,77 @@ class EdgeMiddleware:
                 return
             await self.app(scope, _capped(receive), send_wrapped)
         finally:
-            elapsed = time.perf_counter() - started
-            route = _route_template(scope)
-            self.metrics.http(route, scope["method"], status_seen["status"], elapsed)
-            log(
-                "http_request",
-                method=scope["method"],
-                route=route,
-                status=status_seen["status"],
-                latency_ms=round(elapsed * 1000, 3),
-                trace_id=context.trace,
-                run_id=context.run_id,
-                inbox_id=context.inbox_id,
-                auth=_token_name(context),
+            record(
+                self.metrics,
+                scope["method"],
+                _route_template(scope),
+                status_seen["status"],
+                time.perf_counter() - started,
+                context,
             )
 
     async def _authorise(
         self, scope: Scope, headers: Headers, context: RequestContext
     ) -> Response | None:
-        """The refusal (401, 403) for a request its token does not allow, else None."""
         assert self.authority is not None
-        grant = self.authority.grant_for(headers, clock.now())
-        if isinstance(grant, Refused):
-            return error_response(
-                401, "unauthorized", grant.message, headers={"WWW-Authenticate": "Bearer"}
-            )
-        context.grant = grant
-        query_run = QueryParams(scope.get("query_string", b"")).get("run_id")
-        try:
-            await self.authority.check_route(grant, scope["method"], scope["path"], query_run)
-        except RunsinkError as exc:
-            return runsink_error(Request(scope), exc)
-        return None
+        return await authorise(self.authority, scope, headers, context)
+
+
+def begin(headers: Headers) -> RequestContext:
+    """A request's context: its trace, the caller's own or a new one."""
+    explicit = explicit_trace(headers)
+    return RequestContext(explicit, explicit or ids.new_trace_id())
+
+
+def outgoing(message: Message, trace: str) -> None:
+    """What every answer carries: its trace, and the safe default headers."""
+    out = MutableHeaders(scope=message)
+    out["x-trace-id"] = trace
+    for name, value in _SAFE_HEADERS:
+        if name.decode() not in out:
+            out.raw.append((name, value))
+
+
+def record(
+    metrics: Metrics,
+    method: str,
+    route: str,
+    status: int,
+    elapsed: float,
+    context: RequestContext,
+) -> None:
+    """The latency metric and the access log line of one answered request."""
+    metrics.http(route, method, status, elapsed)
+    log(
+        "http_request",
+        method=method,
+        route=route,
+        status=status,
+        latency_ms=round(elapsed * 1000, 3),
+        trace_id=context.trace,
+        run_id=context.run_id,
+        inbox_id=context.inbox_id,
+        auth=_token_name(context),
+    )
+
+
+async def authorise(
+    authority: Authority, scope: Scope, headers: Headers, context: RequestContext
+) -> Response | None:
+    """The refusal (401, 403) for a request its token does not allow, else None (and the
+    request's grant noted in its context)."""
+    grant = authority.grant_for(headers, clock.now())
+    if isinstance(grant, Refused):
+        return error_response(
+            401, "unauthorized", grant.message, headers={"WWW-Authenticate": "Bearer"}
+        )
+    context.grant = grant
+    query_run = QueryParams(scope.get("query_string", b"")).get("run_id")
+    try:
+        await authority.check_route(grant, scope["method"], scope["path"], query_run)
+    except RunsinkError as exc:
+        return runsink_error(Request(scope), exc)
+    return None
 
 
 def _token_name(context: RequestContext) -> str | None:

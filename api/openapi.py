@@ -23,6 +23,7 @@ _MODELS: list[type[BaseModel]] = [
     s.CreatedOut,
     s.ErrorOut,
     s.RefusalOut,
+    s.TroubleOut,
     s.MessageListOut,
     s.MessageOut,
     s.RunReportOut,
@@ -105,9 +106,30 @@ def _errors(*codes: str) -> dict[str, Any]:
     for code in codes:
         error, message = _ERROR_EXAMPLES[code]
         details = {"needed": "runs:team-b-7"} if code == "403" else {}
-        example = {"error": {"code": error, "message": message, "details": details}}
+        example: dict[str, Any] = {"error": {"code": error, "message": message, "details": details}}
+        if code == "503":  # provider trouble says what to do, as an envelope would
+            example = {**_TROUBLE, **example}
+            responses[code] = {
+                "description": _ERRORS[code] + "; provider trouble is a TroubleOut",
+                "content": {
+                    "application/json": {
+                        "schema": {"anyOf": [_ref("TroubleOut"), _ref("ErrorOut")]},
+                        "example": example,
+                    }
+                },
+            }
+            continue
         responses[code] = _json("ErrorOut", _ERRORS[code], example)
     return responses
+
+
+_TROUBLE = {
+    "status": "retryable",
+    "reason": "provider_timeout",
+    "next_action": "wait_then_retry",
+    "retry_after": 1.0,
+    "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+}
 
 
 def _body(name: str, example: dict[str, Any], required: bool = True) -> dict[str, Any]:

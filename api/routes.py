@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-import math
-from typing import Any, TypeVar
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
@@ -15,11 +13,12 @@ from starlette.routing import Route
 
 from api import live
 from api.auth import Authority, grant_of, route_op
-from api.connections import LongPollGate
 from api.context import context_of
 from api.errors import error_response
+from api.inputs import model, named_run, parse_json, run_id_param
 from api.middleware import BodyTooLarge
 from api.openapi import openapi_document
+from api.replies import envelope_response
 from api.schemas import (
     ClaimIn,
     CreateInboxIn,
@@ -27,30 +26,28 @@ from api.schemas import (
     FaultListOut,
     RunTokenIn,
     RunTokenOut,
-    WaitIn,
 )
 from api.views import (
     create_request,
-    created_out,
-    envelope_out,
     fault_out,
     message_list_out,
     message_out,
     run_report_out,
-    wait_request,
 )
 from sink import clock, ids, run_tokens
-from sink.agent import Agent, WaitRequest
+from sink.agent import Agent
 from sink.envelope import Envelope
 from sink.errors import FaultsDisabled, InvalidRequest, NotFound, StorageError
 from sink.faults import FaultSpec
 from sink.runtime import Runtime
 
+if TYPE_CHECKING:
+    from api.waitpath import WaitEndpoint
+
 M = TypeVar("M", bound=BaseModel)
 
 _INBOX_ID = ids.INBOX_ID
 _MESSAGE_ID = ids.MESSAGE_ID
-_RUN_ID = ids.RUN_ID
 _IDEMPOTENCY_KEY = ids.IDEMPOTENCY_KEY
 
 
@@ -69,32 +66,11 @@ def _agent(request: Request) -> Agent:
 
 
 async def _json_body(request: Request, required: bool = True) -> Any:
-    try:
-        raw = await request.body()
-    except BodyTooLarge as exc:
-        raise InvalidRequest("the request body is too large") from exc
-    if not raw.strip():
-        if required:
-            raise InvalidRequest("a JSON object body is required")
-        return {}
-    try:
-        return json.loads(raw)
-    except RecursionError as exc:
-        # 1,000 nested brackets (2 KB) reach the interpreter's recursion limit.
-        raise InvalidRequest("the JSON nests too deeply", {"problem": "json_too_deep"}) from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidRequest(f"the body is not valid JSON ({exc.__class__.__name__})") from exc
-    except ValueError as exc:
-        # int() refuses more than sys.get_int_max_str_digits() digits (4,300 by default).
-        raise InvalidRequest(
-            "a number in the JSON has too many digits", {"problem": "json_number_too_long"}
-        ) from exc
+    return parse_json(await _raw(request), required)
 
 
-def _model(model: type[M], body: Any) -> M:
-    if not isinstance(body, dict):
-        raise InvalidRequest("the body must be a JSON object")
-    return model.model_validate(body)
+def _model(model_class: type[M], body: Any) -> M:
+    return model(model_class, body)
 
 
 def _inbox_id(request: Request) -> str:
@@ -113,20 +89,11 @@ def _message_id(request: Request) -> str:
 
 
 def _run_id_param(value: str | None, where: str) -> str | None:
-    if value is None:
-        return None
-    if not _RUN_ID.fullmatch(value):
-        raise InvalidRequest(f"{where}: a run_id is 1-128 chars of A-Za-z0-9._:-", {"field": where})
-    return value
+    return run_id_param(value, where)
 
 
 def _caller_run(request: Request, body_run: str | None = None) -> str | None:
-    header = _run_id_param(request.headers.get("x-run-id"), "X-Run-Id")
-    query = _run_id_param(request.query_params.get("run_id"), "run_id")
-    given = [r for r in (body_run, header, query) if r is not None]
-    if len(set(given)) > 1:
-        raise InvalidRequest("the run is named twice, differently (body, X-Run-Id, ?run_id)")
-    run = given[0] if given else None
+    run = named_run(body_run, request.headers.get("x-run-id"), request.query_params.get("run_id"))
     context_of(request.scope).note(run_id=run)
     if run is not None:
         _check_named_run(request, run)
@@ -161,15 +128,7 @@ def _envelope_response(
     extra: dict[str, str] | None = None,
     capped: tuple[str, ...] | None = None,
 ) -> Response:
-    context_of(request.scope).note(
-        run_id=envelope.run_id, inbox_id=envelope.inbox_id, trace_id=envelope.trace_id
-    )
-    headers = dict(extra or {})
-    if envelope.retry_after is not None:
-        headers["Retry-After"] = str(math.ceil(envelope.retry_after))
-    model = envelope_out(envelope) if capped is None else created_out(envelope, capped)
-    body = model.model_dump(mode="json")
-    return JSONResponse(body, status_code=envelope.http_status, headers=headers)
+    return envelope_response(envelope, request.scope, extra, capped)
 
 
 def _model_response(model: BaseModel, status: int = 200) -> JSONResponse:
@@ -213,47 +172,18 @@ async def get_inbox(request: Request) -> Response:
 
 
 async def wait_for_message(request: Request) -> Response:
-    inbox_id = _inbox_id(request)
-    given = _model(WaitIn, await _json_body(request, required=False))
-    run_id = _caller_run(request, given.run_id)
-    wait = wait_request(given, run_id)
-    gate: LongPollGate = request.app.state.long_polls
-    if wait.timeout_s > 0 and not gate.enter():
-        _runtime(request).metrics.refused("http", "too_many_long_polls")
-        return error_response(
-            503,
-            "over_capacity",
-            f"{gate.limit} waits are already in progress; retry shortly",
-            headers={"Retry-After": "1"},
-        )
+    # The lean path in front of the app (api/waitpath.py) answers most waits; this route
+    # answers the rest (a UI session, a chunked body) with the same endpoint.
+    waits: WaitEndpoint = request.app.state.waits
+    inbox_id: str = request.path_params["inbox_id"]
+    return await waits.answer(request.scope, request.receive, inbox_id, partial(_raw, request))
+
+
+async def _raw(request: Request) -> bytes:
     try:
-        return await _wait(request, inbox_id, wait)
-    finally:
-        if wait.timeout_s > 0:
-            gate.leave()
-
-
-async def _wait(request: Request, inbox_id: str, wait: WaitRequest) -> Response:
-    work = asyncio.ensure_future(_agent(request).wait(inbox_id, wait, _explicit_trace(request)))
-    gone = asyncio.ensure_future(_client_gone(request))
-    try:
-        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        gone.cancel()
-    if not work.done():
-        # The client went away: end the long-poll; nothing is recorded for it.
-        work.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await work
-        return Response(status_code=499)
-    return _envelope_response(work.result(), request)
-
-
-async def _client_gone(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
+        return await request.body()
+    except BodyTooLarge as exc:
+        raise InvalidRequest("the request body is too large") from exc
 
 
 async def list_messages(request: Request) -> Response:

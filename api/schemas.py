@@ -161,6 +161,18 @@ class RefusalOut(_Response):
     error: ErrorBody
 
 
+class TroubleOut(_Response):
+    """Provider trouble that no envelope can carry (the store could not be read, so there is
+    no inbox to describe, or a message read failed): what to do, and the error."""
+
+    status: StatusT
+    reason: Reason
+    next_action: NextAction
+    retry_after: float
+    trace_id: str
+    error: ErrorBody
+
+
 class MessageListItem(_Response):
     message_id: str
     subject: str

@@ -3,6 +3,7 @@
     .venv/bin/python bench/all.py            # the full runs (tens of minutes)
     .venv/bin/python bench/all.py --quick    # each script's smoke run
     .venv/bin/python bench/all.py ingest     # only the named ones
+    .venv/bin/python bench/all.py --quick --full store_size   # smoke runs, but that one in full
 
 Each script starts what it measures and its peer in the same run and prints its own
 Markdown table; this only runs them one after another (never two at once: they would
@@ -38,17 +39,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help=f"which ones (default: all of {list(SCRIPTS)})")
     parser.add_argument("--quick", action="store_true", help="each script's smoke run")
+    parser.add_argument(
+        "--full", action="append", default=[], metavar="NAME", help="with --quick: run NAME in full"
+    )
     parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
     args = parser.parse_args(argv)
     names = args.names or list(SCRIPTS)
-    unknown = [name for name in names if name not in SCRIPTS]
+    unknown = [name for name in [*names, *args.full] if name not in SCRIPTS]
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(unknown)}")
 
     sections = [
         "# Benchmark results",
         "",
-        f"Written by `bench/all.py{' --quick' if args.quick else ''}` on "
+        f"Written by `bench/all.py{' --quick' if args.quick else ''}"
+        f"{''.join(f' --full {name}' for name in args.full)}` on "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, "
         f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.2f} at start. "
         "Every ratio compares runsink with a peer measured in the same run.",
@@ -61,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         if not path.exists():
             sections.append("(not present in this checkout)")
             continue
-        command = [sys.executable, str(path), *(quick_args if args.quick else [])]
+        quick = args.quick and name not in args.full
+        command = [sys.executable, str(path), *(quick_args if quick else [])]
         print(f"== {' '.join(command[1:])}", file=sys.stderr, flush=True)
         started = time.monotonic()
         done = subprocess.run(command, capture_output=True, text=True, check=False)

@@ -9,6 +9,9 @@ What it measures, all in the same run on this machine:
   PostgreSQL (4 connections to each at once; the figure is their sum). Every 250 is durable.
 - cross-replica wake latency: a long-poll held on replica B, a message sent to replica A;
   from A's 250 to B's answer (p50/p99).
+- cross-replica live event latency: a GET /v1/events reader on replica B, a message sent to
+  replica A; from A's 250 to the ``message`` event on B's stream (p50/p99; one message at a
+  time, paced past the stream's 0.1 s rest after a write).
 - long-poll memory: the RSS a runsink process grows by per 1,000 waits in progress, on
   SQLite and on PostgreSQL.
 
@@ -154,6 +157,40 @@ async def cross_replica_wake(a: ServerProcess, b: ServerProcess, count: int) -> 
     return latencies
 
 
+LIVE_PACE_S = 0.15  # longer than the stream's rest after a write (api/live.py PACE_S)
+
+
+async def cross_replica_live_event(a: ServerProcess, b: ServerProcess, count: int) -> list[float]:
+    """Milliseconds from A's 250 to the ``message`` event on a /v1/events stream read on B."""
+    run_id = f"bench-live-{uuid.uuid4().hex[:12]}"
+    inbox = create_inbox(a, run_id, purpose="live")
+    address = inbox["address"]
+    message = make_message(address, MESSAGE_BYTES)
+    latencies: list[float] = []
+    timeout = httpx.Timeout(30, read=60)
+    async with (
+        httpx.AsyncClient(base_url=b.url, timeout=timeout) as on_b,
+        on_b.stream("GET", "/v1/events", params={"run_id": run_id}) as stream,
+    ):
+        lines = stream.aiter_lines()
+        await anext(lines)  # "retry:": the stream is open and B's reader is subscribed
+        smtp = await SMTPClient.connect(a.smtp_port)
+        try:
+            for _ in range(count):
+                await asyncio.sleep(LIVE_PACE_S)
+                code = await smtp.send(b"app@example.test", address.encode(), message)
+                acknowledged = time.perf_counter()
+                if code != 250:
+                    raise RuntimeError(f"SMTP answered {code}")
+                async for line in lines:
+                    if line == "event: message":
+                        latencies.append((time.perf_counter() - acknowledged) * 1000)
+                        break
+        finally:
+            await smtp.close()
+    return latencies
+
+
 async def long_poll_rss(server: ServerProcess, waits: int) -> float:
     """RSS growth (MiB) per 1,000 long-polls in progress at once, on one process."""
     run_id = f"bench-rss-{uuid.uuid4().hex[:12]}"
@@ -191,12 +228,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, help="rounds of the ingest matrix")
     parser.add_argument("--wake-count", type=int, help="messages for the wake latency")
     parser.add_argument("--waits", type=int, help="long-polls held at once for the RSS figure")
+    parser.add_argument("--live-count", type=int, help="messages for the live event latency")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     duration = args.duration or (1.0 if args.quick else 3.0)
     repeats = args.repeats or (1 if args.quick else 3)
     wake_count = args.wake_count or (50 if args.quick else 300)
     waits = args.waits or (300 if args.quick else 1000)
+    live_count = args.live_count or (30 if args.quick else 200)
 
     folder = Path(tempfile.mkdtemp(prefix="runsink-bench-pg-"))
     policy_file = folder / "policies.toml"
@@ -244,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
         wake = asyncio.run(cross_replica_wake(pg_a, pg_b, wake_count))
+        live = asyncio.run(cross_replica_live_event(pg_a, pg_b, live_count))
         rss = {
             "SQLite": asyncio.run(long_poll_rss(sqlite, waits)),
             "PostgreSQL": asyncio.run(long_poll_rss(pg, waits)),
@@ -262,6 +302,12 @@ def main(argv: list[str] | None = None) -> int:
             "p99": percentile(wake, 99),
             "max": max(wake),
             "count": len(wake),
+        },
+        "cross_replica_live_event_ms": {
+            "p50": percentile(live, 50),
+            "p99": percentile(live, 99),
+            "max": max(live),
+            "count": len(live),
         },
         "long_poll_rss_mib_per_1000_waits": rss,
     }
@@ -283,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---|---|",
         f"| cross-replica wake p50 ({len(wake)} messages) | {p50:.2f} ms | <= 3 ms |",
         f"| cross-replica wake p99 | {p99:.2f} ms | <= 15 ms |",
+        f"| cross-replica live event p50 ({len(live)} messages) | "
+        f"{percentile(live, 50):.2f} ms | |",
+        f"| cross-replica live event p99 | {percentile(live, 99):.2f} ms | |",
         *(
             f"| long-poll RSS on {backend} | {mib:.1f} MiB per 1,000 waits | |"
             for backend, mib in rss.items()

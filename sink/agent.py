@@ -14,6 +14,7 @@ import asyncio
 import json
 from collections.abc import Awaitable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from sink import ids
@@ -49,6 +50,7 @@ from sink.inbox import (
     after_poll,
     wait_gate,
 )
+from sink.lastknown import LastKnown
 from sink.logs import log
 from sink.longpoll import Ending, LongPolls, Look
 from sink.message import ParsedMessage, parse
@@ -66,6 +68,10 @@ from sink.storage.base import (
 )
 from sink.vocabulary import NextAction, Reason, State, Status
 from sink.waiters import Waiters
+
+# The store could not be read at all: retry this soon (the database may be back in a moment;
+# a second is what a 503 with Retry-After says too).
+UNREADABLE_RETRY_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +140,9 @@ class Agent:
         self._polls = LongPolls(store, waiters, self._clock, metrics)
         # Replicas sharing a database share each inbox's one wait in progress there.
         self._slots = store if isinstance(store, PollSlots) else None
+        # What this process last knew of each inbox: the "unchanged" state of a provider-
+        # trouble answer when the store cannot even be read (PostgreSQL down).
+        self._known = LastKnown()
 
     # -- create / get ------------------------------------------------------------
 
@@ -149,21 +158,15 @@ class Agent:
         policy = self._settings.policy(policy_name)
         now = self._clock.now()
         local_part = self._ids.local_part()
-        inbox = Inbox(
+        inbox = Inbox.fresh(
             inbox_id=self._ids.inbox_id(),
             run_id=request.run_id,
             purpose=request.purpose,
             address=f"{local_part}@{self._settings.domain}",
             policy_name=policy_name,
-            created_at=now,
-            expires_at=now + policy.ttl(request.ttl_s),
+            now=now,
+            ttl_s=policy.ttl(request.ttl_s),
             poll_budget=policy.budget(request.poll_budget),
-            polls_used=0,
-            next_poll_at=None,
-            cursor_seq=0,
-            state=State.CREATED,
-            reason=None,
-            evidence=None,
             match=request.match,
             trace_id=trace or self._ids.trace_id(),
         )
@@ -215,6 +218,12 @@ class Agent:
         return Created(await self._describe(stored, now, trace_id), replayed, capped)
 
     async def get(self, inbox_id: str, trace: str | None, run_id: str | None = None) -> Envelope:
+        try:
+            return await self._get(inbox_id, trace, run_id)
+        except ProviderTrouble as exc:
+            return self._unreadable(exc, "get", self._known.inbox(inbox_id), run_id, trace)
+
+    async def _get(self, inbox_id: str, trace: str | None, run_id: str | None) -> Envelope:
         inbox = await self._load(inbox_id)
         if run_id is not None and run_id != inbox.run_id:
             # Refused like any call naming the wrong run (GET has no breaker of its own).
@@ -225,6 +234,15 @@ class Agent:
 
     async def wait(self, inbox_id: str, request: WaitRequest, trace: str | None) -> Envelope:
         cursor_seq = None if request.cursor is None else ids.decode_cursor(inbox_id, request.cursor)
+        try:
+            return await self._wait(inbox_id, cursor_seq, request, trace)
+        except ProviderTrouble as exc:
+            known = self._known.inbox(inbox_id)
+            return self._unreadable(exc, "wait", known, request.run_id, trace)
+
+    async def _wait(
+        self, inbox_id: str, cursor_seq: int | None, request: WaitRequest, trace: str | None
+    ) -> Envelope:
         inbox = await self._load(inbox_id)
         policy = self._policy(inbox)
         trace_id = trace or inbox.trace_id
@@ -264,9 +282,11 @@ class Agent:
                 match = request.match if request.match is not None else inbox.match
                 position = inbox.cursor_seq if cursor_seq is None else cursor_seq
                 if self._slots is not None:
-                    slots, until = self._slots, deadline + policy.provider_deadline_s
+                    # partial, not a lambda: a closure would make cells of these locals for
+                    # the whole of every wait (thousands of them parked at once).
+                    until = deadline + policy.provider_deadline_s
                     retry_at = await attempt.call(
-                        lambda: slots.take_poll_slot(inbox, started, until)
+                        partial(self._slots.take_poll_slot, inbox, started, until)
                     )
                     if retry_at is not None:  # a wait on another replica holds the inbox
                         self._metrics.blocked("wait", "too_early")
@@ -283,7 +303,7 @@ class Agent:
                     return await self._describe(inbox, look.ended_at, trace_id)
                 after = after_poll(inbox, policy, look.scan, started, look.ended_at)
                 event = _polled_event(inbox, after, look, started)
-                saved = await attempt.call(lambda: self._store.save_poll(inbox, after, event))
+                saved = await attempt.call(partial(self._store.save_poll, inbox, after, event))
                 if saved:
                     slot_until = None  # a recorded poll frees the slot in the same write
                 else:
@@ -318,6 +338,12 @@ class Agent:
     # -- claim -----------------------------------------------------------------------
 
     async def claim(self, message_id: str, run_id: str, trace: str | None) -> Envelope:
+        try:
+            return await self._claim(message_id, run_id, trace)
+        except ProviderTrouble as exc:
+            return self._unreadable(exc, "claim", self._known.inbox_of(message_id), run_id, trace)
+
+    async def _claim(self, message_id: str, run_id: str, trace: str | None) -> Envelope:
         delivery = await self._delivery(message_id)
         inbox = await self._load(delivery.inbox_id)
         policy = self._policy(inbox)
@@ -402,6 +428,38 @@ class Agent:
         cooldown = await self._guard.cooldown_left(key)
         return provider_trouble(view, exc.reason, cooldown or 1.0)
 
+    def _unreadable(
+        self,
+        exc: ProviderTrouble,
+        operation: str,
+        known: Inbox | None,
+        run_id: str | None,
+        trace: str | None,
+    ) -> Envelope:
+        """The store failed before the inbox could be read (PostgreSQL down): provider
+        trouble with the state unchanged, i.e. as this process last knew it. Without that
+        (an inbox this process never saw) the error goes on to its 503 answer, which tells
+        the caller the same: wait ``retry_after``, then retry."""
+        if isinstance(exc, CircuitOpen) or known is None:
+            raise exc
+        if run_id is not None and run_id != known.run_id:
+            raise OwnershipRefused(
+                "wrong_run", f"run {run_id!r} does not own this {_noun(operation)}"
+            )
+        self._metrics.provider_failure(operation, exc.reason)
+        trace_id = trace or known.trace_id
+        log(
+            "provider_trouble",
+            run_id=known.run_id,
+            inbox_id=known.inbox_id,
+            trace_id=trace_id,
+            operation=operation,
+            reason=exc.reason,
+            last_known=True,
+        )
+        view = describe(known, self._clock.now(), False, trace_id)
+        return provider_trouble(view, exc.reason, UNREADABLE_RETRY_S)
+
     # -- read --------------------------------------------------------------------
 
     async def read(self, message_id: str, run_id: str | None, trace: str | None) -> ReadResult:
@@ -458,6 +516,8 @@ class Agent:
         await self._check_owner(run_id, inbox, "read", self._policy(inbox))
         rows = await self._store.deliveries_after(inbox_id, position, limit + 1)
         page = rows[:limit]
+        for delivery in page:  # a claim of one of them can be answered if the store fails
+            self._known.saw_message(delivery.message_id, inbox_id)
         last = page[-1].seq if page else position
         return MessagePage(page, ids.encode_cursor(inbox_id, last), len(rows) > limit)
 
@@ -501,6 +561,7 @@ class Agent:
         inbox = await self._store.load_inbox(inbox_id)
         if inbox is None:
             raise NotFound(f"no inbox {inbox_id!r}")
+        self._known.saw(inbox)
         return inbox
 
     async def _delivery(self, message_id: str) -> Delivery:
@@ -516,6 +577,7 @@ class Agent:
         return stored
 
     async def _describe(self, inbox: Inbox, now: float, trace_id: str) -> Envelope:
+        self._known.saw(inbox)
         current = inbox.effective(now)
         can_create = False
         if current.state is State.EXPIRED:

@@ -24,6 +24,7 @@ provider trouble to a 451 (``sink/smtp/listener.py``). Nothing else turns them i
         └── ProviderError           it failed (StorageError is one)
             └── StorageError        a storage adapter's translation of a driver error
                 └── StorageUnavailable  the database cannot be reached (down, failing over)
+                    └── StoreFull       it has no space left for a write (disk full)
 """
 
 from __future__ import annotations
@@ -136,6 +137,14 @@ class StorageUnavailable(StorageError):
     """The database cannot be reached or cannot commit now (down, restarting, failing over).
 
     Temporary by nature: SMTP answers 451, the API provider trouble, ``/readyz`` 503.
+    """
+
+
+class StoreFull(StorageUnavailable):
+    """The store has no space left for this write (a full disk or tablespace).
+
+    Temporary too: SMTP answers 452 4.3.1 (insufficient system storage), the API provider
+    trouble, ``/readyz`` 503, until space is freed.
     """
 
 

@@ -15,8 +15,11 @@ number of readers.
 Ids are ``<boot>.<seq>``: ``boot`` names this process's life, so an id from before a
 restart is recognised as unknown instead of being taken for a recent position.
 
-Fed from two places only: the store's commit hook (every run event recorded, after its
-commit: ``record``) and ingest (a message stored, after its commit: ``message``).
+Fed, with SQLite, from the store's commit hook (every run event recorded, after its commit:
+``record``) and ingest (a message stored, after its commit: ``message``); with PostgreSQL,
+from the database's feed of every replica's events in commit order
+(``sink/storage/pg_events.py``: ``record``, ``delivered``, and ``lost`` when it cannot replay
+a gap), and ingest for caught mail.
 """
 
 from __future__ import annotations
@@ -92,13 +95,17 @@ class Hub:
 
     # -- publishing (never awaits) ---------------------------------------------------
 
+    def heard(self) -> bool:
+        """Someone reads the stream, or did within KEEP_S (and may resume)."""
+        return bool(self.subscribers) or time.monotonic() - self._last_left <= KEEP_S
+
     def _unheard(self) -> bool:
         """No reader now, and none for KEEP_S: nobody holds an id these events could follow.
 
         Then publishing is skipped (ingest pays nothing for live events while no page is
         open), and the log restarts past the skipped ids, so an old id still gets a resync.
         """
-        if self.subscribers or time.monotonic() - self._last_left <= KEEP_S:
+        if self.heard():
             return False
         self._next += 1
         self._log.clear()
@@ -125,25 +132,15 @@ class Hub:
                     },
                 )
 
-    def message(self, incoming: Incoming) -> None:
-        """A message was stored (its 250 follows): one event per inbox, one if caught."""
+    def message(self, incoming: Incoming, deliveries: bool = True) -> None:
+        """A message was stored (its 250 follows): one event per inbox (unless ``deliveries``
+        is False: the store's feed announces them), one if caught."""
         if self._unheard():
             return
         received_at = rfc3339(incoming.received_at)
         subject = incoming.summary.subject
-        for d in incoming.deliveries:
-            self._publish(
-                "message",
-                d.run_id,
-                {
-                    "message_id": d.message_id,
-                    "inbox_id": d.inbox_id,
-                    "run_id": d.run_id,
-                    "caught": False,
-                    "subject": subject,
-                    "received_at": received_at,
-                },
-            )
+        for d in incoming.deliveries if deliveries else ():
+            self._delivered(d.message_id, d.inbox_id, d.run_id, subject, received_at)
         if incoming.unrouted:
             self._publish(
                 "message",
@@ -158,6 +155,39 @@ class Hub:
                     "received_at": received_at,
                 },
             )
+
+    def delivered(
+        self, message_id: str, inbox_id: str, run_id: str, subject: str, received_at: float
+    ) -> None:
+        """A message stored by any replica (and answered 250 for), from the store's feed."""
+        if self._unheard():
+            return
+        self._delivered(message_id, inbox_id, run_id, subject, rfc3339(received_at))
+
+    def _delivered(
+        self, message_id: str, inbox_id: str, run_id: str, subject: str, received_at: str
+    ) -> None:
+        self._publish(
+            "message",
+            run_id,
+            {
+                "message_id": message_id,
+                "inbox_id": inbox_id,
+                "run_id": run_id,
+                "caught": False,
+                "subject": subject,
+                "received_at": received_at,
+            },
+        )
+
+    def lost(self) -> None:
+        """Events were missed (more than could be replayed): every reader resynchronises."""
+        self._next += 1
+        self._log.clear()
+        self._first = self._next
+        for group in self._groups.values():
+            group.last_seq = self._next - 1  # past every reader's cursor: each reads a resync
+            group.poke()
 
     def _publish(self, kind: str, run_id: str | None, data: dict[str, Any]) -> None:
         if self._closed:

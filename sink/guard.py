@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
 from sink.breaker import Admission, BreakerKey, Breakers, BreakerSettings, Transition
@@ -66,6 +65,8 @@ def breaker_settings(policy: Policy) -> BreakerSettings:
 class Attempt:
     """One admitted (or refused) operation on one breaker; see ``Guard.attempt``."""
 
+    __slots__ = ("_guard", "_key", "_policy", "admission", "reached_provider")
+
     def __init__(self, guard: Guard, key: BreakerKey, policy: Policy, admission: Admission):
         self._guard = guard
         self._key = key
@@ -93,6 +94,42 @@ class Attempt:
         self.reached_provider = True
         run_id, _, operation = self._key
         return await self._guard.call(operation, run_id, self._policy, work)
+
+
+class Attempting:
+    """``Guard.attempt``'s context: a small object, not a generator's (a long-poll holds it
+    for its whole wait)."""
+
+    __slots__ = ("_attempt", "_guard", "_key", "_policy")
+
+    def __init__(self, guard: Guard, key: BreakerKey, policy: Policy) -> None:
+        self._guard = guard
+        self._key = key
+        self._policy = policy
+        self._attempt: Attempt | None = None
+
+    async def __aenter__(self) -> Attempt:
+        guard, key, policy = self._guard, self._key, self._policy
+        self._attempt = Attempt(guard, key, policy, await guard._admit(key, policy))
+        return self._attempt
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> bool:
+        attempt, guard, key = self._attempt, self._guard, self._key
+        assert attempt is not None
+        if attempt.refused:
+            return False
+        if exc is None:
+            if attempt.reached_provider:
+                await guard._success(key)
+            else:
+                await guard._abandon(key, attempt)
+        elif isinstance(exc, ProviderTrouble):
+            await guard.failure(key, self._policy, exc.reason)
+        else:
+            await guard._abandon(key, attempt)
+        return False
 
 
 class FleetBreakers(Protocol):
@@ -141,24 +178,11 @@ class Guard:
     # A breaker is remembered only from its first failure until it settles again (closed,
     # no failures): the many runs that never fail cost no memory at all.
 
-    @asynccontextmanager
-    async def attempt(self, key: BreakerKey, policy: Policy) -> AsyncIterator[Attempt]:
-        attempt = Attempt(self, key, policy, await self._admit(key, policy))
-        if attempt.refused:
-            yield attempt
-            return
-        try:
-            yield attempt
-        except ProviderTrouble as exc:
-            await self.failure(key, policy, exc.reason)
-            raise
-        except BaseException:
-            await self._abandon(key, attempt)
-            raise
-        if attempt.reached_provider:
-            await self._success(key)
-        else:
-            await self._abandon(key, attempt)
+    def attempt(self, key: BreakerKey, policy: Policy) -> Attempting:
+        """``async with guard.attempt(key, policy) as attempt``: admitted or refused by the
+        breaker; a ProviderTrouble out of the body is a failure, leaving having reached the
+        provider a success, anything else (cancelled, refused early) gives the slot back."""
+        return Attempting(self, key, policy)
 
     async def failure(self, key: BreakerKey, policy: Policy, cause: str) -> None:
         """A failure outside an attempt's provider call (the caller named the wrong run)."""
@@ -218,7 +242,11 @@ class Guard:
             if held >= deadline:
                 raise timed_out
         try:
-            return await asyncio.wait_for(work(), deadline - held)
+            # asyncio.timeout, not wait_for: wait_for runs the work in a task of its own
+            # (Python 3.11), a task and two turns of the loop more on every store call (a
+            # woken long-poll makes two before it answers).
+            async with asyncio.timeout(deadline - held):
+                return await work()
         except TimeoutError as exc:
             raise timed_out from exc
 

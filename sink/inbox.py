@@ -122,6 +122,41 @@ class Inbox:
     last_poll_latency_ms: float | None = None
     released_at: float | None = None
 
+    @classmethod
+    def fresh(
+        cls,
+        *,
+        inbox_id: str,
+        run_id: str,
+        purpose: str,
+        address: str,
+        policy_name: str,
+        now: float,
+        ttl_s: float,
+        poll_budget: int,
+        trace_id: str,
+        match: Match | None = None,
+    ) -> Inbox:
+        """A just-created inbox: no poll spent, no cursor, no evidence; its lease starts now."""
+        return cls(
+            inbox_id=inbox_id,
+            run_id=run_id,
+            purpose=purpose,
+            address=address,
+            policy_name=policy_name,
+            created_at=now,
+            expires_at=now + ttl_s,
+            poll_budget=poll_budget,
+            polls_used=0,
+            next_poll_at=None,
+            cursor_seq=0,
+            state=State.CREATED,
+            reason=None,
+            evidence=None,
+            match=match or Match(),
+            trace_id=trace_id,
+        )
+
     @property
     def remaining_polls(self) -> int:
         return max(0, self.poll_budget - self.polls_used)

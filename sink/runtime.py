@@ -19,13 +19,13 @@ from sink import capacity
 from sink.agent import Agent
 from sink.clock import SystemClock
 from sink.config import Settings
-from sink.errors import ConfigError, NotFound
+from sink.errors import ConfigError
 from sink.events import Hub
 from sink.faults import FaultRegistry
 from sink.guard import Guard
 from sink.ingest import Ingest
 from sink.logs import announce, warn
-from sink.mailbox import Mailbox
+from sink.mailbox import Mailbox, MailStore
 from sink.metrics import Metrics
 from sink.smtp.listener import Handler, Limits, smtp_factory
 from sink.smtp.tls import server_context
@@ -36,7 +36,7 @@ from sink.waiters import Waiters
 
 _SWEEP_EVERY_S = 1.0
 _SWEEP_BATCH = 500
-_UNROUTED_KEPT = 10_000  # PostgreSQL's unrouted rows (SQLite keeps caught mail)
+_UNROUTED_KEPT = 10_000  # v1 unrouted rows (v2 keeps caught mail, by retention)
 _BREAKERS_FORGOTTEN_AFTER_S = 3600.0
 _LISTEN_BACKLOG = 2048
 
@@ -51,7 +51,9 @@ class Runtime:
         self.events = Hub()  # live events (GET /v1/events): fed by the store's commits and ingest
         self.store: SQLiteStore | PostgresStore
         if settings.db_url is not None:
-            self.store = PostgresStore(settings.db_url, self.events.record)
+            # Live events come from the database's feed (follow() below): every replica's,
+            # this one's included, in commit order, so all replicas show one order.
+            self.store = PostgresStore(settings.db_url)
         else:
             self.store = SQLiteStore(settings.db, self.events.record)
         self.faults = FaultRegistry(random.Random()) if settings.enable_faults else None
@@ -61,11 +63,20 @@ class Runtime:
         fleet = self.store if isinstance(self.store, PostgresStore) else None
         self.guard = Guard(self.faults, self.store, self.metrics, self.clock, fleet)
         self.ingest = Ingest(
-            self.store, self.waiters, settings, self.metrics, self.clock, events=self.events
+            self.store,
+            self.waiters,
+            settings,
+            self.metrics,
+            self.clock,
+            events=self.events,
+            # On PostgreSQL a delivery's message event comes with its row from the feed.
+            announce_deliveries=settings.db_url is None,
         )
-        # Caught mail kept with bodies, search and the Mailpit subset: the SQLite store's for now
-        # (PostgreSQL keeps v1's unrouted metadata; those endpoints answer 404 there).
-        self.mailbox = Mailbox(self.store) if isinstance(self.store, SQLiteStore) else None
+        # Caught mail kept with bodies, search and the Mailpit subset (the v2 mail ports).
+        self.mail: MailStore = (
+            self.store.mail if isinstance(self.store, PostgresStore) else self.store
+        )
+        self.mailbox = Mailbox(self.mail)
         self.started_at = self.clock.now()
         self.smtp_server: asyncio.Server | None = None
         self.smtp_port = settings.smtp_port
@@ -85,7 +96,8 @@ class Runtime:
         self.keyring = Keyring(self.settings.tokens, await self.store.signing_key())
         if isinstance(self.store, PostgresStore):
             # Mail accepted by another replica wakes the waits held here.
-            self.store.follow(self.waiters)
+            # And every replica's live events (this one's too) reach its /v1/events readers.
+            self.store.follow(self.waiters, live=self.events)
         self.agent = Agent(
             self.store, self.waiters, self.settings, self.guard, self.metrics, self.clock
         )
@@ -172,14 +184,6 @@ class Runtime:
             except Exception as exc:  # the sweeper must outlive a bad moment of the store
                 warn("sweep_failed", error=type(exc).__name__)
 
-    def mailbox_or_refuse(self) -> Mailbox:
-        """The mailbox of all captured mail, or NotFound where the store offers none yet."""
-        if self.mailbox is None:
-            raise NotFound(
-                "caught mail, search and /api/v1 are not available with a PostgreSQL store yet"
-            )
-        return self.mailbox
-
     def _sweeper_turn(self) -> contextlib.AbstractAsyncContextManager[bool]:
         """Sharing a database, one replica sweeps at a time (the others skip that second)."""
         if isinstance(self.store, PostgresStore):
@@ -195,8 +199,7 @@ class Runtime:
             self.metrics.expired("lease")
             self.waiters.end([inbox.inbox_id])
         await self.store.release_due(now, _SWEEP_BATCH)
-        if isinstance(self.store, SQLiteStore):
-            await self.store.expire_caught(now, _SWEEP_BATCH)
+        await self.mail.expire_caught(now, _SWEEP_BATCH)
         await self._enforce_size_cap(now)
         await self.store.trim_unrouted(_UNROUTED_KEPT)
         if isinstance(self.store, PostgresStore):
@@ -217,7 +220,7 @@ class Runtime:
         while await self.store.used_bytes() > cap:
             # Caught mail goes first (oldest first): it is never evidence.
             # Small steps, the size checked after each: only as much goes as the cap needs.
-            if isinstance(self.store, SQLiteStore) and await self.store.drop_oldest_caught(now, 10):
+            if await self.mail.drop_oldest_caught(now, 10):
                 continue
             if await self.store.release_oldest_expired(now, 1) == 0:
                 if not self._over_cap:

@@ -130,3 +130,13 @@ def pg_server(
         yield running
     finally:
         running.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def own_db(request: pytest.FixtureRequest) -> str | None:
+    """For a test that starts its own server, once per persistent backend: None (a SQLite
+    file in the server's folder) or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return None
+    cluster: Cluster = request.getfixturevalue("pg_cluster")
+    return cluster.dsn(cluster.new_database("runsink_template"))

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from sink import clock, ids
 from sink.inbox import Inbox as InboxValue
-from sink.inbox import Match, State
 from sink.message import summarize
 from sink.storage.base import Delivered, Event, Incoming, NewInbox
 from sink.storage.sqlite import SQLiteStore
@@ -67,22 +66,15 @@ async def _one_run(
 ) -> object:
     run_id = f"seed-{n:05d}"
     local = ids.new_local_part()
-    inbox = InboxValue(
+    inbox = InboxValue.fresh(
         inbox_id=ids.new_inbox_id(),
         run_id=run_id,
         purpose="signup-check" if n % 2 else "password-reset",
         address=f"{local}@{domain}",
         policy_name="ci",
-        created_at=at,
-        expires_at=at + 600,
+        now=at,
+        ttl_s=600,
         poll_budget=12,
-        polls_used=0,
-        next_poll_at=None,
-        cursor_seq=0,
-        state=State.CREATED,
-        reason=None,
-        evidence=None,
-        match=Match(),
         trace_id=ids.new_trace_id(),
     )
     new = NewInbox(

@@ -13,9 +13,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support import Server, create_inbox, new_run_id, start_server, wait
+from tests.support import Server, create_inbox, new_run_id, on_each_backend, start_server, wait
 
 SENDER = "app@example.test"
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgres"])
+def server(request: pytest.FixtureRequest, server: Server) -> Server:
+    """Every test here runs against a server on each persistent backend."""
+    return on_each_backend(request, server)
 
 
 @pytest.fixture
@@ -97,9 +103,11 @@ def test_message_with_both_kinds_of_recipients_is_stored_once(
     assert b"shared body" in http.get(f"/v1/unrouted/{item['id']}/raw").content
 
 
-def test_late_arrival_is_not_caught_mail(tmp_path: Path, policy_file: str) -> None:
+def test_late_arrival_is_not_caught_mail(
+    tmp_path: Path, policy_file: str, own_db: str | None
+) -> None:
     """Mail for an expired inbox follows late_arrival (dropped, recorded), never caught mail."""
-    running = start_server(tmp_path, "--policy-file", policy_file)
+    running = start_server(tmp_path, "--policy-file", policy_file, db=own_db)
     try:
         with running.http() as client:
             run_id = new_run_id("late")
@@ -138,9 +146,11 @@ def test_reject_unknown_recipients_restores_the_refusal(tmp_path: Path) -> None:
         running.stop()
 
 
-def test_several_domains_and_wildcards_route_to_inboxes(tmp_path: Path) -> None:
+def test_several_domains_and_wildcards_route_to_inboxes(tmp_path: Path, own_db: str | None) -> None:
     """--domain is repeatable, with *.example.test wildcards; addresses use the first one."""
-    running = start_server(tmp_path, "--domain", "mail.test", "--domain", "*.example.test")
+    running = start_server(
+        tmp_path, "--domain", "mail.test", "--domain", "*.example.test", db=own_db
+    )
     try:
         with running.http() as client:
             inbox = create_inbox(client)
@@ -157,11 +167,11 @@ def test_several_domains_and_wildcards_route_to_inboxes(tmp_path: Path) -> None:
         running.stop()
 
 
-def test_caught_mail_is_deleted_after_its_retention(tmp_path: Path) -> None:
+def test_caught_mail_is_deleted_after_its_retention(tmp_path: Path, own_db: str | None) -> None:
     """catch_all_retention_s of the default policy: caught mail goes when it ends."""
     policies = tmp_path / "p.toml"
     policies.write_text("[policy.ci]\ncatch_all_retention_s = 1\n")
-    running = start_server(tmp_path, "--policy-file", str(policies))
+    running = start_server(tmp_path, "--policy-file", str(policies), db=own_db)
     try:
         with running.http() as client:
             _send(running, ["short@gmail.com"], "short-lived")
@@ -203,9 +213,11 @@ def test_an_app_sending_to_any_domain_sees_no_refusal(server: Server) -> None:
         client.sendmail(SENDER, ["bad address@x"], b"Subject: x\r\n\r\nx")
 
 
-def test_over_the_size_cap_the_oldest_caught_mail_goes_first(tmp_path: Path) -> None:
+def test_over_the_size_cap_the_oldest_caught_mail_goes_first(
+    tmp_path: Path, own_db: str | None
+) -> None:
     """--max-store-mb counts caught mail: the oldest goes first; live evidence stays."""
-    running = start_server(tmp_path, "--max-store-mb", "1")
+    running = start_server(tmp_path, "--max-store-mb", "1", db=own_db)
     try:
         with running.http() as client:
             inbox = create_inbox(client)

@@ -1,4 +1,5 @@
-"""The v2 storage ports over SQLite (CaughtMail, SearchIndex): upgrade, deletes, shared bodies."""
+"""The v2 storage ports (CaughtMail, SearchIndex) on every adapter: upgrade, deletes, shared
+bodies. Each shared test takes ``stores`` and runs once per adapter (memory, SQLite, PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import TypeVar
@@ -13,10 +15,16 @@ from typing import TypeVar
 import pytest
 
 from sink import ids
+from sink.mailbox import MailStore
 from sink.message import summarize
 from sink.search import parse_query
-from sink.storage.base import Delivered, Incoming
+from sink.storage.base import Delivered, Incoming, Storage
+from sink.storage.memory import MemoryStore
+from sink.storage.postgres import PostgresStore
+from sink.storage.postgres_mail import PostgresMail
 from sink.storage.sqlite import SQLiteStore
+from tests.pg_cluster import Cluster
+from tests.support import psql
 from tests.test_storage import created_event, new_inbox
 
 T = TypeVar("T")
@@ -33,6 +41,55 @@ def run(path: Path, work: Callable[[SQLiteStore], Awaitable[T]]) -> T:
             await store.close()
 
     return asyncio.run(main())
+
+
+class Stores:
+    """One adapter's store and its mail ports (the same object but on PostgreSQL), fresh: in
+    memory, a SQLite file in the test's folder, or a PostgreSQL database."""
+
+    def __init__(self, name: str, place: str) -> None:
+        self.name = name
+        self._place = place
+
+    def run(self, work: Callable[[Storage, MailStore], Awaitable[T]]) -> T:
+        async def main() -> T:
+            if self.name == "memory":
+                memory = MemoryStore()
+                return await work(memory, memory)
+            if self.name == "sqlite":
+                store = SQLiteStore(Path(self._place))
+                await store.open()
+                try:
+                    return await work(store, store)
+                finally:
+                    await store.close()
+            pg = PostgresStore(self._place)
+            await pg.open()
+            try:
+                return await work(pg, pg.mail)
+            finally:
+                await pg.close()
+
+        return asyncio.run(main())
+
+    @property
+    def has_tables(self) -> bool:
+        return self.name != "memory"
+
+    def count(self, table: str) -> int:
+        """Rows in one of the backend's own tables."""
+        sql = f"SELECT COUNT(*) FROM {table}"
+        if self.name == "sqlite":
+            with sqlite3.connect(self._place) as db:
+                return int(db.execute(sql).fetchone()[0])
+        return int(psql(self._place, sql)[0][0])
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Stores:
+    if request.param == "postgres":
+        return Stores("postgres", request.getfixturevalue("pg_dsn"))
+    return Stores(request.param, str(tmp_path / "s.db"))
 
 
 def caught(raw: bytes = RAW, until: float | None = None) -> Incoming:
@@ -81,22 +138,22 @@ def test_a_v1_store_is_indexed_at_the_upgrade(tmp_path: Path) -> None:
         assert db.execute("PRAGMA user_version").fetchone()[0] == 2
 
 
-def test_caught_mail_expires_and_its_message_goes(tmp_path: Path) -> None:
+def test_caught_mail_expires_and_its_message_goes(stores: Stores) -> None:
     """After its retention the caught mail, its message row and its index row are gone."""
-    path = tmp_path / "s.db"
 
-    async def work(store: SQLiteStore) -> tuple[int, int, int]:
+    async def work(store: Storage, mail: MailStore) -> tuple[int, int, int]:
         await store.save_message(caught(until=time.time() - 1))
         await store.save_message(caught(until=time.time() + 600))
-        expired = await store.expire_caught(time.time(), 100)
-        left = len(await store.caught_page(None, 10))
-        indexed = await store.count(parse_query("hello"), None, 100)
+        assert await mail.count(parse_query("hello"), None, 100) == 2  # both indexed
+        expired = await mail.expire_caught(time.time(), 100)
+        left = len(await mail.caught_page(None, 10))
+        indexed = await mail.count(parse_query("hello"), None, 100)
         return expired, left, indexed
 
-    assert run(path, work) == (1, 1, 1)
-    with sqlite3.connect(path) as db:
-        assert db.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 1
-        assert db.execute("SELECT COUNT(*) FROM message_text").fetchone()[0] == 1
+    assert stores.run(work) == (1, 1, 1)
+    if stores.has_tables:
+        assert stores.count("messages") == 1
+        assert stores.count("message_text") == 1
 
 
 def test_the_sweepers_turn_with_no_caught_mail_due_leaves_the_index_to_the_pause(
@@ -123,11 +180,12 @@ def test_the_sweepers_turn_with_no_caught_mail_due_leaves_the_index_to_the_pause
     assert run(path, work) == (0, 0, 1, 1)
 
 
-def test_a_shared_body_stays_while_either_use_needs_it(tmp_path: Path) -> None:
+def test_a_shared_body_stays_while_either_use_needs_it(stores: Stores) -> None:
     """Evidence released: the caught copy keeps the body; caught mail gone too: body released."""
-    path = tmp_path / "s.db"
 
-    async def work(store: SQLiteStore) -> tuple[bytes | None, bytes | None, bytes | None]:
+    async def work(
+        store: Storage, mail: MailStore
+    ) -> tuple[bytes | None, bytes | None, bytes | None]:
         new = new_inbox()
         await store.create_inbox(new, created_event(new))
         inbox = new.inbox
@@ -146,23 +204,29 @@ def test_a_shared_body_stays_while_either_use_needs_it(tmp_path: Path) -> None:
         await store.save_message(both)
         await store.release_run(inbox.run_id, time.time())
         assert both.caught_id is not None
-        kept = await store.caught_message(both.caught_id)
+        kept = await mail.caught_message(both.caught_id)
         evidence = await store.raw(message_id)
-        await store.expire_caught(both.caught_until + 1, 10)
+        assert [e.id for e in await mail.search(parse_query('"body text"'), None, None, 9)] == [
+            both.caught_id,
+            message_id,
+        ]
+        await mail.expire_caught(both.caught_until + 1, 10)
+        # Its body gone, the text of the body is no longer found (the subject still is).
+        assert await mail.search(parse_query('"body text"'), None, None, 9) == []
+        assert len(await mail.search(parse_query("hello"), None, None, 9)) == 1
         after = await store.message(message_id)
         return (kept.raw if kept else None), evidence, (after.raw if after else b"gone")
 
-    kept, evidence, after = run(path, work)
+    kept, evidence, after = stores.run(work)
     assert kept == RAW  # the caught copy still reads whole
     assert evidence is None  # the released evidence does not
     assert after is None  # both uses over: the body is gone, the delivery's metadata stays
 
 
-def test_delete_refuses_live_evidence_and_deletes_nothing(tmp_path: Path) -> None:
+def test_delete_refuses_live_evidence_and_deletes_nothing(stores: Stores) -> None:
     """Naming live evidence refuses the whole delete; with no names, live evidence stays."""
-    path = tmp_path / "s.db"
 
-    async def work(store: SQLiteStore) -> tuple[tuple[str, ...], int, int, list[str]]:
+    async def work(store: Storage, mail: MailStore) -> tuple[tuple[str, ...], int, int, list[str]]:
         new = new_inbox()
         await store.create_inbox(new, created_event(new))
         inbox = new.inbox
@@ -175,14 +239,82 @@ def test_delete_refuses_live_evidence_and_deletes_nothing(tmp_path: Path) -> Non
         other = caught()
         await store.save_message(other)
         assert other.caught_id is not None
-        refused = await store.delete_listed([other.caught_id, message_id], time.time())
-        after_refusal = await store.count(parse_query(""), None, 100)
-        everything = await store.delete_listed(None, time.time())
-        left = [f.id for f in await store.search(parse_query(""), None, None, 10)]
+        refused = await mail.delete_listed([other.caught_id, message_id], time.time())
+        after_refusal = await mail.count(parse_query(""), None, 100)
+        everything = await mail.delete_listed(None, time.time())
+        again = await mail.delete_listed([other.caught_id], time.time())
+        assert again.deleted == 0 and not again.refused  # already gone: nothing, no error
+        left = [f.id for f in await mail.search(parse_query(""), None, None, 10)]
         return refused.refused, after_refusal, everything.deleted, left
 
-    refused, after_refusal, deleted, left = run(path, work)
+    refused, after_refusal, deleted, left = stores.run(work)
     assert len(refused) == 1 and refused[0].startswith("msg_")
     assert after_refusal == 2
     assert deleted == 1
     assert len(left) == 1 and left[0].startswith("msg_")
+
+
+def test_a_v2_postgres_database_is_listed_and_indexed_at_the_upgrade(
+    pg_cluster: Cluster,
+) -> None:
+    """Mail stored before schema v3 is listed by the migration and searchable after it."""
+    database = pg_cluster.new_database()
+    for number in (1, 2):
+        folder = resources.files("sink.storage") / "sql" / "postgres"
+        (script,) = [f for f in folder.iterdir() if f.name.startswith(f"00{number}_")]
+        pg_cluster.psql(script.read_text(), database)
+    pg_cluster.psql(
+        "CREATE TABLE runsink_migrations (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ "
+        "NOT NULL DEFAULT now()); INSERT INTO runsink_migrations (version) VALUES (1), (2);"
+        "INSERT INTO messages (message_key, raw, size, subject, from_addr, to_json, cc_json, "
+        "mail_from, received_at) VALUES ('msg_aaaaaaaaaaaaaaaaaaaaaaaa', "
+        f"convert_to('{RAW.decode()}', 'UTF8'), {len(RAW)}, 'Hello there', 'a@acme.example', "
+        "'[]', '[]', 'app@example.test', 1.0);"
+        "INSERT INTO inboxes (inbox_id, run_id, purpose, local_part, address, policy, "
+        "created_at, expires_at, poll_budget, state, match_json, trace_id, "
+        "evidence_release_at) VALUES ('ib_aaaaaaaaaaaaaaaaaaaa', 'r1', 'p', 'l', "
+        "'l@sink.test', 'ci', 0, 9e9, 5, 'created', '{}', 't', 9e9);"
+        "INSERT INTO deliveries (inbox_id, seq, message_id, message_key, rcpt_json) VALUES "
+        "('ib_aaaaaaaaaaaaaaaaaaaa', 1, 'msg_aaaaaaaaaaaaaaaaaaaaaaaa', "
+        "'msg_aaaaaaaaaaaaaaaaaaaaaaaa', '[\"l@sink.test\"]');",
+        database,
+    )
+    dsn = pg_cluster.dsn(database)
+
+    async def search(store: Storage, mail: MailStore) -> list[str]:
+        found = await mail.search(parse_query("BODY from:acme run:r1"), None, None, 10)
+        return [f.id for f in found]
+
+    assert Stores("postgres", dsn).run(search) == ["msg_aaaaaaaaaaaaaaaaaaaaaaaa"]
+    folder = resources.files("sink.storage") / "sql" / "postgres"
+    latest = max(int(f.name.split("_")[0]) for f in folder.iterdir() if f.name.endswith(".sql"))
+    assert latest >= 3
+    assert psql(dsn, "SELECT MAX(version) FROM runsink_migrations") == [[str(latest)]]
+
+
+def test_postgres_text_search_past_the_newest_first_walk(pg_dsn: str) -> None:
+    """Beyond the newest entries it walks first, a text term is found through the trigram
+    index: the same results, order, paging, offsets and counts."""
+
+    def mail_with(subject: str) -> Incoming:
+        raw = RAW.replace(b"Hello there", subject.encode())
+        return replace(caught(raw), summary=summarize(raw))
+
+    async def work(store: Storage, mail: MailStore) -> None:
+        assert isinstance(mail, PostgresMail)
+        mail.walk_first = 2  # the walk sees 2 entries; the index finds the rest
+        subjects = ["alpha one", "beta two", "alpha three", "beta four", "alpha five", "beta six"]
+        for subject in subjects:
+            await store.save_message(mail_with(subject))
+        alpha = parse_query("alpha")
+        found = await mail.search(alpha, None, None, 10)
+        assert [f.subject for f in found] == ["alpha five", "alpha three", "alpha one"]
+        assert [f.subject for f in await mail.search(alpha, None, None, 1, 1)] == ["alpha three"]
+        older = await mail.search(alpha, None, found[0].position, 10)
+        assert [f.subject for f in older] == ["alpha three", "alpha one"]
+        assert await mail.count(alpha, None, 100) == 3
+        assert await mail.count(alpha, None, 2) == 2
+        assert await mail.count(parse_query("alpha -five"), None, 100) == 2
+        assert await mail.search(parse_query("gamma"), None, None, 10) == []
+
+    Stores("postgres", pg_dsn).run(work)

@@ -18,16 +18,23 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import Server, create_inbox, need, new_run_id, start_server
+from tests.support import Server, create_inbox, need, new_run_id, on_each_backend, start_server
 
 TOKEN = "mailpit-compat-token-0123456789"
 CLIENT = Path(__file__).parent / "mailpit_client"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
+@pytest.fixture(scope="session", params=["sqlite", "postgres"])
+def server(request: pytest.FixtureRequest, server: Server) -> Server:
+    """The shared server on each persistent backend."""
+    return on_each_backend(request, server)
+
+
 @pytest.fixture
-def guarded(tmp_path: Path, policy_file: str) -> Iterator[Server]:
-    running = start_server(tmp_path, "--policy-file", policy_file, "--api-token", TOKEN)
+def guarded(tmp_path: Path, policy_file: str, own_db: str | None) -> Iterator[Server]:
+    """A server of its own (each test counts every message it holds), on each backend."""
+    running = start_server(tmp_path, "--policy-file", policy_file, "--api-token", TOKEN, db=own_db)
     yield running
     running.stop()
 

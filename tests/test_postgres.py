@@ -10,6 +10,7 @@ import asyncpg
 import pytest
 
 from sink.errors import StorageUnavailable
+from sink.storage.base import Event
 from sink.storage.postgres import PostgresStore, migrate
 from tests.pg_cluster import Cluster
 from tests.test_storage import created_event, incoming, new_inbox
@@ -334,3 +335,132 @@ def test_a_body_of_the_largest_allowed_size_is_stored_as_bytea(pg_dsn: str) -> N
 
     sent, stored = asyncio.run(scenario())
     assert stored == sent and len(sent) > 26_000_000
+
+
+class Live:
+    """A stand-in for the live-event hub: records what the feed published."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.messages: list[tuple[str, str]] = []
+        self.resyncs = 0
+        self.changed = asyncio.Event()
+
+    def heard(self) -> bool:
+        return True
+
+    def record(self, events: Iterable[Event]) -> None:
+        self.events.extend(events)
+        self.changed.set()
+
+    def delivered(
+        self, message_id: str, inbox_id: str, run_id: str, subject: str, received_at: float
+    ) -> None:
+        self.messages.append((message_id, subject))
+        self.changed.set()
+
+    def lost(self) -> None:
+        self.resyncs += 1
+
+    async def until(self, predicate: object, deadline_s: float = 10.0) -> None:
+        async def loop() -> None:
+            while not predicate():  # type: ignore[operator]
+                self.changed.clear()
+                await self.changed.wait()
+
+        await asyncio.wait_for(loop(), deadline_s)
+
+
+def test_live_events_committed_while_the_listener_is_away_are_caught_up(pg_dsn: str) -> None:
+    """B's listener cut off (and kept off) while A commits events: on reconnect B publishes
+    them from the table, by id; every event (B's own too) once, in commit order."""
+
+    async def scenario() -> tuple[list[tuple[str, str]], list[tuple[str, str]], int]:
+        a, b = PostgresStore(pg_dsn), PostgresStore(pg_dsn)
+        await a.open()
+        await b.open()
+        live = Live()
+        b.follow(Target([]), live=live)
+        base, database = pg_dsn.rsplit("/", 1)
+        admin = await asyncpg.connect(f"{base}/postgres")  # a database may not lock itself
+        try:
+            await b.until_listening()
+            own = new_inbox("r-b")
+            await b.create_inbox(own, created_event(own))
+            new = new_inbox("r-a")
+            await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
+            await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = 'runsink-listener' AND datname = $1",
+                database,
+            )
+            assert b._listener is not None
+            deadline = asyncio.get_running_loop().time() + 10
+            while b._listener.connected.is_set():
+                assert asyncio.get_running_loop().time() < deadline, "the listener stayed up"
+                await asyncio.sleep(0.01)
+            await a.create_inbox(new, created_event(new))
+            await a.save_message(incoming(new.inbox, subject="while away"))
+            await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+            await live.until(lambda: len(live.messages) == 1)
+            await a.release_run(new.inbox.run_id, new.inbox.created_at + 1)
+            await live.until(lambda: len(live.events) >= 5)
+            return (
+                [(e.run_id, e.type) for e in live.events],
+                live.messages,
+                live.resyncs,
+            )
+        finally:
+            await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+            await admin.close()
+            await a.close()
+            await b.close()
+
+    events, messages, resyncs = asyncio.run(scenario())
+    assert events == [
+        ("r-b", "created"),
+        ("r-a", "created"),
+        ("r-a", "message_accepted"),
+        ("r-a", "expired"),
+        ("r-a", "released"),
+    ]
+    assert [subject for _, subject in messages] == ["while away"] and resyncs == 0
+
+
+def test_the_live_feed_replays_ids_below_its_position_that_commit_late(pg_dsn: str) -> None:
+    """Seen 1, 2 and 5: a catch-up publishes 3 (a transaction that took its id earlier and
+    committed later) and 6, then 4 when it commits too; nothing is published twice."""
+    from sink.storage.pg_events import EventFeed
+
+    async def insert(connection: asyncpg.Connection, *ids: int) -> None:
+        await connection.executemany(
+            "INSERT INTO events (id, run_id, at, type, detail_json)"
+            " VALUES ($1, $2, 0, 'created', '{}')",
+            [(n, f"run-{n}") for n in ids],
+        )
+
+    async def scenario() -> list[list[str]]:
+        connection = await asyncpg.connect(pg_dsn)
+        live = Live()
+        feed = EventFeed(live)
+        seen: list[list[str]] = []
+        try:
+            await feed.reconnected(connection)  # an empty table: from id 0
+            await insert(connection, 1, 2, 5)
+            feed.announced("1,2,5")
+            await feed.pull(connection)
+            seen.append([e.run_id for e in live.events])
+            await insert(connection, 3, 6)
+            await feed.reconnected(connection)
+            seen.append([e.run_id for e in live.events])
+            await insert(connection, 4)
+            await feed.reconnected(connection)
+            seen.append([e.run_id for e in live.events])
+        finally:
+            await connection.close()
+        return seen
+
+    first, second, third = asyncio.run(scenario())
+    assert first == ["run-1", "run-2", "run-5"]
+    assert second == [*first, "run-3", "run-6"]
+    assert third == [*second, "run-4"]

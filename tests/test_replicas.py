@@ -5,6 +5,7 @@ Real processes, a real database; every wait is bounded by a deadline.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import smtplib
 import threading
@@ -13,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -347,10 +349,11 @@ def test_the_database_restarted_mid_run_costs_451s_and_nothing_acknowledged(
     finally:
         own.destroy()
     assert refused == 451
-    # The inbox itself cannot be read: a 503 provider error with Retry-After (no envelope
-    # without the inbox); the client retries it like provider trouble.
-    assert down.status_code == 503 and down.headers["Retry-After"] == "1"
-    assert down.json()["error"]["code"] in ("provider_error", "provider_timeout")
+    # The inbox cannot be read, but this replica knows it: provider trouble, state unchanged.
+    assert down.status_code == 200 and down.headers["Retry-After"] == "1"
+    body = down.json()
+    assert (body["status"], body["next_action"]) == ("retryable", "wait_then_retry")
+    assert body["reason"] in ("provider_error", "provider_timeout")
     assert after["state"] == "received"
     assert failures > 0
     assert acknowledged <= stored
@@ -378,6 +381,126 @@ def _smtp_answer(server: Server, to: str) -> int:
     except smtplib.SMTPRecipientsRefused as exc:
         return int(next(iter(exc.recipients.values()))[0])
     return 250
+
+
+@pytest.mark.slow
+def test_database_down_inbox_calls_answer_wait_then_retry(tmp_path: Path, policy_file: str) -> None:
+    """PostgreSQL stopped: get, wait and claim (HTTP and MCP) answer the envelope with the
+    state unchanged, retryable/wait_then_retry and a retry_after; an inbox this replica never
+    saw, a create, a listing and a read get a 503 that says the same; after a restart of
+    PostgreSQL (not of runsink) the same calls answer normally."""
+    own = Cluster.create()
+    try:
+        own.start()
+        own.psql("CREATE DATABASE runsink")
+        dsn = own.dsn("runsink")
+        a, b = _start_replicas(tmp_path, dsn, policy_file, 2)
+        try:
+            with a.http() as on_a, b.http() as on_b:
+                run_id = new_run_id()
+                inbox = create_inbox(on_a, run_id, policy="kept")
+                stranger = create_inbox(on_b, new_run_id(), policy="kept")  # A never sees it
+                a.send(inbox["address"], subject="Before the outage")
+                before = wait(on_a, inbox["inbox_id"], timeout_s=5).json()
+                message_id = before["message"]["message_id"]
+                own.stop("immediate")
+                _until(lambda: on_a.get("/readyz").status_code == 503)
+                got = on_a.get(f"/v1/inboxes/{inbox['inbox_id']}")
+                waited = wait(on_a, inbox["inbox_id"], timeout_s=0)
+                claimed = on_a.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id})
+                wrong = wait(on_a, inbox["inbox_id"], timeout_s=0, run_id=new_run_id())
+                unknown = wait(on_a, stranger["inbox_id"], timeout_s=0)
+                created = on_a.post("/v1/inboxes", json={"run_id": run_id, "purpose": "more"})
+                listed = on_a.get(f"/v1/inboxes/{inbox['inbox_id']}/messages")
+                read = on_a.get(f"/v1/messages/{message_id}")
+                by_mcp = asyncio.run(_mcp_wait(a, inbox["inbox_id"]))
+                own.start()
+                _until(lambda: on_a.get("/readyz").status_code == 200)
+                after = on_a.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id})
+                stranger_after = wait(on_a, stranger["inbox_id"], timeout_s=0)
+        finally:
+            a.stop()
+            b.stop()
+    finally:
+        own.destroy()
+    assert (before["state"], before["next_action"]) == ("received", "claim_message")
+    for answer in (got, waited, claimed):
+        assert answer.status_code == 200, answer.text
+        assert int(answer.headers["Retry-After"]) >= 1
+        body = answer.json()
+        assert (body["state"], body["status"], body["next_action"]) == (
+            "received",
+            "retryable",
+            "wait_then_retry",
+        )
+        assert body["reason"] in ("provider_error", "provider_timeout")
+        assert body["retry_after"] > 0 and body["inbox_id"] == inbox["inbox_id"]
+        assert body["message"]["message_id"] == message_id and body["claim"] is None
+    assert wrong.status_code == 403 and wrong.json()["reason"] == "wrong_run"
+    for answer in (unknown, created, listed, read):
+        assert answer.status_code == 503 and answer.headers["Retry-After"] == "1"
+        body = answer.json()
+        assert (body["status"], body["next_action"]) == ("retryable", "wait_then_retry")
+        assert body["retry_after"] == 1.0 and body["reason"] == body["error"]["code"]
+    assert (by_mcp["state"], by_mcp["next_action"]) == ("received", "wait_then_retry")
+    assert after.status_code == 200 and after.json()["next_action"] == "proceed"
+    assert stranger_after.json()["reason"] == "evidence_not_found"
+
+
+async def _mcp_wait(server: Server, inbox_id: str) -> dict[str, object]:
+    from tests.test_mcp import call, connect
+
+    async with connect("http", server.url) as client:
+        return await call(client, "wait_for_message", inbox_id=inbox_id, timeout_s=0)
+
+
+def test_live_events_of_one_replica_reach_readers_on_the_other_once_in_order(
+    pair: tuple[Server, Server],
+) -> None:
+    """A /v1/events reader on B sees everything A commits for the run (created, message,
+    claim, expiry, release) and B's own poll after the message that answered it; A's reader
+    sees the very same stream: every event once, in one order."""
+    from tests.test_ui_http import Reader
+
+    a, b = pair
+    run_id = new_run_id()
+    on_b_reader = Reader(f"{b.url}/v1/events?run_id={run_id}")
+    on_a_reader = Reader(f"{a.url}/v1/events?run_id={run_id}")
+    try:
+        with a.http() as on_a, b.http() as on_b_client:
+            inbox = create_inbox(on_a, run_id)
+            found: dict[str, Any] = {}
+            # B's long-poll is answered by A's mail: B's reader must see A's message first.
+            waiter = threading.Thread(
+                target=lambda: found.update(
+                    wait(on_b_client, inbox["inbox_id"], timeout_s=10).json()
+                )
+            )
+            waiter.start()
+            _until_long_polls(on_b_client, 1)
+            a.send(inbox["address"], subject="Across replicas")
+            waiter.join(15)
+            message_id = found["message"]["message_id"]
+            on_a.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id})
+            on_a.delete(f"/v1/runs/{run_id}")
+
+        def released(events: list[tuple[str, str, dict[str, object]]]) -> bool:
+            return any(
+                kind == "run_event" and data["type"] == "released" for _, kind, data in events
+            )
+
+        on_b = [(kind, data) for _, kind, data in on_b_reader.until(released, 10)]
+        on_a_seen = [(kind, data) for _, kind, data in on_a_reader.until(released, 10)]
+    finally:
+        on_b_reader.close()
+        on_a_reader.close()
+    types = [data["type"] for kind, data in on_b if kind == "run_event"]
+    assert types == ["created", "message_accepted", "polled", "claimed", "expired", "released"]
+    assert on_b == on_a_seen  # the same events, in the same order, none twice
+    message = next(data for kind, data in on_b if kind == "message")
+    assert message["subject"] == "Across replicas" and message["message_id"] == message_id
+    states = [data["state"] for kind, data in on_b if kind == "inbox"]
+    assert states == ["created", "received", "received", "expired"]
 
 
 def test_a_run_token_minted_on_one_replica_holds_on_the_other(pair: tuple[Server, Server]) -> None:

@@ -11,7 +11,13 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support import Server, create_inbox, new_run_id, wait
+from tests.support import Server, create_inbox, new_run_id, on_each_backend, wait
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgres"])
+def server(request: pytest.FixtureRequest, server: Server) -> Server:
+    """Every test here runs against a server on each persistent backend."""
+    return on_each_backend(request, server)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from typing import TypeVar
 import pytest
 
 from sink import clock, ids
-from sink.inbox import Claim, Inbox, Match, ScanResult, State, after_poll
+from sink.inbox import Claim, Inbox, ScanResult, State, after_poll
 from sink.message import summarize
 from sink.policy import CI
 from sink.storage.base import CreateOutcome, Delivered, Event, Incoming, NewInbox, Storage
@@ -108,22 +108,15 @@ def run(path: Path, scenario: Callable[[SQLiteStore], Awaitable[T]]) -> T:
 def new_inbox(run_id: str = "run-1", purpose: str = "signup", key: str | None = None) -> NewInbox:
     now = clock.now()
     local = ids.new_local_part()
-    inbox = Inbox(
+    inbox = Inbox.fresh(
         inbox_id=ids.new_inbox_id(),
         run_id=run_id,
         purpose=purpose,
         address=f"{local}@sink.test",
         policy_name="ci",
-        created_at=now,
-        expires_at=now + 600,
+        now=now,
+        ttl_s=600,
         poll_budget=12,
-        polls_used=0,
-        next_poll_at=None,
-        cursor_seq=0,
-        state=State.CREATED,
-        reason=None,
-        evidence=None,
-        match=Match(),
         trace_id="t",
     )
     return NewInbox(

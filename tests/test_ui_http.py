@@ -418,11 +418,12 @@ def test_a_reader_that_never_reads_does_not_hold_up_mail(server: Server) -> None
         assert time.monotonic() - started < 30  # never blocked by the reader
         stuck.settimeout(10)
         seen = b""
-        while seen.count(b"event: message") < 150:
+        last = f"{subject} 149".encode()
+        while last not in seen:  # the last frame's data line, not just its event line
             chunk = stuck.recv(1 << 20)
             assert chunk, "the stream ended before catching up"
             seen += chunk
-        assert f"{subject} 149".encode() in seen
+        assert seen.count(b"event: message") == 150
     finally:
         stuck.close()
 

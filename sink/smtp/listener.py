@@ -45,6 +45,7 @@ from aiosmtpd.smtp import (
 )
 
 from sink.config import Settings
+from sink.errors import StoreFull
 from sink.faults import FaultRegistry
 from sink.guard import apply_fault
 from sink.ingest import DataVerdict, Ingest, Recipient, Verdict
@@ -54,6 +55,7 @@ from sink.smtp.syntax import command_path, header_field_count, http_request_line
 from sink.smtp.tls import failure_cause
 
 TEMPORARY = "451 4.3.0 Temporary failure: please try again later"
+NO_SPACE = "452 4.3.1 Insufficient system storage: please try again later"
 _FAULT_TIMEOUT_S = 2.0  # how long an injected SMTP "timeout" holds the reply
 
 _RCPT_REPLIES = {
@@ -292,7 +294,8 @@ class Handler:
         # an `except` that formats any exception raised here into the reply).
         with contextlib.suppress(Exception):
             warn("smtp_trouble", step=step, error=type(error).__name__)
-        return TEMPORARY
+        # RFC 5321 4.2.2 and RFC 3463 4.3.1: the store is full; the sender retries later.
+        return NO_SPACE if isinstance(error, StoreFull) else TEMPORARY
 
     async def _fault(self, target: str, run_id: str | None) -> bool:
         """Act out an injected fault for this step; True when the step must fail."""

@@ -1,4 +1,5 @@
-"""The memory adapter: ``Store`` and ``Maintenance`` over dicts, for the fake and the fuzz tests.
+"""The memory adapter: ``Store``, ``Maintenance`` and the v2 mail ports (``CaughtMail``,
+``SearchIndex``) over dicts, for the fake and the fuzz tests.
 
 Nothing here awaits anything, so each operation is atomic on the event loop, which is
 how it keeps the rules SQLite keeps with ``UPDATE ... WHERE``: one claim per message, one
@@ -10,17 +11,22 @@ from __future__ import annotations
 
 import itertools
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sink.errors import StorageError
 from sink.inbox import Claim, Delivery, Evidence, Inbox
-from sink.message import Summary
+from sink.message import Summary, search_fields
+from sink.search import Query, texts_match
 from sink.storage.base import (
+    CaughtMessage,
     CreateOutcome,
     CreateResult,
+    Deleted,
     Event,
     InboxReport,
     Incoming,
+    Listed,
     NewInbox,
     Route,
     StoredMessage,
@@ -49,6 +55,10 @@ class _Message:
     mail_from: str
     received_at: float
     released_at: float | None = None
+    pk: int = 0
+    rcpts: tuple[str, ...] = ()  # every envelope recipient (deliveries' and caught)
+    document: dict[str, str] | None = None  # the search text, made at the first search
+    has_attachment: bool = False
 
 
 @dataclass(slots=True)
@@ -61,6 +71,19 @@ class _Delivery:
     claim: Claim | None = None
 
 
+@dataclass(slots=True)
+class _Entry:
+    """One entry of the listing: an inbox's delivery, or caught mail."""
+
+    seq: int
+    id: str
+    message: _Message
+    inbox_id: str | None
+    run_id: str | None
+    rcpts: tuple[str, ...]
+    expires_at: float = _NEVER  # caught mail's retention
+
+
 class MemoryStore:
     def __init__(self) -> None:
         self._open = True
@@ -70,7 +93,10 @@ class MemoryStore:
         self._deliveries: dict[str, _Delivery] = {}  # by message_id
         self._by_inbox: dict[str, list[_Delivery]] = {}  # oldest first
         self._seq = itertools.count(1)  # one sequence over every inbox, as in SQLite
-        self._unrouted: list[UnroutedMail] = []
+        self._listing: dict[str, _Entry] = {}  # by id, oldest first (insertion order)
+        self._caught: dict[str, _Entry] = {}  # the listing's caught mail, by id
+        self._pks = itertools.count(1)
+        self._listing_seq = itertools.count(1)
         self._events: list[Event] = []
         self._signing_key = secrets.token_bytes(32)  # lives as long as the store, as its data
 
@@ -180,14 +206,24 @@ class MemoryStore:
     async def save_message(self, incoming: Incoming) -> None:
         self._check()
         size = len(incoming.raw)
-        if incoming.deliveries:
+        if incoming.deliveries or incoming.caught_id:
+            rcpts = (*(r for d in incoming.deliveries for r in d.rcpts), *incoming.unrouted)
             message = _Message(
-                incoming.raw, size, incoming.summary, incoming.mail_from, incoming.received_at
+                incoming.raw,
+                size,
+                incoming.summary,
+                incoming.mail_from,
+                incoming.received_at,
+                pk=next(self._pks),
+                rcpts=rcpts,
             )
             for d in incoming.deliveries:
                 delivery = _Delivery(next(self._seq), d.message_id, d.inbox_id, message, d.rcpts)
                 self._deliveries[d.message_id] = delivery
                 self._by_inbox.setdefault(d.inbox_id, []).append(delivery)
+                self._listing[d.message_id] = _Entry(
+                    next(self._listing_seq), d.message_id, message, d.inbox_id, d.run_id, d.rcpts
+                )
                 self._events.append(
                     Event(
                         run_id=d.run_id,
@@ -198,10 +234,17 @@ class MemoryStore:
                         detail={"size": size},
                     )
                 )
-        self._unrouted.extend(
-            UnroutedMail(rcpt, incoming.mail_from, incoming.received_at, size)
-            for rcpt in incoming.unrouted
-        )
+            if incoming.caught_id:
+                entry = _Entry(
+                    next(self._listing_seq),
+                    incoming.caught_id,
+                    message,
+                    None,
+                    None,
+                    incoming.unrouted,
+                    incoming.caught_until,
+                )
+                self._listing[entry.id] = self._caught[entry.id] = entry
         self._events.extend(
             Event(
                 run_id=late.run_id,
@@ -319,13 +362,12 @@ class MemoryStore:
     async def used_bytes(self) -> int:
         self._check()
         messages = {id(d.message): d.message for d in self._deliveries.values()}
+        messages.update((id(e.message), e.message) for e in self._caught.values())
         return sum(m.size for m in messages.values() if m.raw is not None)
 
     async def trim_unrouted(self, keep: int) -> int:
-        self._check()
-        dropped = max(0, len(self._unrouted) - keep)
-        del self._unrouted[:dropped]
-        return dropped
+        """Caught mail is bounded by its retention and the size cap (v2), not by a count."""
+        return 0
 
     # -- reports -----------------------------------------------------------------
 
@@ -358,12 +400,189 @@ class MemoryStore:
         return reports, events[:10_000]
 
     async def unrouted(self, limit: int) -> list[UnroutedMail]:
-        self._check()
-        return self._unrouted[::-1][:limit]
+        """v1's shape of caught mail: one entry per recipient, newest first."""
+        found = []
+        for item in await self.caught_page(None, limit):
+            found += [
+                UnroutedMail(r, item.mail_from, item.received_at, item.size) for r in item.rcpts
+            ]
+        return found[:limit]
 
     async def signing_key(self) -> bytes:
         self._check()
         return self._signing_key
+
+    # -- caught mail and search (v2) ----------------------------------------------
+
+    async def caught_page(self, before: tuple[int, int] | None, limit: int) -> list[Listed]:
+        self._check()
+        return self._walk(lambda e: e.inbox_id is None, before, limit)
+
+    async def caught_message(self, caught_id: str) -> CaughtMessage | None:
+        self._check()
+        entry = self._caught.get(caught_id)
+        if entry is None:
+            return None
+        _document(entry.message)  # has_attachment is known from then on
+        message = entry.message
+        return CaughtMessage(
+            self._listed(entry), message.raw, message.summary.date, entry.expires_at
+        )
+
+    async def expire_caught(self, now: float, limit: int) -> int:
+        self._check()
+        due = sorted((e for e in self._caught.values() if e.expires_at <= now), key=_expiry)
+        return self._delete_entries([e.id for e in due[:limit]], now)
+
+    async def drop_oldest_caught(self, now: float, limit: int) -> int:
+        self._check()
+        return self._delete_entries(list(self._caught)[:limit], now)
+
+    async def search(
+        self,
+        query: Query,
+        run_scope: str | None,
+        before: tuple[int, int] | None,
+        limit: int,
+        offset: int = 0,
+    ) -> list[Listed]:
+        self._check()
+        return self._walk(lambda e: self._matches(e, query, run_scope), before, offset + limit)[
+            offset:
+        ]
+
+    async def count(self, query: Query, run_scope: str | None, cap: int) -> int:
+        self._check()
+        return len(self._walk(lambda e: self._matches(e, query, run_scope), None, cap))
+
+    async def listed(self, entry_id: str) -> Listed | None:
+        self._check()
+        entry = self._listing.get(entry_id)
+        if entry is None:
+            return None
+        _document(entry.message)
+        return self._listed(entry)
+
+    async def listed_raw(self, entry_id: str) -> bytes | None:
+        self._check()
+        entry = self._listing.get(entry_id)
+        if entry is None or self._released(entry):
+            return None
+        return entry.message.raw
+
+    async def delete_listed(self, ids: list[str] | None, now: float) -> Deleted:
+        self._check()
+        if ids is None:
+            gone = [e.id for e in self._listing.values() if not self._live(e, now)]
+            return Deleted(self._delete_entries(gone, now))
+        live = tuple(i for i in ids if i in self._listing and self._live(self._listing[i], now))
+        if live:
+            return Deleted(0, live)
+        return Deleted(self._delete_entries(ids, now))
+
+    def _walk(
+        self, wanted: Callable[[_Entry], bool], before: tuple[int, int] | None, limit: int
+    ) -> list[Listed]:
+        """Newest first, strictly before a position, up to ``limit`` entries."""
+        found: list[Listed] = []
+        for entry in reversed(self._listing.values()):
+            if len(found) >= limit:
+                break
+            if (before is None or entry.seq < before[1]) and wanted(entry):
+                found.append(self._listed(entry))
+        return found
+
+    def _matches(self, entry: _Entry, query: Query, run_scope: str | None) -> bool:
+        if run_scope is not None and entry.run_id != run_scope:
+            return False
+        for item in query.filters:
+            if self._passes(entry, item.kind, item.value) == item.negated:
+                return False
+        return texts_match(query.texts, _document(entry.message)) if query.texts else True
+
+    def _passes(self, entry: _Entry, kind: str, value: str | float | int) -> bool:
+        message = entry.message
+        if kind == "run":
+            return entry.run_id == value
+        if kind == "inbox":
+            return entry.inbox_id == value
+        if kind == "is":
+            claimed = self._claimed(entry)
+            return {
+                "caught": entry.inbox_id is None,
+                "claimed": claimed,
+                "unclaimed": entry.inbox_id is not None and not claimed,
+            }[str(value)]
+        if kind == "has":
+            _document(message)
+            return message.has_attachment
+        return {
+            "before": lambda: message.received_at < float(value),
+            "after": lambda: message.received_at > float(value),
+            "larger": lambda: message.size > int(value),
+            "smaller": lambda: message.size < int(value),
+        }[kind]()
+
+    def _claimed(self, entry: _Entry) -> bool:
+        delivery = self._deliveries.get(entry.id) if entry.inbox_id is not None else None
+        return delivery is not None and delivery.claim is not None
+
+    def _released(self, entry: _Entry) -> bool:
+        inbox = self._inboxes[entry.inbox_id].inbox if entry.inbox_id is not None else None
+        return entry.message.raw is None or (inbox is not None and inbox.released_at is not None)
+
+    def _live(self, entry: _Entry, now: float) -> bool:
+        if entry.inbox_id is None:
+            return False
+        inbox = self._inboxes[entry.inbox_id].inbox
+        return (
+            inbox.state is not State.EXPIRED
+            and inbox.expires_at > now
+            and (inbox.released_at is None)
+        )
+
+    def _listed(self, entry: _Entry) -> Listed:
+        message, s = entry.message, entry.message.summary
+        return Listed(
+            id=entry.id,
+            position=(message.pk, entry.seq),
+            caught=entry.inbox_id is None,
+            inbox_id=entry.inbox_id,
+            run_id=entry.run_id,
+            subject=s.subject,
+            from_addr=s.from_addr,
+            to=tuple(s.to),
+            cc=tuple(s.cc),
+            mail_from=message.mail_from,
+            rcpts=entry.rcpts,
+            received_at=message.received_at,
+            size=message.size,
+            has_attachment=message.has_attachment,
+            claimed=self._claimed(entry),
+            released=self._released(entry),
+        )
+
+    def _delete_entries(self, ids: list[str], now: float) -> int:
+        """Take entries off the listing (caught mail off the store); unneeded bodies go."""
+        gone = [e for e in (self._listing.pop(i, None) for i in dict.fromkeys(ids)) if e]
+        for entry in gone:
+            self._caught.pop(entry.id, None)
+        for message in {id(e.message): e.message for e in gone}.values():
+            if message.raw is not None and not self._needed(message):
+                message.raw = None
+                message.released_at = now
+        return len(gone)
+
+    def _needed(self, message: _Message) -> bool:
+        """Caught mail, or a listed delivery of an unreleased inbox, still needs the body."""
+        if any(e.message is message for e in self._caught.values()):
+            return True
+        return any(
+            d.message is message
+            and d.message_id in self._listing
+            and self._inboxes[d.inbox_id].inbox.released_at is None
+            for d in self._deliveries.values()
+        )
 
     # -- rows --------------------------------------------------------------------
 
@@ -424,17 +643,17 @@ class MemoryStore:
         for inbox_id in inbox_ids:
             for delivery in self._by_inbox[inbox_id]:
                 message = delivery.message
-                # A message stored once for several inboxes keeps its body until every one
-                # is released.
-                if message.raw is not None and all(
-                    self._inboxes[d.inbox_id].inbox.released_at is not None
-                    for d in self._deliveries.values()
-                    if d.message is message
-                ):
+                # A message stored once for several inboxes (and caught mail) keeps its body
+                # until every one is released.
+                if message.raw is not None and not self._needed(message):
                     message.raw = None
                     message.released_at = now
             run_id = self._inboxes[inbox_id].inbox.run_id
             self._events.append(Event(run_id=run_id, type="released", at=now, inbox_id=inbox_id))
+
+
+def _expiry(entry: _Entry) -> float:
+    return entry.expires_at
 
 
 def _delivery(d: _Delivery) -> Delivery:
@@ -452,3 +671,22 @@ def _delivery(d: _Delivery) -> Delivery:
 
 def _claimed_at(d: _Delivery) -> float:
     return d.claim.claimed_at if d.claim is not None else 0.0
+
+
+def _document(message: _Message) -> dict[str, str]:
+    """The search text of a message (made once; a released body's text is not searched)."""
+    if message.document is None:
+        s = message.summary
+        if message.raw is not None:
+            found = search_fields(message.raw)
+            sender, recipients = found.sender, found.recipients
+            message.document = {"subject": found.subject, "body": found.body}
+            message.has_attachment = found.has_attachment
+        else:
+            sender, recipients = s.from_addr, ""
+            message.document = {"subject": s.subject, "body": ""}
+        message.document["sender"] = f"{sender} {message.mail_from}"
+        message.document["rcpts"] = f"{recipients} {' '.join(message.rcpts)}"
+    if message.raw is None:
+        return {**message.document, "body": ""}
+    return message.document

@@ -58,7 +58,7 @@ from sink.breaker import (
     BreakerState,
     Transition,
 )
-from sink.errors import StorageError, StorageUnavailable
+from sink.errors import StorageError, StorageUnavailable, StoreFull
 from sink.inbox import Claim, Delivery, Inbox
 from sink.logs import warn
 from sink.storage.base import (
@@ -75,6 +75,9 @@ from sink.storage.base import (
     StoredMessage,
     UnroutedMail,
 )
+from sink.storage.pg_events import EventFeed, LiveTarget
+from sink.storage.pg_space import DISK_FULL, SpaceGate, probe
+from sink.storage.postgres_mail import PostgresMail
 from sink.storage.rows import delivery_from_row, expired_event, inbox_from_row
 from sink.storage.sqlite import RouteCache
 from sink.vocabulary import Reason, State
@@ -135,6 +138,8 @@ def _translate(exc: BaseException, what: str) -> StorageError:
     if isinstance(exc, StorageError):
         return exc
     state = getattr(exc, "sqlstate", None) or ""
+    if state == DISK_FULL:
+        return StoreFull(f"{what}: the database has no space left")
     if (
         isinstance(
             exc,
@@ -224,8 +229,9 @@ class PostgresStore:
         start_deadline_s: float = _START_DEADLINE_S,
     ) -> None:
         self._dsn = dsn
-        # on_events: every event this process records, once its commit is durable (live
-        # events). Events other replicas record are theirs to publish.
+        # on_events: every event this process records, once its commit is durable. (The
+        # runtime publishes live events with ``follow(..., live=)`` instead: every replica's,
+        # in the database's commit order.)
         self._on_events = on_events
         self._pool_size = pool_size
         self._start_deadline_s = start_deadline_s
@@ -238,6 +244,10 @@ class PostgresStore:
         self._listener: _Listener | None = None
         self._routes = RouteCache()
         self._committed_at = -_PROBE_TRUSTED_S  # when ping last saw a commit succeed
+        # After a disk-full error, new mail and inboxes wait for a probe to find space.
+        self._space = SpaceGate(self._probe_space)
+        # Caught mail, search and deletes (the v2 mail ports): postgres_mail.py.
+        self.mail = PostgresMail(lambda: self.pool, _translated)
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -278,9 +288,11 @@ class PostgresStore:
                 await asyncio.sleep(0.5)
         self._deliveries.start()
 
-    def follow(self, target: WakeTarget) -> None:
-        """Wake ``target``'s waits on mail (and end them on expiry) from any replica."""
-        self._listener = _Listener(self._dsn, self.replica_id, _Ends(target, self))
+    def follow(self, target: WakeTarget, live: LiveTarget | None = None) -> None:
+        """Wake ``target``'s waits on mail (and end them on expiry) from any replica; and
+        publish to ``live`` the events every replica commits, in commit order (``pg_events.py``)."""
+        feed = EventFeed(live) if live is not None else None
+        self._listener = _Listener(self._dsn, self.replica_id, _Ends(target, self), feed)
         self._listener.start()
 
     async def until_listening(self) -> None:
@@ -291,6 +303,7 @@ class PostgresStore:
 
     async def close(self) -> None:
         await self._deliveries.close()
+        await self.mail.close()
         if self._listener is not None:
             await self._listener.close()
             self._listener = None
@@ -367,22 +380,26 @@ class PostgresStore:
     # -- inboxes -----------------------------------------------------------------
 
     async def ping(self) -> None:
-        """The store can commit: the database answers, is no read-only standby, and a write
-        commits (a full disk fails it). A success is trusted for a second, so a caller
-        polling readiness costs at most one tiny commit per second."""
+        """The store can commit: the database answers, is no read-only standby, and its
+        files can grow (a full disk or tablespace fails it: ``pg_space.py``). A success is
+        trusted for a second, so a caller polling readiness costs at most one tiny commit
+        per second."""
         rows = await self._fetch("ping", "SELECT pg_is_in_recovery()")
         if rows[0][0]:
             raise StorageUnavailable("ping: the database is a read-only standby")
         now = time.monotonic()
         if now - self._committed_at < _PROBE_TRUSTED_S:
             return
-        await self._fetch(
-            "ping",
-            f"INSERT INTO readiness (replica_id, at) VALUES ($1, {_DB_NOW})"
-            f" ON CONFLICT (replica_id) DO UPDATE SET at = {_DB_NOW} RETURNING 1",
-            self.replica_id,
-        )
+        try:
+            await self._probe_space()
+        except StoreFull:
+            self._space.filled()
+            raise
+        self._space.freed()
         self._committed_at = now
+
+    async def _probe_space(self) -> None:
+        await self._transaction("ping", partial(probe, replica_id=self.replica_id))
 
     async def create_inbox(self, new: NewInbox, event: Event) -> CreateResult:
         inbox = new.inbox
@@ -453,10 +470,14 @@ class PostgresStore:
             await _insert_events(db, [event])
             return CreateResult(CreateOutcome.CREATED, inbox)
 
+        await self._space.admit()
         try:
             return await self._transaction("create_inbox", work)
         except _Forbidden as refused:
             return CreateResult(CreateOutcome.FORBIDDEN, count=refused.count)
+        except StoreFull:
+            self._space.filled()
+            raise
 
     async def load_inbox(self, inbox_id: str) -> Inbox | None:
         rows = await self._fetch("load_inbox", _INBOX_SELECT + " WHERE i.inbox_id = $1", inbox_id)
@@ -588,7 +609,13 @@ class PostgresStore:
     # -- messages ----------------------------------------------------------------
 
     async def save_message(self, incoming: Incoming) -> None:
-        await self._deliveries.save(incoming)
+        await self._space.admit()
+        try:
+            await self._deliveries.save(incoming)
+        except StoreFull:
+            self._space.filled()
+            raise
+        self.mail.stored()
 
     async def deliveries_after(self, inbox_id: str, after_seq: int, limit: int) -> list[Delivery]:
         rows = await self._fetch(
@@ -826,12 +853,13 @@ class PostgresStore:
         return await self._transaction("signing_key", work)
 
     async def unrouted(self, limit: int) -> list[UnroutedMail]:
-        rows = await self._fetch(
-            "unrouted",
-            "SELECT rcpt, mail_from, received_at, size FROM unrouted ORDER BY id DESC LIMIT $1",
-            limit,
-        )
-        return [UnroutedMail(r[0], r[1], r[2], r[3]) for r in rows]
+        """v1's shape of caught mail: one entry per recipient, newest first."""
+        found = []
+        for item in await self.mail.caught_page(None, limit):
+            found += [
+                UnroutedMail(r, item.mail_from, item.received_at, item.size) for r in item.rcpts
+            ]
+        return found[:limit]
 
     # -- the run index (RunIndex: read-only views for the web UI) -------------------
 
@@ -1102,7 +1130,8 @@ class PostgresStore:
                 next_seq[row[0]] = int(row[1]) - per_inbox[row[0]] + 1
         messages: list[tuple[Any, ...]] = []
         deliveries: list[tuple[Any, ...]] = []
-        unrouted: list[tuple[Any, ...]] = []
+        caught: list[tuple[Any, ...]] = []
+        listing: list[tuple[Any, ...]] = []  # in arrival order: deliveries, then caught
         events: list[Event] = []
         for item in items:
             size = len(item.raw)
@@ -1111,8 +1140,9 @@ class PostgresStore:
                 *item.late,
                 *(Late(d.inbox_id, d.run_id, d.rcpts[0]) for d in item.deliveries if d not in live),
             ]
-            if live:
-                key = live[0].message_id
+            # The message is stored once, for its inboxes and as caught mail alike.
+            key = live[0].message_id if live else item.caught_id
+            if key is not None:
                 s = item.summary
                 messages.append(
                     (
@@ -1134,6 +1164,7 @@ class PostgresStore:
                     deliveries.append(
                         (d.inbox_id, seq, d.message_id, key, json.dumps(list(d.rcpts)))
                     )
+                    listing.append((d.message_id, key, d.inbox_id, d.run_id))
                     events.append(
                         Event(
                             run_id=d.run_id,
@@ -1144,9 +1175,10 @@ class PostgresStore:
                             detail={"size": size},
                         )
                     )
-            unrouted.extend(
-                (rcpt, item.mail_from, item.received_at, size) for rcpt in item.unrouted
-            )
+            if item.caught_id:
+                rcpts = json.dumps(list(item.unrouted))
+                caught.append((item.caught_id, key, rcpts, item.caught_until))
+                listing.append((item.caught_id, key, None, None))
             events.extend(
                 Event(
                     run_id=late.run_id,
@@ -1169,7 +1201,8 @@ class PostgresStore:
             _BATCH_INSERT,
             *_columns(messages, 10),
             *_columns(deliveries, 5),
-            *_columns(unrouted, 4),
+            *_columns(caught, 4),
+            *_columns(listing, 4),
             *_columns(_event_rows(events), 6),
             CHANNEL,
             payloads,
@@ -1231,15 +1264,21 @@ WITH m AS (
 ), d AS (
     INSERT INTO deliveries (inbox_id, seq, message_id, message_key, rcpt_json)
     SELECT * FROM unnest($11::text[], $12::bigint[], $13::text[], $14::text[], $15::text[])
-), u AS (
-    INSERT INTO unrouted (rcpt, mail_from, received_at, size)
-    SELECT * FROM unnest($16::text[], $17::text[], $18::float8[], $19::int[])
+), c AS (
+    INSERT INTO caught (caught_id, message_key, rcpt_json, expires_at)
+    SELECT * FROM unnest($16::text[], $17::text[], $18::text[], $19::float8[])
+), v AS (
+    -- The listing (search, the Mailpit subset): cheap rows, numbered in arrival order; the
+    -- search text comes later (postgres_mail.py's indexer), off the 250's path.
+    INSERT INTO listing (id, message_key, inbox_id, run_id)
+    SELECT id, k, i, r FROM unnest($20::text[], $21::text[], $22::text[], $23::text[])
+        WITH ORDINALITY AS l(id, k, i, r, n) ORDER BY n
 ), e AS (
     INSERT INTO events (run_id, inbox_id, message_id, at, type, detail_json)
-    SELECT * FROM unnest($20::text[], $21::text[], $22::text[], $23::float8[], $24::text[],
-                         $25::text[])
+    SELECT * FROM unnest($24::text[], $25::text[], $26::text[], $27::float8[], $28::text[],
+                         $29::text[])
 )
-SELECT pg_notify($26, p) FROM unnest($27::text[]) AS p
+SELECT pg_notify($30, p) FROM unnest($31::text[]) AS p
 """
 
 
@@ -1382,10 +1421,14 @@ class _Listener:
     ``_LISTENER_CHECK_S`` notices a connection that died without a word.
     """
 
-    def __init__(self, dsn: str, replica_id: str, target: WakeTarget) -> None:
+    def __init__(
+        self, dsn: str, replica_id: str, target: WakeTarget, feed: EventFeed | None = None
+    ) -> None:
         self._dsn = dsn
         self._replica_id = replica_id
         self._target = target
+        self._feed = feed  # every replica's live events (this one's too), read on this connection
+        self._idle = asyncio.Event()  # never set without a feed
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
 
@@ -1401,9 +1444,13 @@ class _Listener:
 
     def _on_notify(self, _connection: Any, _pid: int, _channel: str, payload: object) -> None:
         sender, _, rest = str(payload).partition(" ")
+        kind, _, ids = rest.partition(" ")
+        if kind == "v":  # event rows committed, by any replica (pg_events.py)
+            if self._feed is not None:
+                self._feed.announced(ids)
+            return
         if sender == self._replica_id:
             return  # this replica already woke its own waits after its commit
-        kind, _, ids = rest.partition(" ")
         inbox_ids = ids.split(",") if ids else []
         if kind == "e":
             self._target.end(inbox_ids)
@@ -1426,10 +1473,12 @@ class _Listener:
                 await self._catch_up(connection)
                 self.connected.set()
                 backoff = 0.05
+                work = self._feed.work if self._feed is not None else self._idle
                 while not lost.is_set():
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(lost.wait(), _LISTENER_CHECK_S)
-                    if not lost.is_set():
+                    if self._feed is not None and self._feed.pending:
+                        await self._feed.pull(connection)
+                        continue
+                    if not await _either(lost, work, _LISTENER_CHECK_S):
                         await connection.fetchval("SELECT 1", timeout=_LISTENER_CHECK_S)
             except _DRIVER_ERRORS:
                 pass  # the database is away: reconnect below, and catch up then
@@ -1443,6 +1492,8 @@ class _Listener:
             backoff = min(backoff * 2, 1.0)
 
     async def _catch_up(self, connection: Connection) -> None:
+        if self._feed is not None:  # the events first: the wake-ups below come after them
+            await self._feed.reconnected(connection)
         watched = self._target.watched()
         if not watched:
             return
@@ -1458,6 +1509,19 @@ class _Listener:
 
 def _set_on_termination(lost: asyncio.Event, _connection: object) -> None:
     lost.set()
+
+
+async def _either(a: asyncio.Event, b: asyncio.Event, within_s: float) -> bool:
+    """Until either event is set (True) or ``within_s`` seconds pass (False)."""
+    if a.is_set() or b.is_set():
+        return True
+    waits = {asyncio.ensure_future(a.wait()), asyncio.ensure_future(b.wait())}
+    try:
+        done, _ = await asyncio.wait(waits, timeout=within_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in waits:
+            waiting.cancel()
+    return bool(done)
 
 
 # -- row mapping and statements (inside a transaction) ------------------------------
@@ -1500,13 +1564,16 @@ async def _release(db: Connection, inbox_ids: list[str], now: float, runs: dict[
         now,
         inbox_ids,
     )
-    # A message stored once for several inboxes keeps its body until every one is released.
+    # A message stored once for several inboxes (and caught mail) keeps its body until every
+    # one is released; a delivery deleted from the listing needs it no more.
     await db.execute(
         """UPDATE messages SET raw = NULL, released_at = $1
            WHERE raw IS NOT NULL
              AND message_key IN (SELECT message_key FROM deliveries
                                  WHERE inbox_id = ANY($2::text[]))
+             AND NOT EXISTS (SELECT 1 FROM caught c WHERE c.message_key = messages.message_key)
              AND NOT EXISTS (SELECT 1 FROM deliveries d JOIN inboxes i ON i.inbox_id = d.inbox_id
+                             JOIN listing v ON v.id = d.message_id
                              WHERE d.message_key = messages.message_key
                                AND i.released_at IS NULL)""",
         now,

@@ -1,0 +1,61 @@
+"""What a request brings in: its JSON body, a wire model over it, a run it names.
+
+Shared by the Starlette routes (``api/routes.py``) and the wait endpoint's lean path
+(``api/waitpath.py``), so both refuse the same input with the same words.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from sink import ids
+from sink.errors import InvalidRequest
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_json(raw: bytes, required: bool = True) -> Any:
+    """The body as JSON (an empty body is ``{}`` unless ``required``); 422 otherwise."""
+    if not raw.strip():
+        if required:
+            raise InvalidRequest("a JSON object body is required")
+        return {}
+    try:
+        return json.loads(raw)
+    except RecursionError as exc:
+        # 1,000 nested brackets (2 KB) reach the interpreter's recursion limit.
+        raise InvalidRequest("the JSON nests too deeply", {"problem": "json_too_deep"}) from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"the body is not valid JSON ({exc.__class__.__name__})") from exc
+    except ValueError as exc:
+        # int() refuses more than sys.get_int_max_str_digits() digits (4,300 by default).
+        raise InvalidRequest(
+            "a number in the JSON has too many digits", {"problem": "json_number_too_long"}
+        ) from exc
+
+
+def model(model: type[M], body: Any) -> M:
+    if not isinstance(body, dict):
+        raise InvalidRequest("the body must be a JSON object")
+    return model.model_validate(body)
+
+
+def run_id_param(value: str | None, where: str) -> str | None:
+    if value is None:
+        return None
+    if not ids.RUN_ID.fullmatch(value):
+        raise InvalidRequest(f"{where}: a run_id is 1-128 chars of A-Za-z0-9._:-", {"field": where})
+    return value
+
+
+def named_run(body_run: str | None, header_run: str | None, query_run: str | None) -> str | None:
+    """The run a caller names (body, ``X-Run-Id``, ``?run_id=``): at most one, once."""
+    header = run_id_param(header_run, "X-Run-Id")
+    query = run_id_param(query_run, "run_id")
+    given = [r for r in (body_run, header, query) if r is not None]
+    if len(set(given)) > 1:
+        raise InvalidRequest("the run is named twice, differently (body, X-Run-Id, ?run_id)")
+    return given[0] if given else None

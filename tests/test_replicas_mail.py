@@ -1,0 +1,128 @@
+"""Caught mail, search and deletes across runsink processes on one PostgreSQL.
+
+Mail one replica answered 250 for is listed, searchable, readable and deletable through
+another at once (read-your-writes across the fleet); two replicas deleting one message:
+one deletes it, the other finds it gone. Real processes, a real database.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from email.message import EmailMessage
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.pg_cluster import Cluster
+from tests.support import Server, create_inbox, new_run_id
+from tests.test_replicas import _start_replicas
+
+
+@pytest.fixture(scope="module")
+def pair(
+    tmp_path_factory: pytest.TempPathFactory, policy_file: str, pg_cluster: Cluster
+) -> Iterator[tuple[Server, Server]]:
+    """Two replicas on one database (tests isolate themselves by a tag)."""
+    dsn = pg_cluster.dsn(pg_cluster.new_database("runsink_template"))
+    a, b = _start_replicas(tmp_path_factory.mktemp("mail-pair"), dsn, policy_file, 2)
+    try:
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
+
+
+def _send(server: Server, to: str, subject: str, attachment: bytes | None = None) -> None:
+    message = EmailMessage()
+    message["From"], message["To"], message["Subject"] = "Acme <app@acme.example>", to, subject
+    message.set_content(f"Your code is 482913. {subject}")
+    if attachment is not None:
+        message.add_attachment(attachment, maintype="application", subtype="pdf", filename="a.pdf")
+    with server.smtp() as client:
+        client.send_message(message)
+
+
+def _search(client: httpx.Client, query: str) -> list[dict[str, Any]]:
+    response = client.get("/v1/messages", params={"query": query, "limit": 100})
+    assert response.status_code == 200, response.text
+    found: list[dict[str, Any]] = response.json()["messages"]
+    return found
+
+
+def _deleted(client: httpx.Client) -> int:
+    stats = client.get("/api/v1/info").json()["RuntimeStats"]
+    return int(stats["MessagesDeleted"])
+
+
+def test_mail_stored_by_one_replica_is_listed_searched_and_read_on_another(
+    pair: tuple[Server, Server],
+) -> None:
+    """Right after A's 250s, B lists, searches (text and filters) and reads the mail."""
+    a, b = pair
+    tag = uuid.uuid4().hex[:10]
+    with a.http() as on_a, b.http() as on_b:
+        inbox = create_inbox(on_a, new_run_id("fleet"))
+        _send(a, inbox["address"], f"Evidence {tag}", attachment=b"%PDF" * 100)
+        _send(a, f"nobody-{tag}@gmail.com", f"Caught {tag}")
+
+        found = _search(on_b, tag)
+        assert [m["subject"].split()[0] for m in found] == ["Caught", "Evidence"]
+        assert [m["subject"].split()[0] for m in _search(on_b, f"{tag} has:attachment")] == [
+            "Evidence"
+        ]
+        assert [m["subject"] for m in _search(on_b, f"{tag} is:caught to:gmail")] == [
+            f"Caught {tag}"
+        ]
+        assert (
+            _search(on_b, f'{tag} "CODE IS 482913" -is:caught')[0]["inbox_id"]
+            == (inbox["inbox_id"])
+        )
+
+        caught_id = found[0]["message_id"]
+        listed = on_b.get("/v1/unrouted", params={"limit": 100}).json()["messages"]
+        assert caught_id in [m["id"] for m in listed]
+        read = on_b.get(f"/v1/unrouted/{caught_id}").json()
+        assert read["codes"] == ["482913"] and read["caught"] is True
+        assert f"Caught {tag}".encode() in on_b.get(f"/v1/unrouted/{caught_id}/raw").content
+        mailpit = on_b.get("/api/v1/search", params={"query": tag}).json()
+        assert mailpit["messages_count"] == 2
+        assert on_b.get(f"/api/v1/message/{caught_id}").json()["Subject"] == f"Caught {tag}"
+
+
+def test_two_replicas_deleting_the_same_mail_delete_it_once(
+    pair: tuple[Server, Server],
+) -> None:
+    """Deletes race on both replicas: each answers ok, each message is deleted exactly once."""
+    a, b = pair
+    tag = uuid.uuid4().hex[:10]
+    for n in range(8):
+        _send(a, f"race-{n}-{tag}@gmail.com", f"Race {n} {tag}")
+    with a.http() as on_a, b.http() as on_b:
+        ids = [m["message_id"] for m in _search(on_b, tag)]
+        assert len(ids) == 8
+        before = _deleted(on_a) + _deleted(on_b)
+        answers: list[int] = []
+        start = threading.Barrier(2)
+
+        def delete(client: httpx.Client) -> None:
+            for entry_id in ids:
+                start.wait(10)
+                response = client.request("DELETE", "/api/v1/messages", json={"IDs": [entry_id]})
+                answers.append(response.status_code)
+
+        # One client per thread (httpx clients are not shared across threads here).
+        with a.http() as first, b.http() as second:
+            threads = [threading.Thread(target=delete, args=(c,)) for c in (first, second)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+        assert answers == [200] * 16
+        assert _deleted(on_a) + _deleted(on_b) - before == 8
+        assert _search(on_a, tag) == [] and _search(on_b, tag) == []
+        for entry_id in ids:
+            assert on_a.get(f"/v1/unrouted/{entry_id}").status_code == 404
+            assert on_b.get(f"/api/v1/message/{entry_id}/raw").status_code == 404
