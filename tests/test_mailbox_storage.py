@@ -135,7 +135,144 @@ def test_a_v1_store_is_indexed_at_the_upgrade(tmp_path: Path) -> None:
 
     assert run(path, search) == ["msg_aaaaaaaaaaaaaaaaaaaaaaaa"]
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+
+
+ATTACHED = (
+    b"From: Acme <a@acme.example>\r\nTo: l@sink.test\r\nSubject: Invoice\r\nMIME-Version: 1.0\r\n"
+    b'Content-Type: multipart/mixed; boundary="b"\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\n'
+    b"see attached\r\n--b\r\nContent-Type: application/pdf\r\nContent-Disposition: attachment; "
+    b'filename="i.pdf"\r\n\r\nJVBERi0=\r\n--b--\r\n'
+)
+
+
+def test_a_v2_store_with_mail_upgrades_in_place(tmp_path: Path) -> None:
+    """A store made by schema v2, with mail indexed and mail not yet indexed (a delivery, its
+    claim, an attachment, caught mail), keeps all of it at the v3 upgrade: listed, searchable
+    by text, size, date and attachment, and new deliveries follow the old ones' seqs."""
+    path = tmp_path / "v2.db"
+    sql = resources.files("sink.storage") / "sql"
+    v2 = (sql / "001_init.sql").read_text() + (sql / "002_catch_all_search.sql").read_text()
+    inbox, run_id = "ib_aaaaaaaaaaaaaaaaaaaa", "r1"
+    with sqlite3.connect(path) as db:
+        db.executescript(v2 + "\nPRAGMA user_version = 2;")
+        db.execute(
+            "INSERT INTO inboxes (inbox_id, run_id, purpose, local_part, address, policy, "
+            "created_at, expires_at, poll_budget, state, match_json, trace_id, "
+            "evidence_release_at) VALUES (?, ?, 'p', 'l', 'l@sink.test', 'ci', 0, 9e9, 5, "
+            "'created', '{}', 't', 9e9)",
+            (inbox, run_id),
+        )
+        # What v2's indexer left: message 1 indexed and listed; 2 and 3 stored after it.
+        for pk, raw, at, indexed in (
+            (1, RAW, 100.0, 1),
+            (2, ATTACHED, 200.0, 0),
+            (3, RAW, 300.0, 0),
+        ):
+            db.execute(
+                "INSERT INTO messages (message_pk, raw, size, subject, from_addr, to_json, "
+                "cc_json, mail_from, received_at, indexed) VALUES (?, ?, ?, 'Hello there', "
+                "'a@acme.example', '[]', '[]', 'app@example.test', ?, ?)",
+                (pk, raw, len(raw), at, indexed),
+            )
+        for seq, pk in ((1, 1), (2, 2)):
+            db.execute(
+                "INSERT INTO deliveries (seq, message_id, inbox_id, message_pk, rcpt_json, "
+                "claim_id, claim_run_id, claimed_at) "
+                "VALUES (?, ?, ?, ?, '[\"l@sink.test\"]', ?, ?, ?)",
+                (
+                    seq,
+                    f"msg_{seq:024d}",
+                    inbox,
+                    pk,
+                    *(("clm_1", run_id, 150.0) if seq == 1 else (None, None, None)),
+                ),
+            )
+        db.execute(
+            "INSERT INTO caught (caught_id, message_pk, rcpt_json, expires_at) VALUES "
+            "('cm_3', 3, '[\"x@gmail.com\"]', 9e9)"
+        )
+        db.execute(
+            "INSERT INTO listing (id, message_pk, inbox_id, run_id) VALUES "
+            "('msg_000000000000000000000001', 1, ?, ?)",
+            (inbox, run_id),
+        )
+        db.execute(
+            "INSERT INTO message_text (rowid, subject, body, sender, rcpts) VALUES "
+            "(1, 'Hello there', 'body text', 'a@acme.example', 'l@sink.test')"
+        )
+
+    async def upgraded(store: SQLiteStore) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for query in (
+            "",
+            "body",
+            "see attached",
+            "has:attachment",
+            "larger:200",
+            "after:1970-01-01T00:02:30Z",
+        ):
+            found[query] = [f.id for f in await store.search(parse_query(query), None, None, 10)]
+        listed = await store.deliveries_after(inbox, 0, 10)
+        found["list"] = [f"{d.seq}:{d.message_id}:{d.claim and d.claim.claim_id}" for d in listed]
+        message_id = ids.new_message_id()
+        await store.save_message(
+            Incoming(
+                RAW,
+                summarize(RAW),
+                "app@example.test",
+                400.0,
+                (Delivered(inbox, run_id, message_id, ("l@sink.test",)),),
+            )
+        )
+        found["after"] = [
+            f"{d.seq}:{d.message_id}" for d in await store.deliveries_after(inbox, 2, 10)
+        ]
+        found["new"] = [
+            f.id
+            for f in await store.search(parse_query("after:1970-01-01T00:06:00Z"), None, None, 10)
+        ]
+        return found
+
+    one, two = "msg_000000000000000000000001", "msg_000000000000000000000002"
+    found = run(path, upgraded)
+    assert found[""] == ["cm_3", two, one]
+    assert found["body"] == ["cm_3", one]
+    assert found["see attached"] == [two]
+    assert found["has:attachment"] == [two]
+    assert set(found["larger:200"]) == {two}
+    assert found["after:1970-01-01T00:02:30Z"] == ["cm_3", two]
+    assert found["list"] == [f"1:{one}:clm_1", f"2:{two}:None"]
+    assert len(found["after"]) == 1 and found["after"][0].startswith("3:")
+    assert found["new"] == [found["after"][0].split(":", 1)[1]]
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert db.execute("SELECT indexed_upto FROM index_state").fetchone()[0] == 4
+        assert (
+            db.execute("SELECT COUNT(*) FROM sqlite_sequence WHERE name = 'deliveries'").fetchone()[
+                0
+            ]
+            == 0
+        )
+
+
+def test_mail_stored_after_the_newest_message_went_is_indexed(tmp_path: Path) -> None:
+    """The index's watermark is never passed by a message number used again: caught mail
+    dropped (its message row with it), then new mail, which search still finds."""
+
+    async def scenario(store: SQLiteStore) -> list[str]:
+        await store.save_message(caught())
+        assert len(await store.search(parse_query(""), None, None, 10)) == 1
+        assert await store.drop_oldest_caught(time.time(), 10) == 1
+        again = caught()
+        await store.save_message(again)
+        assert again.caught_id is not None
+        return [again.caught_id] + [
+            f.id for f in await store.search(parse_query("hello"), None, None, 10)
+        ]
+
+    expected, *found = run(tmp_path / "s.db", scenario)
+    assert found == [expected]
 
 
 def test_caught_mail_expires_and_its_message_goes(stores: Stores) -> None:

@@ -121,6 +121,10 @@ def _prepare(db: sqlite3.Connection) -> None:
             break
 
 
+# Messages above it are not indexed yet (schema v3: a watermark, not an index that every
+# delivery's commit would write a page of).
+_INDEXED_UPTO = "SELECT indexed_upto FROM index_state"
+
 # Small batches: under sustained ingest the indexer's transactions queue with deliveries'
 # commits in the one writer, and a delivery should never wait behind a long one.
 _INDEX_BATCH = 32
@@ -144,8 +148,8 @@ def _index_pending(db: sqlite3.Connection, limit: int = _INDEX_BATCH) -> int:
     # batch of large messages must not sit in memory at once.
     rows = _all(
         db,
-        "SELECT message_pk, subject, from_addr, mail_from "
-        "FROM messages WHERE indexed = 0 ORDER BY message_pk LIMIT ?",
+        "SELECT message_pk, subject, from_addr, mail_from FROM messages "
+        f"WHERE message_pk > ({_INDEXED_UPTO}) ORDER BY message_pk LIMIT ?",
         (limit,),
     )
     if not rows:
@@ -159,7 +163,7 @@ def _index_pending(db: sqlite3.Connection, limit: int = _INDEX_BATCH) -> int:
     ).fetchall():
         rcpts.setdefault(pk, []).extend(json.loads(listed))
     texts: list[tuple[Any, ...]] = []
-    flags: list[tuple[int, int]] = []
+    attached: list[int] = []
     for row in rows:
         pk = row["message_pk"]
         to = " ".join(rcpts.get(pk, ()))
@@ -177,27 +181,30 @@ def _index_pending(db: sqlite3.Connection, limit: int = _INDEX_BATCH) -> int:
         else:  # released before it was indexed: its metadata only
             text = (row["subject"], "", f"{row['from_addr']} {row['mail_from']}", to)
         texts.append((pk, *text))
-        flags.append((attachment, pk))
+        if attachment:
+            attached.append(pk)
     db.executemany(
         "INSERT INTO message_text (rowid, subject, body, sender, rcpts) VALUES (?, ?, ?, ?, ?)",
         texts,
     )
-    db.executemany(
-        "UPDATE messages SET indexed = 1, has_attachment = ? WHERE message_pk = ?", flags
-    )
     # The entries in the listing, in the order they were stored: message by message, its
-    # deliveries, then its caught mail.
+    # deliveries, then its caught mail. The message's own row is not written again: what
+    # search filters on (size, date, attachments) is copied into the listing, and indexed there.
     pks = ",".join(str(row["message_pk"]) for row in rows)
+    with_attachment = ",".join(str(pk) for pk in attached)
     db.execute(
-        "INSERT INTO listing (id, message_pk, inbox_id, run_id) "
-        "SELECT id, message_pk, inbox_id, run_id FROM ("
+        "INSERT INTO listing (id, message_pk, inbox_id, run_id, size, received_at, "
+        "has_attachment) "
+        "SELECT e.id, e.message_pk, e.inbox_id, e.run_id, m.size, m.received_at, "
+        f"e.message_pk IN ({with_attachment}) FROM ("
         "SELECT d.message_id AS id, d.message_pk, d.inbox_id, i.run_id, 0 AS kind, d.seq "
         "FROM deliveries d JOIN inboxes i ON i.inbox_id = d.inbox_id "
         f"WHERE d.message_pk IN ({pks}) "
         "UNION ALL SELECT caught_id, message_pk, NULL, NULL, 1, 0 FROM caught "
         f"WHERE message_pk IN ({pks})"
-        ") ORDER BY message_pk, kind, seq"
+        ") e JOIN messages m ON m.message_pk = e.message_pk ORDER BY e.message_pk, e.kind, e.seq"
     )
+    db.execute("UPDATE index_state SET indexed_upto = ?", (last,))
     return len(rows)
 
 
@@ -1147,7 +1154,14 @@ def _insert_events(db: sqlite3.Connection, events: Iterable[Event]) -> None:
 
 
 def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
-    rows = list(_all(db, "SELECT COALESCE(MAX(message_pk), 0) FROM messages"))
+    # Never at or below the index's watermark, even when the newest message was deleted:
+    # the indexer would pass a message_pk used again.
+    rows = list(
+        _all(
+            db,
+            f"SELECT MAX(COALESCE((SELECT MAX(message_pk) FROM messages), 0), ({_INDEXED_UPTO}))",
+        )
+    )
     pk = int(rows[0][0])
     messages: list[tuple[Any, ...]] = []
     deliveries: list[tuple[Any, ...]] = []
@@ -1222,8 +1236,6 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
 _NARROW_MAX = 2000  # a condition with at most this many entries drives the search
 Narrowing = tuple[str, list[Any]]  # SQL selecting listing seqs, and its parameters
 
-_BY_MESSAGE = "SELECT v.seq FROM messages m JOIN listing v ON v.message_pk = m.message_pk WHERE "
-
 
 def _narrowing_for(kind: str, value: Any) -> Narrowing | None:
     """The listing entries one (positive) filter selects, by that filter's own index."""
@@ -1240,7 +1252,7 @@ def _narrowing_for(kind: str, value: Any) -> Narrowing | None:
             [],
         )
     if kind == "has":
-        return _BY_MESSAGE + "m.has_attachment = 1", []
+        return "SELECT seq FROM listing WHERE has_attachment = 1", []
     column, operator = {
         "larger": ("size", ">"),
         "smaller": ("size", "<"),
@@ -1248,13 +1260,13 @@ def _narrowing_for(kind: str, value: Any) -> Narrowing | None:
         "after": ("received_at", ">"),
     }.get(kind, ("", ""))
     if column:
-        return f"{_BY_MESSAGE}m.{column} {operator} ?", [value]
+        return f"SELECT seq FROM listing WHERE {column} {operator} ?", [value]
     return None  # is:unclaimed: most evidence is
 
 
 _LISTED_COLUMNS = """
 SELECT v.seq, v.id, v.message_pk, v.inbox_id, v.run_id, m.subject, m.from_addr, m.to_json,
-       m.cc_json, m.mail_from, m.received_at, m.size, m.has_attachment,
+       m.cc_json, m.mail_from, m.received_at, m.size, v.has_attachment,
        COALESCE(d.rcpt_json, c.rcpt_json) AS rcpt_json, d.claim_id,
        (m.raw IS NULL OR i.released_at IS NOT NULL) AS released
 """
@@ -1311,15 +1323,15 @@ def _filter_sql(kind: str, value: Any) -> tuple[str, list[Any]]:
             "unclaimed": ("(v.inbox_id IS NOT NULL AND d.claim_id IS NULL)", []),
         }[value]
     if kind == "has":
-        return "m.has_attachment = 1", []
+        return "v.has_attachment = 1", []
     if kind == "before":
-        return "m.received_at < ?", [value]
+        return "v.received_at < ?", [value]
     if kind == "after":
-        return "m.received_at > ?", [value]
+        return "v.received_at > ?", [value]
     if kind == "larger":
-        return "m.size > ?", [value]
+        return "v.size > ?", [value]
     if kind == "smaller":
-        return "m.size < ?", [value]
+        return "v.size < ?", [value]
     raise AssertionError(kind)  # pragma: no cover - sink.search names only these
 
 
@@ -1397,10 +1409,10 @@ def _drop_unneeded_bodies(db: sqlite3.Connection, pks: list[int], now: float) ->
         # A delivery not yet in the listing (its message is not indexed yet) is listed as
         # far as its body is concerned: the indexer will list it.
         needed = db.execute(
-            """SELECT 1 FROM deliveries d JOIN inboxes i ON i.inbox_id = d.inbox_id
-               JOIN messages m ON m.message_pk = d.message_pk
+            f"""SELECT 1 FROM deliveries d JOIN inboxes i ON i.inbox_id = d.inbox_id
                WHERE d.message_pk = ? AND i.released_at IS NULL
-                 AND (m.indexed = 0 OR EXISTS (SELECT 1 FROM listing v WHERE v.id = d.message_id))
+                 AND (d.message_pk > ({_INDEXED_UPTO})
+                      OR EXISTS (SELECT 1 FROM listing v WHERE v.id = d.message_id))
                LIMIT 1""",
             (pk,),
         ).fetchone()
