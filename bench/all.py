@@ -32,6 +32,7 @@ SCRIPTS: dict[str, tuple[str, list[str]]] = {
     "ui": ("ui.py", ["--quick"]),
     "postgres": ("postgres.py", ["--quick"]),
     "store_size": ("store_size.py", ["--quick"]),
+    "commit_pages": ("commit_pages.py", ["--commits", "100"]),
 }
 
 

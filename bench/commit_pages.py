@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sqlite3
 import statistics
 import struct
@@ -102,9 +103,15 @@ def _owners(path: Path) -> dict[int, str]:
         db.close()
 
 
-async def measure(folder: Path, prefill: int, commits: int, per_commit: int) -> dict[str, object]:
+async def measure(
+    folder: Path, prefill: int, commits: int, per_commit: int, page_size: int | None
+) -> dict[str, object]:
     path = folder / "pages.db"
     wal = Path(f"{path}-wal")
+    if page_size is not None:  # a new file's page size holds once its first table is made
+        with sqlite3.connect(path) as db:
+            db.execute(f"PRAGMA page_size = {page_size}")
+            db.execute("PRAGMA journal_mode = WAL")
     store = SQLiteStore(path)
     await store.open()
     try:
@@ -123,6 +130,7 @@ async def measure(folder: Path, prefill: int, commits: int, per_commit: int) -> 
             await asyncio.gather(*(store.save_message(item) for item in batch))
         await store._index_caught_up()
         page_size = int((await store._read("PRAGMA page_size"))[0][0])
+        timings: list[float] = []
         # Every frame stays readable: no checkpoint moves the WAL back to its start.
         await store._writer.statement("PRAGMA wal_autocheckpoint = 0")
         await store._writer.statement("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -131,7 +139,9 @@ async def measure(folder: Path, prefill: int, commits: int, per_commit: int) -> 
         for n in range(commits):
             before = _frames(wal, page_size)
             batch = [_incoming(inboxes[(n * per_commit + i) % 20], now) for i in range(per_commit)]
+            started = time.perf_counter()
             await asyncio.gather(*(store.save_message(item) for item in batch))
+            timings.append(time.perf_counter() - started)
             after = _frames(wal, page_size)
             per.append(after - before)
             spans.append((before, after))
@@ -148,6 +158,7 @@ async def measure(folder: Path, prefill: int, commits: int, per_commit: int) -> 
     return {
         "page_size": page_size,
         "per_commit": per,
+        "timings": timings,
         "whose": whose,
         "index_frames": index_frames,
         "messages": commits * per_commit,
@@ -159,9 +170,12 @@ def main() -> None:
     parser.add_argument("--prefill", type=int, default=2000, help="messages stored first")
     parser.add_argument("--commits", type=int, default=300, help="commits measured")
     parser.add_argument("--per-commit", type=int, default=1, help="deliveries in each commit")
+    parser.add_argument("--page-size", type=int, help="a page size for the new file (bytes)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="runsink-pages-") as folder:
-        found = asyncio.run(measure(Path(folder), args.prefill, args.commits, args.per_commit))
+        found = asyncio.run(
+            measure(Path(folder), args.prefill, args.commits, args.per_commit, args.page_size)
+        )
     per = found["per_commit"]
     assert isinstance(per, list)
     whose = found["whose"]
@@ -177,9 +191,17 @@ def main() -> None:
         f"{statistics.median(per):g}, min {min(per)}, max {max(per)}; "
         f"per message {sum(per) / messages:.2f}"
     )
-    print("frames per commit, by owner:")
+    timings = found["timings"]
+    assert isinstance(timings, list)
+    ms = sorted(t * 1000 for t in timings)
+    print(
+        f"save_message (commit and fsync) ms: p50 {statistics.median(ms):.2f}, "
+        f"p90 {ms[int(len(ms) * 0.9)]:.2f}; load average {os.getloadavg()[0]:.2f}"
+    )
+    print("\n| owner of the page | frames per commit |\n|---|---|")
     for name, count in whose.most_common():
-        print(f"  {count / args.commits:6.2f}  {name}")
+        print(f"| {name} | {count / args.commits:.2f} |")
+    print()
     index_frames = found["index_frames"]
     assert isinstance(index_frames, int)
     print(f"indexer, catching up afterwards: {index_frames / messages:.2f} frames per message")

@@ -140,7 +140,7 @@ def _index_pending(db: sqlite3.Connection, limit: int = _INDEX_BATCH) -> int:
     """Put up to ``limit`` stored messages into the listing and the full-text index.
 
     Both are kept out of the delivery's own commit (inside a transaction of their own):
-    the listing's four indexes and FTS5's segment per commit cost more than storing the
+    the listing's indexes and FTS5's segment per commit cost more than storing the
     mail, so the 250 waits for neither, and many messages indexed at once cost far less
     than one by one. Whatever reads the listing catches up first (``_index_caught_up``).
     """
