@@ -35,6 +35,7 @@ from sink.logs import warn
 from sink.message import search_fields
 from sink.search import Query, Text
 from sink.storage.base import CaughtMessage, Deleted, Listed
+from sink.storage.rows import listed_from_row
 
 if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
@@ -177,7 +178,7 @@ class PostgresMail:
             before[1] if before is not None else 1 << 62,
             limit,
         )
-        return [_listed(row) for row in rows]
+        return [listed_from_row(row) for row in rows]
 
     async def caught_message(self, caught_id: str) -> CaughtMessage | None:
         await self._caught_up()
@@ -194,7 +195,7 @@ class PostgresMail:
         row = rows[0]
         raw = row["raw_body"]
         return CaughtMessage(
-            listed=_listed(row),
+            listed=listed_from_row(row),
             raw=None if raw is None else bytes(raw),
             date=row["date"],
             expires_at=row["caught_until"],
@@ -275,7 +276,7 @@ class PostgresMail:
             limit,
             offset,
         )
-        return [_listed(row) for row in rows]
+        return [listed_from_row(row) for row in rows]
 
     async def _count(
         self, query: Query, run_scope: str | None, upper: int, cap: int, window: int | None = None
@@ -302,7 +303,7 @@ class PostgresMail:
     async def listed(self, entry_id: str) -> Listed | None:
         await self._caught_up()
         rows = await self._fetch("listed", _LISTED_SELECT + " WHERE v.id = $1", entry_id)
-        return _listed(rows[0]) if rows else None
+        return listed_from_row(rows[0]) if rows else None
 
     async def listed_raw(self, entry_id: str) -> bytes | None:
         rows = await self._fetch(
@@ -466,27 +467,6 @@ async def _drop_unneeded_bodies(db: Connection, keys: list[str], now: float) -> 
 
 
 # -- queries (pure) ----------------------------------------------------------------------
-
-
-def _listed(row: Record) -> Listed:
-    return Listed(
-        id=row["id"],
-        position=(int(row["message_pk"]), int(row["seq"])),
-        caught=row["inbox_id"] is None,
-        inbox_id=row["inbox_id"],
-        run_id=row["run_id"],
-        subject=row["subject"],
-        from_addr=row["from_addr"],
-        to=tuple(json.loads(row["to_json"])),
-        cc=tuple(json.loads(row["cc_json"])),
-        mail_from=row["mail_from"],
-        rcpts=tuple(json.loads(row["rcpt_json"] or "[]")),
-        received_at=row["received_at"],
-        size=row["size"],
-        has_attachment=bool(row["has_attachment"]),
-        claimed=row["claim_id"] is not None,
-        released=bool(row["released"]),
-    )
 
 
 class _Params:
