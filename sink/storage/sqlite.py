@@ -667,10 +667,6 @@ class SQLiteStore:
         )
         return int(rows[0][0]) * int(rows[0][1])
 
-    async def trim_unrouted(self, keep: int) -> int:
-        """Caught mail is bounded by its retention and the size cap (v2), not by a count."""
-        return 0
-
     # -- reports -----------------------------------------------------------------
 
     async def add_events(self, events: list[Event]) -> None:
