@@ -9,30 +9,12 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
 from email.message import EmailMessage
 from typing import Any
 
 import httpx
-import pytest
 
-from tests.pg_cluster import Cluster
 from tests.support import Server, create_inbox, new_run_id
-from tests.test_replicas import _start_replicas
-
-
-@pytest.fixture(scope="module")
-def pair(
-    tmp_path_factory: pytest.TempPathFactory, policy_file: str, pg_cluster: Cluster
-) -> Iterator[tuple[Server, Server]]:
-    """Two replicas on one database (tests isolate themselves by a tag)."""
-    dsn = pg_cluster.dsn(pg_cluster.new_database("runsink_template"))
-    a, b = _start_replicas(tmp_path_factory.mktemp("mail-pair"), dsn, policy_file, 2)
-    try:
-        yield a, b
-    finally:
-        a.stop()
-        b.stop()
 
 
 def _send(server: Server, to: str, subject: str, attachment: bytes | None = None) -> None:
