@@ -18,8 +18,8 @@ restart is recognised as unknown instead of being taken for a recent position.
 Fed, with SQLite, from the store's commit hook (every run event recorded, after its commit:
 ``record``) and ingest (a message stored, after its commit: ``message``); with PostgreSQL,
 from the database's feed of every replica's events in commit order
-(``sink/storage/pg_events.py``: ``record``, ``delivered``, and ``lost`` when it cannot replay
-a gap), and ingest for caught mail.
+(``sink/storage/pg_events.py``: ``record``, ``delivered``, ``caught``, and ``lost`` when it
+cannot replay a gap).
 """
 
 from __future__ import annotations
@@ -132,29 +132,38 @@ class Hub:
                     },
                 )
 
-    def message(self, incoming: Incoming, deliveries: bool = True) -> None:
-        """A message was stored (its 250 follows): one event per inbox (unless ``deliveries``
-        is False: the store's feed announces them), one if caught."""
+    def message(self, incoming: Incoming) -> None:
+        """A message was stored (its 250 follows): one event per inbox, one if caught."""
         if self._unheard():
             return
         received_at = rfc3339(incoming.received_at)
         subject = incoming.summary.subject
-        for d in incoming.deliveries if deliveries else ():
+        for d in incoming.deliveries:
             self._delivered(d.message_id, d.inbox_id, d.run_id, subject, received_at)
         if incoming.unrouted:
-            self._publish(
-                "message",
-                None,
-                {
-                    # Caught mail has an id once the catch-all store gives it one.
-                    "message_id": getattr(incoming, "caught_id", None),
-                    "inbox_id": None,
-                    "run_id": None,
-                    "caught": True,
-                    "subject": subject,
-                    "received_at": received_at,
-                },
-            )
+            # Caught mail has an id once the catch-all store gives it one.
+            self._caught(getattr(incoming, "caught_id", None), subject, received_at)
+
+    def caught(self, caught_id: str, subject: str, received_at: float) -> None:
+        """Caught mail stored by any replica (and answered 250 for), from the store's feed."""
+        if self._unheard():
+            return
+        self._caught(caught_id, subject, rfc3339(received_at))
+
+    def _caught(self, caught_id: str | None, subject: str, received_at: str) -> None:
+        # No run: only readers of every run see it (a run's stream never does).
+        self._publish(
+            "message",
+            None,
+            {
+                "message_id": caught_id,
+                "inbox_id": None,
+                "run_id": None,
+                "caught": True,
+                "subject": subject,
+                "received_at": received_at,
+            },
+        )
 
     def delivered(
         self, message_id: str, inbox_id: str, run_id: str, subject: str, received_at: float

@@ -68,13 +68,13 @@ class Ingest:
         clock: Clock | None = None,
         new_ids: ids.Ids = ids.RANDOM,
         events: Hub | None = None,
-        announce_deliveries: bool = True,
+        announce_messages: bool = True,
     ) -> None:
         self._store = store
         self._events = events
-        # False when the store's own feed announces stored deliveries (PostgreSQL): then only
-        # caught mail is announced from here.
-        self._announce_deliveries = announce_deliveries
+        # False when the store's own feed announces stored mail, caught mail included
+        # (PostgreSQL): then nothing is announced from here.
+        self._announce_messages = announce_messages
         self._waiters = waiters
         self._settings = settings
         self._metrics = metrics
@@ -157,8 +157,8 @@ class Ingest:
         )
         await self._store.save_message(incoming)
         self._waiters.wake(d.inbox_id for d in deliveries)
-        if self._events is not None:
-            self._events.message(incoming, deliveries=self._announce_deliveries)
+        if self._events is not None and self._announce_messages:
+            self._events.message(incoming)
         if deliveries:
             self._metrics.message("stored", len(deliveries))
         if unrouted:

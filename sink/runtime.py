@@ -36,7 +36,6 @@ from sink.waiters import Waiters
 
 _SWEEP_EVERY_S = 1.0
 _SWEEP_BATCH = 500
-_UNROUTED_KEPT = 10_000  # v1 unrouted rows (v2 keeps caught mail, by retention)
 _BREAKERS_FORGOTTEN_AFTER_S = 3600.0
 _LISTEN_BACKLOG = 2048
 
@@ -69,8 +68,8 @@ class Runtime:
             self.metrics,
             self.clock,
             events=self.events,
-            # On PostgreSQL a delivery's message event comes with its row from the feed.
-            announce_deliveries=settings.db_url is None,
+            # On PostgreSQL a message event (caught mail's too) comes with its row from the feed.
+            announce_messages=settings.db_url is None,
         )
         # Caught mail kept with bodies, search and the Mailpit subset (the v2 mail ports).
         self.mail: MailStore = (
@@ -201,7 +200,6 @@ class Runtime:
         await self.store.release_due(now, _SWEEP_BATCH)
         await self.mail.expire_caught(now, _SWEEP_BATCH)
         await self._enforce_size_cap(now)
-        await self.store.trim_unrouted(_UNROUTED_KEPT)
         if isinstance(self.store, PostgresStore):
             # Breakers nobody touched for an hour belong to leases long over (as in memory).
             await self.store.forget_breakers(_BREAKERS_FORGOTTEN_AFTER_S)

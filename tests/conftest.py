@@ -10,7 +10,7 @@ import pytest
 from tests.pg_cluster import INSTALL_HINT as PG_HINT
 from tests.pg_cluster import Cluster
 from tests.pg_cluster import available as pg_available
-from tests.support import Server, need, start_server
+from tests.support import Server, need, start_replicas, start_server
 
 TEST_POLICIES = """
 # Fast schedules for tests: the contract's rules, with intervals short enough for CI.
@@ -140,3 +140,18 @@ def own_db(request: pytest.FixtureRequest) -> str | None:
         return None
     cluster: Cluster = request.getfixturevalue("pg_cluster")
     return cluster.dsn(cluster.new_database("runsink_template"))
+
+
+@pytest.fixture(scope="module")
+def pair(
+    tmp_path_factory: pytest.TempPathFactory, policy_file: str, pg_cluster: Cluster
+) -> Iterator[tuple[Server, Server]]:
+    """Two replicas on one fresh PostgreSQL database, for a test module (its tests isolate
+    themselves by run_id or a tag)."""
+    dsn = pg_cluster.dsn(pg_cluster.new_database("runsink_template"))
+    a, b = start_replicas(tmp_path_factory.mktemp("pair"), dsn, policy_file, 2)
+    try:
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()

@@ -266,3 +266,20 @@ def make_certificate(folder: Path, name: str = "sink.test") -> tuple[Path, Path]
         )
     )
     return cert_path, key_path
+
+
+def start_replicas(folder: Path, dsn: str, policy_file: str, count: int) -> list[Server]:
+    """``count`` runsink processes on one database, each in its own folder; all or none."""
+    replicas: list[Server] = []
+    try:
+        for n in range(count):
+            replicas.append(
+                start_server(
+                    folder / f"r{n}", "--policy-file", policy_file, "--enable-faults", db=dsn
+                )
+            )
+    except BaseException:
+        for replica in replicas:
+            replica.stop()
+        raise
+    return replicas

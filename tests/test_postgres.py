@@ -9,8 +9,10 @@ from collections.abc import Iterable
 import asyncpg
 import pytest
 
+from sink import clock, ids
 from sink.errors import StorageUnavailable
-from sink.storage.base import Event
+from sink.message import summarize
+from sink.storage.base import Event, Incoming
 from sink.storage.postgres import PostgresStore, migrate
 from tests.pg_cluster import Cluster
 from tests.test_storage import created_event, incoming, new_inbox
@@ -337,6 +339,20 @@ def test_a_body_of_the_largest_allowed_size_is_stored_as_bytea(pg_dsn: str) -> N
     assert stored == sent and len(sent) > 26_000_000
 
 
+def caught_mail(subject: str) -> Incoming:
+    raw = f"From: app@x.test\r\nSubject: {subject}\r\n\r\nbody\r\n".encode()
+    return Incoming(
+        raw=raw,
+        summary=summarize(raw),
+        mail_from="app@x.test",
+        received_at=clock.now(),
+        deliveries=(),
+        unrouted=("someone@gmail.com",),
+        caught_id=ids.new_caught_id(),
+        caught_until=clock.now() + 3600,
+    )
+
+
 class Live:
     """A stand-in for the live-event hub: records what the feed published."""
 
@@ -359,6 +375,10 @@ class Live:
         self.messages.append((message_id, subject))
         self.changed.set()
 
+    def caught(self, caught_id: str, subject: str, received_at: float) -> None:
+        self.messages.append((caught_id, subject))
+        self.changed.set()
+
     def lost(self) -> None:
         self.resyncs += 1
 
@@ -372,8 +392,9 @@ class Live:
 
 
 def test_live_events_committed_while_the_listener_is_away_are_caught_up(pg_dsn: str) -> None:
-    """B's listener cut off (and kept off) while A commits events: on reconnect B publishes
-    them from the table, by id; every event (B's own too) once, in commit order."""
+    """B's listener cut off (and kept off) while A commits events (and caught mail): on
+    reconnect B publishes them from the table, by id; every event (B's own too) once, in
+    commit order."""
 
     async def scenario() -> tuple[list[tuple[str, str]], list[tuple[str, str]], int]:
         a, b = PostgresStore(pg_dsn), PostgresStore(pg_dsn)
@@ -401,8 +422,9 @@ def test_live_events_committed_while_the_listener_is_away_are_caught_up(pg_dsn: 
                 await asyncio.sleep(0.01)
             await a.create_inbox(new, created_event(new))
             await a.save_message(incoming(new.inbox, subject="while away"))
+            await a.save_message(caught_mail("caught while away"))
             await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
-            await live.until(lambda: len(live.messages) == 1)
+            await live.until(lambda: len(live.messages) == 2)
             await a.release_run(new.inbox.run_id, new.inbox.created_at + 1)
             await live.until(lambda: len(live.events) >= 5)
             return (
@@ -424,7 +446,8 @@ def test_live_events_committed_while_the_listener_is_away_are_caught_up(pg_dsn: 
         ("r-a", "expired"),
         ("r-a", "released"),
     ]
-    assert [subject for _, subject in messages] == ["while away"] and resyncs == 0
+    assert [subject for _, subject in messages] == ["while away", "caught while away"]
+    assert messages[1][0].startswith("cm_") and resyncs == 0  # caught mail: no run's event
 
 
 def test_the_live_feed_replays_ids_below_its_position_that_commit_late(pg_dsn: str) -> None:

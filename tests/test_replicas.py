@@ -11,7 +11,6 @@ import smtplib
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -20,39 +19,9 @@ import httpx
 import pytest
 
 from tests.pg_cluster import Cluster
-from tests.support import Server, create_inbox, new_run_id, psql, start_server, wait
+from tests.support import Server, create_inbox, new_run_id, psql, start_replicas, wait
 
 SENDER = "app@example.test"
-
-
-def _start_replicas(folder: Path, dsn: str, policy_file: str, count: int) -> list[Server]:
-    replicas: list[Server] = []
-    try:
-        for n in range(count):
-            replicas.append(
-                start_server(
-                    folder / f"r{n}", "--policy-file", policy_file, "--enable-faults", db=dsn
-                )
-            )
-    except BaseException:
-        for replica in replicas:
-            replica.stop()
-        raise
-    return replicas
-
-
-@pytest.fixture(scope="module")
-def pair(
-    tmp_path_factory: pytest.TempPathFactory, policy_file: str, pg_cluster: Cluster
-) -> Iterator[tuple[Server, Server]]:
-    """Two replicas on one database (tests isolate themselves by run_id)."""
-    dsn = pg_cluster.dsn(pg_cluster.new_database("runsink_template"))
-    a, b = _start_replicas(tmp_path_factory.mktemp("pair"), dsn, policy_file, 2)
-    try:
-        yield a, b
-    finally:
-        a.stop()
-        b.stop()
 
 
 def _message(to: str, subject: str) -> bytes:
@@ -279,7 +248,7 @@ def test_a_replica_killed_mid_stream_loses_no_acknowledged_mail(
 ) -> None:
     """8 senders on two replicas; SIGKILL one: every 250 it gave is readable from the other."""
     dsn = pg_cluster.dsn(pg_cluster.new_database("runsink_template"))
-    a, b = _start_replicas(tmp_path, dsn, policy_file, 2)
+    a, b = start_replicas(tmp_path, dsn, policy_file, 2)
     try:
         with b.http() as client:
             inboxes = [create_inbox(client, policy="kept") for _ in range(4)]
@@ -321,7 +290,7 @@ def test_the_database_restarted_mid_run_costs_451s_and_nothing_acknowledged(
         own.start()
         own.psql("CREATE DATABASE runsink")
         dsn = own.dsn("runsink")
-        (a,) = _start_replicas(tmp_path, dsn, policy_file, 1)
+        (a,) = start_replicas(tmp_path, dsn, policy_file, 1)
         try:
             with a.http() as client:
                 inbox = create_inbox(client, policy="kept")
@@ -394,7 +363,7 @@ def test_database_down_inbox_calls_answer_wait_then_retry(tmp_path: Path, policy
         own.start()
         own.psql("CREATE DATABASE runsink")
         dsn = own.dsn("runsink")
-        a, b = _start_replicas(tmp_path, dsn, policy_file, 2)
+        a, b = start_replicas(tmp_path, dsn, policy_file, 2)
         try:
             with a.http() as on_a, b.http() as on_b:
                 run_id = new_run_id()

@@ -9,30 +9,12 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
 from email.message import EmailMessage
 from typing import Any
 
 import httpx
-import pytest
 
-from tests.pg_cluster import Cluster
 from tests.support import Server, create_inbox, new_run_id
-from tests.test_replicas import _start_replicas
-
-
-@pytest.fixture(scope="module")
-def pair(
-    tmp_path_factory: pytest.TempPathFactory, policy_file: str, pg_cluster: Cluster
-) -> Iterator[tuple[Server, Server]]:
-    """Two replicas on one database (tests isolate themselves by a tag)."""
-    dsn = pg_cluster.dsn(pg_cluster.new_database("runsink_template"))
-    a, b = _start_replicas(tmp_path_factory.mktemp("mail-pair"), dsn, policy_file, 2)
-    try:
-        yield a, b
-    finally:
-        a.stop()
-        b.stop()
 
 
 def _send(server: Server, to: str, subject: str, attachment: bytes | None = None) -> None:
@@ -126,3 +108,42 @@ def test_two_replicas_deleting_the_same_mail_delete_it_once(
         for entry_id in ids:
             assert on_a.get(f"/v1/unrouted/{entry_id}").status_code == 404
             assert on_b.get(f"/api/v1/message/{entry_id}/raw").status_code == 404
+
+
+def test_caught_mail_reaches_every_replicas_stream_once_in_commit_order(
+    pair: tuple[Server, Server],
+) -> None:
+    """Caught mail sent to A is a `message` event (caught) on A's and B's streams of every
+    run, once, between the evidence committed before and after it; a run's stream never
+    shows it."""
+    from tests.test_ui_http import Reader
+
+    a, b = pair
+    tag = uuid.uuid4().hex[:10]
+    run_id = new_run_id("caught-live")
+    readers = [Reader(f"{b.url}/v1/events"), Reader(f"{a.url}/v1/events")]
+    of_run = Reader(f"{b.url}/v1/events?run_id={run_id}")
+    try:
+        with a.http() as on_a:
+            inbox = create_inbox(on_a, run_id)
+            _send(a, inbox["address"], f"First {tag}")
+            _send(a, f"nobody-{tag}@gmail.com", f"Caught {tag}")
+            _send(b, inbox["address"], f"Last {tag}")
+            caught_id = _search(on_a, f"{tag} is:caught")[0]["message_id"]
+
+        def ours(events: list[tuple[str, str, dict[str, Any]]]) -> list[dict[str, Any]]:
+            return [d for _, kind, d in events if kind == "message" and tag in d["subject"]]
+
+        def until_last(reader: Reader) -> list[dict[str, Any]]:
+            return ours(reader.until(lambda e: f"Last {tag}" in [d["subject"] for d in ours(e)]))
+
+        on_b, on_a_seen, run_only = (until_last(r) for r in (*readers, of_run))
+    finally:
+        for reader in (*readers, of_run):
+            reader.close()
+    assert [d["subject"] for d in on_b] == [f"First {tag}", f"Caught {tag}", f"Last {tag}"]
+    assert on_a_seen == on_b  # the same events, in the same order, none twice
+    caught = on_b[1]
+    assert caught["caught"] is True and caught["message_id"] == caught_id
+    assert (caught["inbox_id"], caught["run_id"]) == (None, None)
+    assert [d["subject"] for d in run_only] == [f"First {tag}", f"Last {tag}"]

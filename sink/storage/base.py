@@ -248,8 +248,6 @@ class Maintenance(Protocol):
 
     async def used_bytes(self) -> int: ...
 
-    async def trim_unrouted(self, keep: int) -> int: ...
-
 
 class Storage(Store, Maintenance, Protocol):
     """An adapter: the domain's port and the sweeper's, over one database."""

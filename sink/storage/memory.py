@@ -365,10 +365,6 @@ class MemoryStore:
         messages.update((id(e.message), e.message) for e in self._caught.values())
         return sum(m.size for m in messages.values() if m.raw is not None)
 
-    async def trim_unrouted(self, keep: int) -> int:
-        """Caught mail is bounded by its retention and the size cap (v2), not by a count."""
-        return 0
-
     # -- reports -----------------------------------------------------------------
 
     async def add_events(self, events: list[Event]) -> None:

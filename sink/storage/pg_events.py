@@ -5,6 +5,8 @@ Every statement that inserts event rows NOTIFYs their ids once it commits (migra
 payload), and PostgreSQL delivers notifications in commit order. The listener's connection
 hands them here; this feed reads those rows (joined to the message for a ``message``
 event's subject, which no payload carries) and publishes them to the hub, in that order.
+Caught mail has a row too (type ``caught``, no run; migration ``006_caught_events.sql``):
+its ``message`` event (``caught: true``) reaches the readers of every run, never a run's.
 A replica's own events take the same path as everyone else's, so every replica's stream
 shows one order, each event once: a poll that another replica's mail answered comes after
 that mail, and a claim made after seeing that poll comes after the poll, whichever
@@ -37,13 +39,15 @@ GAP_TTL_S = 120.0  # a transaction that took an id and has not committed in this
 GAPS_MAX = 10_000
 PAGE = 1000
 CATCH_UP_MAX = 20 * PAGE
+CAUGHT = "caught"  # the type of caught mail's event row (run_id NULL)
 
 _COLUMNS = """
 SELECT e.id, e.run_id, e.type, e.at, e.inbox_id, e.message_id, e.detail_json,
        m.subject, m.received_at
 FROM events e
 LEFT JOIN deliveries d ON e.type = 'message_accepted' AND d.message_id = e.message_id
-LEFT JOIN messages m ON m.message_key = d.message_key
+LEFT JOIN caught c ON e.type = 'caught' AND c.caught_id = e.message_id
+LEFT JOIN messages m ON m.message_key = COALESCE(d.message_key, c.message_key)
 """
 _ANNOUNCED = _COLUMNS + " WHERE e.id = ANY($1::bigint[]) ORDER BY e.id"
 _UNSEEN = _COLUMNS + " WHERE e.id > $1 OR e.id = ANY($2::bigint[]) ORDER BY e.id LIMIT $3"
@@ -59,6 +63,8 @@ class LiveTarget(Protocol):
     def delivered(
         self, message_id: str, inbox_id: str, run_id: str, subject: str, received_at: float
     ) -> None: ...
+
+    def caught(self, caught_id: str, subject: str, received_at: float) -> None: ...
 
     def lost(self) -> None: ...
 
@@ -154,6 +160,11 @@ class EventFeed:
                 warn("live_event_skipped", event_id=int(r["id"]), error=type(exc).__name__)
 
     def _publish_one(self, r: Any) -> None:
+        if r["type"] == CAUGHT:
+            # Caught mail: no run, no run_event; gone already (deleted), nothing to show.
+            if r["subject"] is not None:
+                self._target.caught(r["message_id"], r["subject"], float(r["received_at"]))
+            return
         event = Event(
             run_id=r["run_id"],
             type=r["type"],

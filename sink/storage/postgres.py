@@ -75,9 +75,9 @@ from sink.storage.base import (
     StoredMessage,
     UnroutedMail,
 )
-from sink.storage.pg_events import EventFeed, LiveTarget
+from sink.storage.pg_events import CAUGHT, EventFeed, LiveTarget
 from sink.storage.pg_space import DISK_FULL, SpaceGate, probe
-from sink.storage.postgres_mail import PostgresMail
+from sink.storage.postgres_mail import PostgresMail, lock_messages
 from sink.storage.rows import delivery_from_row, expired_event, inbox_from_row
 from sink.storage.sqlite import RouteCache
 from sink.vocabulary import Reason, State
@@ -783,17 +783,6 @@ class PostgresStore:
         )
         return int(rows[0][0])
 
-    async def trim_unrouted(self, keep: int) -> int:
-        async def work(db: Connection) -> int:
-            status = await db.execute(
-                "DELETE FROM unrouted WHERE id <= (SELECT id FROM unrouted ORDER BY id DESC "
-                "LIMIT 1 OFFSET $1)",
-                keep,
-            )
-            return int(status.split()[-1])
-
-        return await self._transaction("trim_unrouted", work)
-
     # -- reports -----------------------------------------------------------------
 
     async def add_events(self, events: list[Event]) -> None:
@@ -1132,7 +1121,8 @@ class PostgresStore:
         deliveries: list[tuple[Any, ...]] = []
         caught: list[tuple[Any, ...]] = []
         listing: list[tuple[Any, ...]] = []  # in arrival order: deliveries, then caught
-        events: list[Event] = []
+        events: list[Event] = []  # the runs' events (run reports; told to on_events)
+        event_rows: list[tuple[Any, ...]] = []  # those, and caught mail's, in arrival order
         for item in items:
             size = len(item.raw)
             live = [d for d in item.deliveries if d.inbox_id in next_seq]
@@ -1165,21 +1155,24 @@ class PostgresStore:
                         (d.inbox_id, seq, d.message_id, key, json.dumps(list(d.rcpts)))
                     )
                     listing.append((d.message_id, key, d.inbox_id, d.run_id))
-                    events.append(
-                        Event(
-                            run_id=d.run_id,
-                            type="message_accepted",
-                            at=item.received_at,
-                            inbox_id=d.inbox_id,
-                            message_id=d.message_id,
-                            detail={"size": size},
-                        )
+                    accepted = Event(
+                        run_id=d.run_id,
+                        type="message_accepted",
+                        at=item.received_at,
+                        inbox_id=d.inbox_id,
+                        message_id=d.message_id,
+                        detail={"size": size},
                     )
+                    events.append(accepted)
+                    event_rows += _event_rows([accepted])
             if item.caught_id:
                 rcpts = json.dumps(list(item.unrouted))
                 caught.append((item.caught_id, key, rcpts, item.caught_until))
                 listing.append((item.caught_id, key, None, None))
-            events.extend(
+                # No run's event: the live feed's row for caught mail (pg_events.py).
+                detail = json.dumps({"size": size})
+                event_rows.append((None, None, item.caught_id, item.received_at, CAUGHT, detail))
+            late_events = [
                 Event(
                     run_id=late.run_id,
                     type="late_arrival",
@@ -1188,7 +1181,9 @@ class PostgresStore:
                     detail={"size": size, "action": "dropped"},
                 )
                 for late in dropped
-            )
+            ]
+            events += late_events
+            event_rows += _event_rows(late_events)
         # The rest in one statement (one round trip): the rows as parallel arrays, and the
         # NOTIFY, delivered at COMMIT, naming the inboxes that got mail.
         ids = sorted(next_seq)
@@ -1203,7 +1198,7 @@ class PostgresStore:
             *_columns(deliveries, 5),
             *_columns(caught, 4),
             *_columns(listing, 4),
-            *_columns(_event_rows(events), 6),
+            *_columns(event_rows, 6),
             CHANNEL,
             payloads,
         )
@@ -1565,7 +1560,14 @@ async def _release(db: Connection, inbox_ids: list[str], now: float, runs: dict[
         inbox_ids,
     )
     # A message stored once for several inboxes (and caught mail) keeps its body until every
-    # one is released; a delivery deleted from the listing needs it no more.
+    # one is released; a delivery deleted from the listing needs it no more. Its rows are
+    # locked first, in the one order deletes and the indexers use (no deadlock with them),
+    # so the UPDATE below sees a concurrent delete's outcome, not a snapshot from before it.
+    held = (
+        "raw IS NOT NULL AND message_key IN (SELECT message_key FROM deliveries"
+        " WHERE inbox_id = ANY($1::text[]))"
+    )
+    await lock_messages(db, held, inbox_ids)
     await db.execute(
         """UPDATE messages SET raw = NULL, released_at = $1
            WHERE raw IS NOT NULL

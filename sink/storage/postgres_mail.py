@@ -14,8 +14,9 @@ The same observable behaviour as SQLite's (``sqlite.py``), for a fleet of replic
 - Text terms are literal substrings: ``LIKE '%word%'`` over the case-folded text, answered
   by pg_trgm's trigram indexes where the extension exists (migration 003), otherwise by
   reading texts newest first. Every query has a LIMIT; lists page by the listing's seq.
-- Deletes lock the messages they touch (in ``message_pk`` order) before deciding which
-  bodies nothing needs any more, so replicas deleting at once never keep or drop a body
+- Deletes lock the messages they touch (in ``message_pk`` order, as releases and the
+  indexers do: ``lock_messages``) before deciding which bodies nothing needs any more, so
+  replicas deleting and releasing at once never deadlock, never keep or drop a body
   wrongly, and a second delete of one entry finds it gone (0 deleted, no error).
 """
 
@@ -35,6 +36,7 @@ from sink.logs import warn
 from sink.message import search_fields
 from sink.search import Query, Text
 from sink.storage.base import CaughtMessage, Deleted, Listed
+from sink.storage.rows import listed_from_row
 
 if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
@@ -177,7 +179,7 @@ class PostgresMail:
             before[1] if before is not None else 1 << 62,
             limit,
         )
-        return [_listed(row) for row in rows]
+        return [listed_from_row(row) for row in rows]
 
     async def caught_message(self, caught_id: str) -> CaughtMessage | None:
         await self._caught_up()
@@ -194,7 +196,7 @@ class PostgresMail:
         row = rows[0]
         raw = row["raw_body"]
         return CaughtMessage(
-            listed=_listed(row),
+            listed=listed_from_row(row),
             raw=None if raw is None else bytes(raw),
             date=row["date"],
             expires_at=row["caught_until"],
@@ -202,8 +204,7 @@ class PostgresMail:
 
     async def expire_caught(self, now: float, limit: int) -> int:
         return await self._delete_caught(
-            "SELECT caught_id FROM caught WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2"
-            " FOR UPDATE SKIP LOCKED",
+            "SELECT caught_id FROM caught WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2",
             now,
             limit,
             now=now,
@@ -212,13 +213,15 @@ class PostgresMail:
     async def drop_oldest_caught(self, now: float, limit: int) -> int:
         return await self._delete_caught(
             "SELECT c.caught_id FROM listing v JOIN caught c ON c.caught_id = v.id"
-            " WHERE v.inbox_id IS NULL ORDER BY v.seq LIMIT $1 FOR UPDATE OF c SKIP LOCKED",
+            " WHERE v.inbox_id IS NULL ORDER BY v.seq LIMIT $1",
             limit,
             now=now,
         )
 
     async def _delete_caught(self, select: str, *args: Any, now: float) -> int:
-        # SKIP LOCKED: a sweep on another replica (or a delete) holding a row takes it.
+        # No row locks here: locking caught rows before their messages would be the reverse
+        # of a delete's order (messages, then caught rows), a deadlock. _delete_entries locks
+        # the messages first; what a concurrent delete took meanwhile is then simply gone.
         async def work(db: Connection) -> int:
             ids = [row[0] for row in await db.fetch(select, *args)]
             return await _delete_entries(db, ids, now)
@@ -275,7 +278,7 @@ class PostgresMail:
             limit,
             offset,
         )
-        return [_listed(row) for row in rows]
+        return [listed_from_row(row) for row in rows]
 
     async def _count(
         self, query: Query, run_scope: str | None, upper: int, cap: int, window: int | None = None
@@ -302,7 +305,7 @@ class PostgresMail:
     async def listed(self, entry_id: str) -> Listed | None:
         await self._caught_up()
         rows = await self._fetch("listed", _LISTED_SELECT + " WHERE v.id = $1", entry_id)
-        return _listed(rows[0]) if rows else None
+        return listed_from_row(rows[0]) if rows else None
 
     async def listed_raw(self, entry_id: str) -> bytes | None:
         rows = await self._fetch(
@@ -430,16 +433,24 @@ async def _delete_entries(db: Connection, ids: Sequence[str], now: float) -> int
     ]
     if not keys:
         return 0
-    # The messages first, in one order (the indexers' order): a concurrent delete of another
-    # entry of one of them then waits, and sees this one's delete when it looks.
-    await db.execute(
-        "SELECT 1 FROM messages WHERE message_key = ANY($1::text[]) ORDER BY message_pk FOR UPDATE",
-        keys,
-    )
+    # The messages first, in one order (the indexers' and releases' order): a concurrent
+    # delete or release of one of them then waits, and sees this one's work when it looks.
+    await lock_messages(db, "message_key = ANY($1::text[])", keys)
     status = await db.execute("DELETE FROM listing WHERE id = ANY($1::text[])", list(ids))
     await db.execute("DELETE FROM caught WHERE caught_id = ANY($1::text[])", list(ids))
+    # Caught mail's live-event row goes with it (migration 006): nothing left to show.
+    await db.execute(
+        "DELETE FROM events WHERE run_id IS NULL AND message_id = ANY($1::text[])", list(ids)
+    )
     await _drop_unneeded_bodies(db, keys, now)
     return int(status.split()[-1])
+
+
+async def lock_messages(db: Connection, where: str, *args: Any) -> None:
+    """Lock the messages ``where`` selects, in ``message_pk`` order: every path that locks
+    several messages (deletes, releases, the indexers) takes them in this one order, so no
+    two of them can deadlock."""
+    await db.execute(f"SELECT 1 FROM messages WHERE {where} ORDER BY message_pk FOR UPDATE", *args)
 
 
 async def _drop_unneeded_bodies(db: Connection, keys: list[str], now: float) -> None:
@@ -466,27 +477,6 @@ async def _drop_unneeded_bodies(db: Connection, keys: list[str], now: float) -> 
 
 
 # -- queries (pure) ----------------------------------------------------------------------
-
-
-def _listed(row: Record) -> Listed:
-    return Listed(
-        id=row["id"],
-        position=(int(row["message_pk"]), int(row["seq"])),
-        caught=row["inbox_id"] is None,
-        inbox_id=row["inbox_id"],
-        run_id=row["run_id"],
-        subject=row["subject"],
-        from_addr=row["from_addr"],
-        to=tuple(json.loads(row["to_json"])),
-        cc=tuple(json.loads(row["cc_json"])),
-        mail_from=row["mail_from"],
-        rcpts=tuple(json.loads(row["rcpt_json"] or "[]")),
-        received_at=row["received_at"],
-        size=row["size"],
-        has_attachment=bool(row["has_attachment"]),
-        claimed=row["claim_id"] is not None,
-        released=bool(row["released"]),
-    )
 
 
 class _Params:

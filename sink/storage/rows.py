@@ -7,7 +7,7 @@ import json
 from typing import Any, Protocol
 
 from sink.inbox import Claim, Delivery, Evidence, Inbox, Match
-from sink.storage.base import Event
+from sink.storage.base import Event, Listed
 from sink.vocabulary import Reason, State
 
 
@@ -89,4 +89,27 @@ def expired_event(inbox: Inbox, cause: str | None = None) -> Event:
         at=inbox.expired_at if inbox.expired_at is not None else inbox.expires_at,
         inbox_id=inbox.inbox_id,
         detail=detail,
+    )
+
+
+def listed_from_row(row: Row) -> Listed:
+    """A listing entry (a delivery or caught mail) from its row (the adapters select the
+    same columns)."""
+    return Listed(
+        id=row["id"],
+        position=(int(row["message_pk"]), int(row["seq"])),
+        caught=row["inbox_id"] is None,
+        inbox_id=row["inbox_id"],
+        run_id=row["run_id"],
+        subject=row["subject"],
+        from_addr=row["from_addr"],
+        to=tuple(json.loads(row["to_json"])),
+        cc=tuple(json.loads(row["cc_json"])),
+        mail_from=row["mail_from"],
+        rcpts=tuple(json.loads(row["rcpt_json"] or "[]")),
+        received_at=row["received_at"],
+        size=row["size"],
+        has_attachment=bool(row["has_attachment"]),
+        claimed=row["claim_id"] is not None,
+        released=bool(row["released"]),
     )

@@ -44,7 +44,7 @@ from sink.storage.base import (
     StoredMessage,
     UnroutedMail,
 )
-from sink.storage.rows import delivery_from_row, expired_event, inbox_from_row
+from sink.storage.rows import delivery_from_row, expired_event, inbox_from_row, listed_from_row
 from sink.storage.sqlite_writer import CONNECTION_PRAGMAS, Writer, note
 from sink.vocabulary import Reason, State
 
@@ -674,10 +674,6 @@ class SQLiteStore:
         )
         return int(rows[0][0]) * int(rows[0][1])
 
-    async def trim_unrouted(self, keep: int) -> int:
-        """Caught mail is bounded by its retention and the size cap (v2), not by a count."""
-        return 0
-
     # -- reports -----------------------------------------------------------------
 
     async def add_events(self, events: list[Event]) -> None:
@@ -746,7 +742,7 @@ class SQLiteStore:
             sql += " AND v.seq < ?"
             params.append(before[1])
         rows = await self._read(sql + " ORDER BY v.seq DESC LIMIT ?", (*params, limit))
-        return [_listed(row) for row in rows]
+        return [listed_from_row(row) for row in rows]
 
     async def caught_message(self, caught_id: str) -> CaughtMessage | None:
         await self._index_caught_up()
@@ -762,7 +758,7 @@ class SQLiteStore:
         row = rows[0]
         raw = row["raw_body"]
         return CaughtMessage(
-            listed=_listed(row),
+            listed=listed_from_row(row),
             raw=None if raw is None else bytes(raw),
             date=row["date"],
             expires_at=row["caught_until"],
@@ -811,7 +807,7 @@ class SQLiteStore:
         if not query.positive_texts:
             sql, params = _search_sql(query, run_scope, before)
             rows = await self._read(sql + " LIMIT ? OFFSET ?", (*params, limit, offset))
-            return [_listed(row) for row in rows]
+            return [listed_from_row(row) for row in rows]
         found = await self._text_first(query, run_scope, before, offset + limit)
         return found[offset:]
 
@@ -861,7 +857,7 @@ class SQLiteStore:
         found: list[Listed] = []
         for start in range(0, len(seqs), 200):
             sql, params = _search_sql(filters_only, run_scope, None, seqs=seqs[start : start + 200])
-            entries = [_listed(row) for row in await self._read(sql, params)]
+            entries = [listed_from_row(row) for row in await self._read(sql, params)]
             if query.texts and entries:
                 pks = sorted({e.position[0] for e in entries})
                 documents = {
@@ -919,7 +915,7 @@ class SQLiteStore:
             if kept:
                 sql, params = _search_sql(query, run_scope, None, among=kept)
                 for row in await self._read(sql, params):
-                    listed = _listed(row)
+                    listed = listed_from_row(row)
                     if before is None or listed.position < before:
                         found.append(listed)
             if len(pks) < batch:
@@ -931,7 +927,7 @@ class SQLiteStore:
     async def listed(self, entry_id: str) -> Listed | None:
         await self._index_caught_up()
         rows = await self._read(_LISTED_SELECT + " WHERE v.id = ?", (entry_id,))
-        return _listed(rows[0]) if rows else None
+        return listed_from_row(rows[0]) if rows else None
 
     async def listed_raw(self, entry_id: str) -> bytes | None:
         await self._index_caught_up()
@@ -1287,27 +1283,6 @@ _TEXT_FIRST_SELECT = (
     + " JOIN messages m ON m.message_pk = s.rowid"
     + _LISTED_JOINS
 )
-
-
-def _listed(row: Row) -> Listed:
-    return Listed(
-        id=row["id"],
-        position=(row["message_pk"], row["seq"]),
-        caught=row["inbox_id"] is None,
-        inbox_id=row["inbox_id"],
-        run_id=row["run_id"],
-        subject=row["subject"],
-        from_addr=row["from_addr"],
-        to=tuple(json.loads(row["to_json"])),
-        cc=tuple(json.loads(row["cc_json"])),
-        mail_from=row["mail_from"],
-        rcpts=tuple(json.loads(row["rcpt_json"] or "[]")),
-        received_at=row["received_at"],
-        size=row["size"],
-        has_attachment=bool(row["has_attachment"]),
-        claimed=row["claim_id"] is not None,
-        released=bool(row["released"]),
-    )
 
 
 def _filter_sql(kind: str, value: Any) -> tuple[str, list[Any]]:
