@@ -313,6 +313,31 @@ class SMTPClient:
             await self._writer.wait_closed()
 
 
+def new_inbox(purpose: str, now: float) -> Any:
+    """A ``NewInbox`` for a bench that writes through the real store (no hand-made SQL): a
+    run of its own, an hour's lease. (sink is imported here: the sender process needs none.)"""
+    import uuid
+
+    from sink import ids
+    from sink.inbox import Inbox
+    from sink.storage.base import NewInbox
+
+    local = ids.new_local_part()
+    run_id = f"{purpose}-{uuid.uuid4().hex[:10]}"
+    inbox = Inbox.fresh(
+        inbox_id=ids.new_inbox_id(),
+        run_id=run_id,
+        purpose=purpose,
+        address=f"{local}@sink.test",
+        policy_name="ci",
+        now=now,
+        ttl_s=3600,
+        poll_budget=12,
+        trace_id=uuid.uuid4().hex,
+    )
+    return NewInbox(inbox, local, f"{purpose}:{run_id}", "{}", 100, 86400)
+
+
 def make_message(to: str, size: int = 4096) -> bytes:
     """A plain-text mail of about ``size`` bytes, ready for DATA (dot-stuffed, terminated)."""
     head = (

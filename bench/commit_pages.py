@@ -27,40 +27,21 @@ import struct
 import sys
 import tempfile
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import make_message
+from _common import make_message, new_inbox
 
 from sink import ids
-from sink.inbox import Inbox
 from sink.message import summarize
 from sink.storage.base import Delivered, Event, Incoming, NewInbox
 from sink.storage.sqlite import SQLiteStore
 
 _WAL_HEADER = 32
 _FRAME_HEADER = 24
-
-
-def _new_inbox(now: float) -> NewInbox:
-    local = ids.new_local_part()
-    run_id = f"pages-{uuid.uuid4().hex[:10]}"
-    inbox = Inbox.fresh(
-        inbox_id=ids.new_inbox_id(),
-        run_id=run_id,
-        purpose="pages",
-        address=f"{local}@sink.test",
-        policy_name="ci",
-        now=now,
-        ttl_s=3600,
-        poll_budget=12,
-        trace_id=uuid.uuid4().hex,
-    )
-    return NewInbox(inbox, local, f"pages:{run_id}", "{}", 100, 86400)
 
 
 def _incoming(new: NewInbox, now: float) -> Incoming:
@@ -118,7 +99,7 @@ async def measure(
         now = time.time()
         inboxes = []
         for _ in range(20):
-            new = _new_inbox(now)
+            new: NewInbox = new_inbox("pages", now)
             await store.create_inbox(
                 new, Event(new.inbox.run_id, "created", now, new.inbox.inbox_id)
             )

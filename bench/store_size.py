@@ -41,10 +41,9 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import SMTPClient, make_message, percentile, start_runsink
+from _common import SMTPClient, make_message, new_inbox, percentile, start_runsink
 
 from sink import ids
-from sink.inbox import Inbox
 from sink.message import summarize
 from sink.storage.base import Delivered, Event, Incoming, NewInbox
 from sink.storage.sqlite import SQLiteStore
@@ -72,23 +71,6 @@ def _raw(address: str, n: int) -> bytes:
     ).encode()
 
 
-def _new_inbox(now: float) -> NewInbox:
-    local = ids.new_local_part()
-    run_id = f"fill-{uuid.uuid4().hex[:10]}"
-    inbox = Inbox.fresh(
-        inbox_id=ids.new_inbox_id(),
-        run_id=run_id,
-        purpose="fill",
-        address=f"{local}@sink.test",
-        policy_name="ci",
-        now=now,
-        ttl_s=3600,
-        poll_budget=12,
-        trace_id=uuid.uuid4().hex,
-    )
-    return NewInbox(inbox, local, f"fill:{run_id}", "{}", 100, 86400)
-
-
 async def fill(path: Path, count: int) -> float:
     """Add ``count`` messages through the real store; returns messages per second."""
     store = SQLiteStore(path)
@@ -98,7 +80,7 @@ async def fill(path: Path, count: int) -> float:
         done = 0
         while done < count:
             now = time.time()
-            new = _new_inbox(now)
+            new: NewInbox = new_inbox("fill", now)
             await store.create_inbox(
                 new, Event(new.inbox.run_id, "created", now, new.inbox.inbox_id)
             )
@@ -230,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             servers.append(start_runsink(home, policy_file=folder / "policies.toml"))
         probes = [asyncio.run(prepare(s.url, s.smtp_port)) for s in servers]
         asyncio.run(measure_interleaved(probes))
+        megabytes = [(home / "bench.db").stat().st_size / 2**20 for home, _ in stores]
     finally:
         for server in servers:
             server.stop()
@@ -247,14 +230,13 @@ def main(argv: list[str] | None = None) -> int:
         "| claim p50/p95 ms | p50 vs smallest (list / wait / claim) |"
     )
     print("|---|---|---|---|---|---|---|")
-    for size, (home, rate), probe in zip(sizes, stores, probes, strict=True):
+    for size, (_, rate), probe, mb in zip(sizes, stores, probes, megabytes, strict=True):
         timings = probe.timings
         cells = []
         ratios = []
         for op in ("list", "wait", "claim"):
             cells.append(f"{percentile(timings[op], 50):.2f} / {percentile(timings[op], 95):.2f}")
             ratios.append(f"{percentile(timings[op], 50) / percentile(base[op], 50):.2f}")
-        mb = (home / "bench.db").stat().st_size / 2**20
         shown = "kept" if rate is None else f"{rate:.0f}"
         print(f"| {size:,} | {mb:.0f} | {shown} | {' | '.join(cells)} | {' / '.join(ratios)} |")
     print()
