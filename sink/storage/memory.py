@@ -32,7 +32,7 @@ from sink.storage.base import (
     StoredMessage,
     UnroutedMail,
 )
-from sink.storage.rows import expired_event
+from sink.storage.rows import claimed_event, expired_event
 from sink.vocabulary import Reason, State
 
 _NEVER = 1e18  # evidence_release_at of an inbox whose expiry set no retention
@@ -309,16 +309,7 @@ class MemoryStore:
                 cursor_seq=max(row.inbox.cursor_seq, delivery.seq),
             )
             row.evidence_message_id = claim.message_id
-        self._events.append(
-            Event(
-                run_id=claim.run_id,
-                type="claimed",
-                at=claim.claimed_at,
-                inbox_id=delivery.inbox_id,
-                message_id=claim.message_id,
-                detail={"claim_id": claim.claim_id},
-            )
-        )
+        self._events.append(claimed_event(claim, delivery.inbox_id))
         return claim
 
     # -- release and retention ---------------------------------------------------

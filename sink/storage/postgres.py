@@ -78,7 +78,7 @@ from sink.storage.base import (
 from sink.storage.pg_events import CAUGHT, EventFeed, LiveTarget
 from sink.storage.pg_space import DISK_FULL, SpaceGate, probe
 from sink.storage.postgres_mail import PostgresMail, lock_messages
-from sink.storage.rows import delivery_from_row, expired_event, inbox_from_row
+from sink.storage.rows import claimed_event, delivery_from_row, expired_event, inbox_from_row
 from sink.storage.sqlite import RouteCache
 from sink.vocabulary import Reason, State
 
@@ -703,16 +703,7 @@ class PostgresStore:
             )
             await _insert_events(
                 db,
-                [
-                    Event(
-                        run_id=claim.run_id,
-                        type="claimed",
-                        at=claim.claimed_at,
-                        inbox_id=delivery.inbox_id,
-                        message_id=claim.message_id,
-                        detail={"claim_id": claim.claim_id},
-                    )
-                ],
+                [claimed_event(claim, delivery.inbox_id)],
             )
             return claim
 

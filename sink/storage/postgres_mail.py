@@ -36,7 +36,7 @@ from sink.logs import warn
 from sink.message import search_fields
 from sink.search import Query, Text
 from sink.storage.base import CaughtMessage, Deleted, Listed
-from sink.storage.rows import listed_from_row
+from sink.storage.rows import caught_from_row, listed_from_row
 
 if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
@@ -193,14 +193,7 @@ class PostgresMail:
         )
         if not rows:
             return None
-        row = rows[0]
-        raw = row["raw_body"]
-        return CaughtMessage(
-            listed=listed_from_row(row),
-            raw=None if raw is None else bytes(raw),
-            date=row["date"],
-            expires_at=row["caught_until"],
-        )
+        return caught_from_row(rows[0])
 
     async def expire_caught(self, now: float, limit: int) -> int:
         return await self._delete_caught(

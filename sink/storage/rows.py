@@ -7,7 +7,7 @@ import json
 from typing import Any, Protocol
 
 from sink.inbox import Claim, Delivery, Evidence, Inbox, Match
-from sink.storage.base import Event, Listed
+from sink.storage.base import CaughtMessage, Event, Listed
 from sink.vocabulary import Reason, State
 
 
@@ -92,6 +92,18 @@ def expired_event(inbox: Inbox, cause: str | None = None) -> Event:
     )
 
 
+def claimed_event(claim: Claim, inbox_id: str) -> Event:
+    """The run report's ``claimed`` entry for a claim just made."""
+    return Event(
+        run_id=claim.run_id,
+        type="claimed",
+        at=claim.claimed_at,
+        inbox_id=inbox_id,
+        message_id=claim.message_id,
+        detail={"claim_id": claim.claim_id},
+    )
+
+
 def listed_from_row(row: Row) -> Listed:
     """A listing entry (a delivery or caught mail) from its row (the adapters select the
     same columns)."""
@@ -112,4 +124,15 @@ def listed_from_row(row: Row) -> Listed:
         has_attachment=bool(row["has_attachment"]),
         claimed=row["claim_id"] is not None,
         released=bool(row["released"]),
+    )
+
+
+def caught_from_row(row: Row) -> CaughtMessage:
+    """Caught mail from its listing row plus ``raw_body``, ``date`` and ``caught_until``."""
+    raw = row["raw_body"]
+    return CaughtMessage(
+        listed=listed_from_row(row),
+        raw=None if raw is None else bytes(raw),
+        date=row["date"],
+        expires_at=row["caught_until"],
     )

@@ -44,7 +44,14 @@ from sink.storage.base import (
     StoredMessage,
     UnroutedMail,
 )
-from sink.storage.rows import delivery_from_row, expired_event, inbox_from_row, listed_from_row
+from sink.storage.rows import (
+    caught_from_row,
+    claimed_event,
+    delivery_from_row,
+    expired_event,
+    inbox_from_row,
+    listed_from_row,
+)
 from sink.storage.sqlite_writer import CONNECTION_PRAGMAS, Writer, note
 from sink.vocabulary import Reason, State
 
@@ -586,16 +593,7 @@ class SQLiteStore:
             )
             _insert_events(
                 db,
-                [
-                    Event(
-                        run_id=claim.run_id,
-                        type="claimed",
-                        at=claim.claimed_at,
-                        inbox_id=delivery.inbox_id,
-                        message_id=claim.message_id,
-                        detail={"claim_id": claim.claim_id},
-                    )
-                ],
+                [claimed_event(claim, delivery.inbox_id)],
             )
             return claim
 
@@ -755,14 +753,7 @@ class SQLiteStore:
         )
         if not rows:
             return None
-        row = rows[0]
-        raw = row["raw_body"]
-        return CaughtMessage(
-            listed=listed_from_row(row),
-            raw=None if raw is None else bytes(raw),
-            date=row["date"],
-            expires_at=row["caught_until"],
-        )
+        return caught_from_row(rows[0])
 
     async def expire_caught(self, now: float, limit: int) -> int:
         # The sweeper asks every second: the index is caught up (below) only when some
