@@ -144,17 +144,19 @@ class WaitPath:
         found = None
         if scope["type"] == "http" and scope["method"] == "POST":
             found = _PATH.fullmatch(scope["path"])
-        if found is None or not self._takes(scope):
+        headers = Headers(scope=scope)
+        if found is None or not self._takes(scope, headers):
             await self.app(scope, receive, send)
             return
         inbox_id, found = found.group(1), None
         started = time.perf_counter()
-        context = begin(Headers(scope=scope))
+        context = begin(headers)
         scope[CONTEXT] = context
         status = 500
         try:
             try:
-                response = await authorise(self._authority, scope, Headers(scope=scope), context)
+                response = await authorise(self._authority, scope, headers, context)
+                del headers  # the parked wait keeps no view of the headers (_forget_headers)
                 if response is None:
                     body = _Body(receive).read
                     response = await self._endpoint.answer(scope, receive, inbox_id, body)
@@ -178,8 +180,7 @@ class WaitPath:
         finally:
             record(self._metrics, "POST", ROUTE, status, time.perf_counter() - started, context)
 
-    def _takes(self, scope: Scope) -> bool:
-        headers = Headers(scope=scope)
+    def _takes(self, scope: Scope, headers: Headers) -> bool:
         if self._authority.keyring.configured and "authorization" not in headers:
             return False  # perhaps a browser session: the UI's gate knows those
         length = headers.get("content-length")
