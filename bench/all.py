@@ -25,6 +25,7 @@ HERE = Path(__file__).resolve().parent
 # name -> (script, extra arguments for a quick run). The order is the report's.
 SCRIPTS: dict[str, tuple[str, list[str]]] = {
     "ingest": ("ingest.py", ["--quick"]),
+    "instructions": ("instructions.py", ["--quick"]),
     "search": ("search.py", ["--quick"]),
     "longpoll": ("longpoll.py", ["--quick"]),
     "longpoll_memory": ("longpoll_memory.py", ["--quick"]),

@@ -382,6 +382,38 @@ def _indexed(store: SQLiteStore) -> Awaitable[list[sqlite3.Row]]:
     return store._read("SELECT message_pk FROM listing ORDER BY seq")
 
 
+def test_an_index_batch_stops_at_its_bytes_and_the_rest_follows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch takes messages up to its byte bound (one at least, however large): a search
+    still finds every message, each once, in the order it was stored."""
+    import sink.storage.sqlite as adapter
+
+    monkeypatch.setattr(adapter, "_INDEX_BATCH_BYTES", 1)  # every message is over it
+    monkeypatch.setattr(adapter, "_INDEX_QUIET_S", 3600.0)  # only the search indexes
+    batches: list[int] = []
+    index_pending = adapter._index_pending
+
+    def counted(db: sqlite3.Connection, limit: int = adapter._INDEX_BATCH) -> tuple[int, bool]:
+        indexed, more = index_pending(db, limit)
+        batches.append(indexed)
+        return indexed, more
+
+    monkeypatch.setattr(adapter, "_index_pending", counted)
+
+    async def scenario(store: SQLiteStore) -> None:
+        new = new_inbox()
+        await store.create_inbox(new, created_event(new))
+        for n in range(5):
+            await store.save_message(incoming(new.inbox, subject=f"m{n}"))
+        await store._index_caught_up()  # what a search does first
+        rows = [row[0] for row in await _indexed(store)]
+        assert rows == sorted(rows) and len(rows) == 5
+        assert [size for size in batches if size] == [1, 1, 1, 1, 1]  # one a batch
+
+    run(tmp_path / "s.db", scenario)
+
+
 def test_the_index_follows_ingest_after_a_pause_and_at_a_backlog(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -390,6 +422,7 @@ def test_the_index_follows_ingest_after_a_pause_and_at_a_backlog(
     import sink.storage.sqlite as adapter
 
     monkeypatch.setattr(adapter, "_INDEX_BATCH", 4)
+    monkeypatch.setattr(adapter, "_INDEX_BATCH_IDLE", 4)
     monkeypatch.setattr(adapter, "_INDEX_QUIET_S", 0.05)
     monkeypatch.setattr(adapter, "_INDEX_BACKLOG", 6)
 
