@@ -17,9 +17,11 @@ up later lets its write finish: there is never a write half done.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import queue
 import sqlite3
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -73,16 +75,39 @@ def note(db: sqlite3.Connection, items: list[Any]) -> None:
         notes.extend(items)
 
 
+class _Call:
+    """Work run alone on the writer thread, outside any transaction (open, close, a
+    maintenance statement)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+
+
+Item = tuple[Work | _Call, asyncio.Future[Any]]
+_STOP: list[Item] = []  # handed to the thread last: it returns
+
+
 class Writer:
+    """The writer thread and its group commit.
+
+    Writes queue on the event loop for the rest of the loop's turn; then the turn's writes go
+    to the thread together (``_flush``, once per turn, a ``call_soon``, not a task). The
+    thread takes everything that waits for it, commits it in batches, and hands each batch's
+    outcomes back in one ``call_soon_threadsafe``. While it commits, the next writes gather.
+    """
+
     def __init__(self, path: Path, on_commit: Callable[[list[Any]], None] | None = None) -> None:
         self._path = path
         self._on_commit = on_commit
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-writer")
         self._db: sqlite3.Connection | None = None
-        self._pending: list[tuple[Work, asyncio.Future[Any]]] = []
-        self._arrived = asyncio.Event()
+        self._pending: list[Item] = []
+        self._flushing = False
+        self._inbox: queue.SimpleQueue[list[Item]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
-        self._committer: asyncio.Task[None] | None = None
 
     async def open(self, setup: Callable[[sqlite3.Connection], None]) -> None:
         def connect() -> None:
@@ -98,17 +123,17 @@ class Writer:
             setup(db)
             self._db = db
 
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._serve, name="sqlite-writer", daemon=True)
+        self._thread.start()
         await self._call(connect)
-        self._committer = asyncio.create_task(self._commit_loop(), name="sqlite-group-commit")
 
     async def transaction(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work`` in the next commit; it returns once that commit is durable."""
-        if self._committer is None or self._closing:
+        if self._db is None or self._closing:
             raise StorageError("the store is closed")
-        done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._pending.append((work, done))
-        self._arrived.set()
-        return await done
+        result: T = await self._queue(work)
+        return result
 
     async def shared(self, run: Callable[[sqlite3.Connection, list[Any]], None], item: Any) -> None:
         """``transaction(lambda db: run(db, [item]))``, run with the same ``run``'s items that
@@ -124,12 +149,10 @@ class Writer:
         await self._call(run)
 
     async def close(self) -> None:
-        """Commit what is pending, then close the connection and the thread."""
+        """Commit what is pending, then close the connection and end the thread."""
+        if self._thread is None:
+            return
         self._closing = True
-        self._arrived.set()
-        if self._committer is not None:
-            await self._committer
-            self._committer = None
 
         def close() -> None:
             if self._db is not None:
@@ -139,34 +162,103 @@ class Writer:
         try:
             await self._call(close)
         finally:
-            # The worker is idle now (close ran last); do not block the loop joining it.
-            self._executor.shutdown(wait=False)
+            self._flush()
+            self._inbox.put(_STOP)
+            self._thread = None
 
-    async def _commit_loop(self) -> None:
-        while True:
-            await self._arrived.wait()
-            self._arrived.clear()
-            while self._pending:
-                batch = [item for item in self._pending[:_BATCH_MAX] if not item[1].cancelled()]
-                del self._pending[:_BATCH_MAX]
-                if batch:
-                    await self._commit(batch)
-            if self._closing:
-                return
-
-    async def _commit(self, batch: list[tuple[Work, asyncio.Future[Any]]]) -> None:
+    async def _call(self, fn: Callable[[], T]) -> T:
         try:
-            outcomes = await self._call(lambda: self._run_batch([work for work, _ in batch]))
+            result: T = await self._queue(_Call(fn))
+            return result
+        except sqlite3.Error as exc:
+            raise StorageError(f"write failed: {exc}") from exc
+
+    def _queue(self, work: Work | _Call) -> asyncio.Future[Any]:
+        loop = self._loop
+        if loop is None or self._thread is None:
+            raise StorageError("the store is closed")
+        done: asyncio.Future[Any] = loop.create_future()
+        self._pending.append((work, done))
+        if not self._flushing:
+            self._flushing = True
+            loop.call_soon(self._flush)
+        return done
+
+    def _flush(self) -> None:
+        """The loop's turn is over: its writes go to the thread together."""
+        self._flushing = False
+        if self._pending:
+            self._inbox.put(self._pending)
+            self._pending = []
+
+    # -- on the writer thread ---------------------------------------------------------
+
+    def _serve(self) -> None:
+        inbox = self._inbox
+        while True:
+            items = inbox.get()
+            if items is _STOP:
+                return
+            with contextlib.suppress(queue.Empty):
+                while len(items) < _BATCH_MAX:
+                    more = inbox.get_nowait()
+                    if more is _STOP:
+                        inbox.put(_STOP)  # after these
+                        break
+                    items = items + more
+            self._run_items(items)
+
+    def _run_items(self, items: list[Item]) -> None:
+        """Calls alone, in their place; the transactions between them in batches."""
+        batch: list[Item] = []
+        for item in items:
+            if isinstance(item[0], _Call):
+                self._commit(batch)
+                batch = []
+                self._answer([item], [self._run_call(item[0])], [])
+            elif not item[1].cancelled():  # a caller gone before its batch: dropped
+                batch.append(item)
+                if len(batch) == _BATCH_MAX:
+                    self._commit(batch)
+                    batch = []
+        self._commit(batch)
+
+    @staticmethod
+    def _run_call(call: _Call) -> Outcome:
+        try:
+            return True, call.fn()
+        except Exception as exc:
+            return False, exc
+
+    def _commit(self, batch: list[Item]) -> None:
+        if not batch:
+            return
+        try:
+            outcomes = self._run_batch([work for work, _ in batch])  # type: ignore[misc]
         except Exception as exc:  # BEGIN or COMMIT failed: nothing of the batch happened
             failure = (
                 exc if isinstance(exc, StorageError) else StorageError(f"commit failed: {exc}")
             )
             outcomes = [(False, failure)] * len(batch)
         notes: list[Any] = []
-        for (_, done), (succeeded, value) in zip(batch, outcomes, strict=True):
+        results: list[Outcome] = []
+        for succeeded, value in outcomes:
             if succeeded:
                 value, noted = value
                 notes.extend(noted)
+            results.append((succeeded, value))
+        self._answer(batch, results, notes)
+
+    def _answer(self, batch: list[Item], outcomes: list[Outcome], notes: list[Any]) -> None:
+        loop = self._loop
+        assert loop is not None
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+            loop.call_soon_threadsafe(self._settle, batch, outcomes, notes)
+
+    # -- back on the event loop -----------------------------------------------------------
+
+    def _settle(self, batch: list[Item], outcomes: list[Outcome], notes: list[Any]) -> None:
+        for (_, done), (succeeded, value) in zip(batch, outcomes, strict=True):
             if done.done():
                 continue
             if succeeded:
@@ -237,15 +329,6 @@ class Writer:
         if self._db is None:
             raise StorageError("the store is closed")
         return self._db
-
-    async def _call(self, fn: Callable[[], T]) -> T:
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(self._executor, fn)
-        except sqlite3.Error as exc:
-            raise StorageError(f"write failed: {exc}") from exc
-        except RuntimeError as exc:  # the executor was shut down
-            raise StorageError("the store is closed") from exc
 
 
 def _same_run(work: Work, shared: Shared) -> bool:
