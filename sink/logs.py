@@ -65,7 +65,12 @@ def _render(at: float, level: int, event: str, fields: dict[str, Any]) -> str:
     for key, value in fields.items():
         if value is not None:
             line[key] = value
-    return json.dumps(line, default=str)
+    return _ENCODER.encode(line)
+
+
+# What ``json.dumps(line, default=str)`` builds for every call, built once: a third of the
+# cost of a short line. Encoding keeps no state between calls, so threads may share it.
+_ENCODER = json.JSONEncoder(default=str)
 
 
 class JsonFormatter(logging.Formatter):

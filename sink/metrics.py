@@ -23,6 +23,9 @@ class Metrics:
         self.messages = Counter(
             "runsink_messages", "SMTP deliveries by outcome", ["outcome"], registry=r
         )
+        # Each outcome's child, kept once made: ``labels`` checks and joins the label
+        # values under a lock at every call, and ingest counts every message.
+        self._messages_by_outcome: dict[str, Counter] = {}
         self.inboxes_created = Counter(
             "runsink_inboxes_created", "Inboxes created", ["policy"], registry=r
         )
@@ -91,7 +94,10 @@ class Metrics:
         return generate_latest(self.registry)
 
     def message(self, outcome: str, count: int = 1) -> None:
-        self.messages.labels(outcome).inc(count)
+        child = self._messages_by_outcome.get(outcome)
+        if child is None:  # made on first use: an outcome shows once it has happened
+            child = self._messages_by_outcome[outcome] = self.messages.labels(outcome)
+        child.inc(count)
 
     def inbox_created(self, policy: str) -> None:
         self.inboxes_created.labels(policy).inc()

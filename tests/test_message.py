@@ -7,7 +7,10 @@ import random
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from sink import message
 from sink.message import (
     FILENAME_MAX_CHARS,
     MAX_DEPTH,
@@ -557,3 +560,96 @@ def test_the_simple_text_reading_agrees_with_the_email_package(content_type: str
         info["content-type"] = content_type
     assert simple == (info.get_content_type(), info.get_content_charset())
     assert info.get_filename() is None
+
+
+# --- summarize's one-regex header scan against the line-by-line one -------------------------
+
+_HEAD_SAMPLES = [
+    b"",
+    b"Subject: plain\r\n",
+    b"Subject: no line end",
+    b"From: App <app@example.test>\r\nTo: <a@b.test>\r\nSubject: hi\r\nDate: x\r\n",
+    b"subject: lower\nFROM: UPPER <A@B.TEST>\ntO: mixed@Case.Test\ncC: c@d.test\n",
+    b"Subject : spaced name\r\nSubject\t: tabbed name\r\nSubject \t :both\r\n",
+    b"Subject: one\r\nSubject: two\r\nFrom: a@x.test\r\nFrom: b@x.test\r\n",
+    b"To: a@x.test\r\nTo: b@x.test\r\nCc: c@x.test, d@x.test\r\nCc: e@x.test\r\n",
+    b"Subject: folded\r\n  over\r\n\tthree lines\r\nTo: x@y.test\r\n",
+    b"DKIM-Signature: v=1;\r\n subject: not a field\r\n\tFrom: nor this\r\nFrom: a@x.test\r\n",
+    b" leading continuation\r\nSubject: after it\r\n",
+    b"From sender@x.test Tue Oct 20 02:30:00 2026\nSubject: mbox\n",
+    b"Subject\r: cr in name\r\n\rSubject: cr first\r\nSubject:cr\r\r\n more\r\r\n",
+    b"Subject: =?utf-8?q?caf=C3=A9?= =?utf-8?b?w6k=?=\r\n",
+    b"Subject: =?iso-8859-1?q?Gr=FC=DFe?=\r\n =?utf-8?q?_folded?=\r\n",
+    "Subject: Grüße 😀\r\nFrom: Ünïcode <ü@x.test>\r\n".encode(),
+    "Subject: Grüße\r\nFrom: latin <a@x.test>\r\n".encode("latin-1"),
+    b"Subject: \xff\xfe broken utf-8\r\n",
+    "\u017fubject: long s\r\n\u212ao: kelvin\r\n\u0130Subject: dotted\r\n".encode(),
+    b"Subject: nul\x00 and \x1b escape\r\nDate: Mon,\x7f 1 Jan\r\n",
+    "Subject: a\u2028b\u2029c\u0085d\u00a0e\r\n".encode(),
+    b"Subject:\r\nDate:   \r\nTo:\r\nCc: ;\r\nFrom:\r\n",
+    b"X-Subject: no\r\nSubjects: no\r\nDate-Sent: no\r\nToo: no\r\nccc: no\r\n",
+    b"Subject x: not wanted\r\nnocolon\r\n: empty name\r\n",
+    b"To: " + b"a@x.test, " * 2000 + b"\r\n",
+    b"".join(b"To: a%d@x.test\r\n" % i for i in range(1100)),
+    b"".join(b"Cc: c%d@x.test\r\n x\r\n" % i for i in range(1001)) + b"Subject: late\r\n",
+    b"Subject: " + b"s" * 70_000 + b"\r\n",
+    b"Subject: " + b"s" * 65_530 + b"\r\n   \r\n",
+]
+
+
+def _slow_fields(head: bytes) -> list[tuple[str, str]]:
+    return message._fields(head, message._SUMMARY_FIELDS)
+
+
+@pytest.mark.parametrize("head", _HEAD_SAMPLES)
+def test_summary_fields_match_the_line_by_line_scan(head: bytes) -> None:
+    """The regex scan finds the same fields and values as the line-by-line one."""
+    assert message._summary_fields(head) == _slow_fields(head)
+    for raw in (head, head + b"\r\nbody\r\n", head.replace(b"\r\n", b"\n") + b"\n\nbody"):
+        head_end, _ = message._head_span(raw, 0, len(raw))
+        block = raw[: min(head_end, message.MAX_HEAD_BYTES)]
+        assert summarize(raw) == message._summary(_slow_fields(block))
+
+
+_NAMES = ["Subject", "SUBJECT", "subject", "From", "from", "FROM", "To", "tO", "Cc", "CC"]
+_NAMES += ["Date", "X-Mailer", "Received", "Toe", "\u017fubject", "\u212ao", "From x", ""]
+_VALUES = ["", " ", "plain text", "App <app@example.test>", "<a@b.test>", "a@B.Test, c@d.test"]
+_VALUES += ['"Doe, J" <j@x.test>', "=?utf-8?q?caf=C3=A9?=", "=?utf-8?b?w6k=?= =?latin1?q?=E9?="]
+_VALUES += ["Grüße", "\x00\x1b\x7f", "tab\there", "a\u2028b", "Mon, 1 Jan 2024 10:00 +0000"]
+
+
+@st.composite
+def _header_blocks(draw: st.DrawFn) -> bytes:
+    lines = []
+    for _ in range(draw(st.integers(0, 12))):
+        if draw(st.integers(0, 4)) == 0:  # a folded line, or a stray one
+            line = draw(st.sampled_from([" ", "\t", "  x", "\tmore", "\r", "junk"]))
+        else:
+            name = draw(st.sampled_from(_NAMES))
+            colon = draw(st.sampled_from([":", ": ", " :", "\t: ", ":  "]))
+            line = name + colon + draw(st.sampled_from(_VALUES) | st.text(max_size=20))
+        encoding = draw(st.sampled_from(["utf-8", "utf-8", "latin-1"]))
+        ending = draw(st.sampled_from(["\r\n", "\r\n", "\n", "\r\r\n", "\r"]))
+        lines.append(line.encode(encoding, "replace") + ending.encode())
+    return b"".join(lines)
+
+
+@given(_header_blocks())
+@settings(max_examples=500, deadline=None)
+def test_summary_fields_match_on_generated_blocks(head: bytes) -> None:
+    """On generated header blocks the regex scan and the line-by-line one agree."""
+    assert message._summary_fields(head) == _slow_fields(head)
+    raw = head + b"\r\n\r\nbody"
+    head_end, _ = message._head_span(raw, 0, len(raw))
+    assert summarize(raw) == message._summary(_slow_fields(raw[:head_end]))
+
+
+def test_no_controls_spares_only_strings_without_controls() -> None:
+    """Every character the control table replaces is unprintable, so skipping it is exact."""
+    assert not any(chr(c).isprintable() for c in message._CONTROLS)
+
+
+@given(st.text())
+def test_no_controls_is_the_control_table(value: str) -> None:
+    """_no_controls gives what translating with the control table gives."""
+    assert message._no_controls(value) == value.translate(message._CONTROLS)

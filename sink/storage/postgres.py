@@ -78,7 +78,13 @@ from sink.storage.base import (
 from sink.storage.pg_events import CAUGHT, EventFeed, LiveTarget
 from sink.storage.pg_space import DISK_FULL, SpaceGate, probe
 from sink.storage.postgres_mail import PostgresMail, lock_messages
-from sink.storage.rows import claimed_event, delivery_from_row, expired_event, inbox_from_row
+from sink.storage.rows import (
+    claimed_event,
+    delivery_from_row,
+    expired_event,
+    inbox_from_row,
+    json_strings,
+)
 from sink.storage.sqlite import RouteCache
 from sink.vocabulary import Reason, State
 
@@ -1132,8 +1138,8 @@ class PostgresStore:
                         size,
                         s.subject,
                         s.from_addr,
-                        json.dumps(list(s.to)),
-                        json.dumps(list(s.cc)),
+                        json_strings(s.to),
+                        json_strings(s.cc),
                         s.date,
                         item.mail_from,
                         item.received_at,
@@ -1142,9 +1148,7 @@ class PostgresStore:
                 for d in live:
                     seq = next_seq[d.inbox_id]
                     next_seq[d.inbox_id] = seq + 1
-                    deliveries.append(
-                        (d.inbox_id, seq, d.message_id, key, json.dumps(list(d.rcpts)))
-                    )
+                    deliveries.append((d.inbox_id, seq, d.message_id, key, json_strings(d.rcpts)))
                     listing.append((d.message_id, key, d.inbox_id, d.run_id))
                     accepted = Event(
                         run_id=d.run_id,
@@ -1157,7 +1161,7 @@ class PostgresStore:
                     events.append(accepted)
                     event_rows += _event_rows([accepted])
             if item.caught_id:
-                rcpts = json.dumps(list(item.unrouted))
+                rcpts = json_strings(item.unrouted)
                 caught.append((item.caught_id, key, rcpts, item.caught_until))
                 listing.append((item.caught_id, key, None, None))
                 # No run's event: the live feed's row for caught mail (pg_events.py).

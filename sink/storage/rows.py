@@ -4,11 +4,20 @@ columns for an inbox and a delivery), and the ``expired`` event every adapter re
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from json.encoder import encode_basestring_ascii
 from typing import Any, Protocol
 
 from sink.inbox import Claim, Delivery, Evidence, Inbox, Match
 from sink.storage.base import CaughtMessage, Event, Listed
 from sink.vocabulary import Reason, State
+
+
+def json_strings(values: Iterable[str]) -> str:
+    """``json.dumps(list(values))`` for strings, the same text in a fifth of the time: the
+    encoder's own escaping per string, without an encoder made per call. Ingest stores three
+    such lists (To, Cc, recipients) a message."""
+    return "[" + ", ".join(map(encode_basestring_ascii, values)) + "]"
 
 
 class Row(Protocol):

@@ -51,6 +51,7 @@ from sink.storage.rows import (
     delivery_from_row,
     expired_event,
     inbox_from_row,
+    json_strings,
     listed_from_row,
 )
 from sink.storage.sqlite_writer import CONNECTION_PRAGMAS, Writer, note
@@ -1183,15 +1184,15 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
                     size,
                     s.subject,
                     s.from_addr,
-                    json.dumps(list(s.to)),
-                    json.dumps(list(s.cc)),
+                    json_strings(s.to),
+                    json_strings(s.cc),
                     s.date,
                     item.mail_from,
                     item.received_at,
                 )
             )
             for d in item.deliveries:
-                deliveries.append((d.message_id, d.inbox_id, pk, json.dumps(list(d.rcpts))))
+                deliveries.append((d.message_id, d.inbox_id, pk, json_strings(d.rcpts)))
                 events.append(
                     Event(
                         run_id=d.run_id,
@@ -1203,9 +1204,7 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
                     )
                 )
             if item.caught_id:
-                caught.append(
-                    (item.caught_id, pk, json.dumps(list(item.unrouted)), item.caught_until)
-                )
+                caught.append((item.caught_id, pk, json_strings(item.unrouted), item.caught_until))
         events.extend(
             Event(
                 run_id=late.run_id,

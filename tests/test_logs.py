@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sink import logs
+
+
+@pytest.fixture
+def output() -> Iterator[io.StringIO]:
+    stream = io.StringIO()
+    before = logs._OUTPUT.stream, logs._OUTPUT.level
+    logs._OUTPUT.stream, logs._OUTPUT.level = stream, logging.INFO
+    try:
+        yield stream
+    finally:
+        logs._OUTPUT.stream, logs._OUTPUT.level = before
+
+
+def test_a_line_is_what_json_dumps_makes(output: io.StringIO) -> None:
+    """A line is json.dumps(fields, default=str): same text, None fields left out, in order."""
+    logs.log("message_accepted", run_id="r-ü", inbox_id=None, size=4096, path=Path("/x"))
+    line = output.getvalue()
+    assert line.endswith("\n") and line.count("\n") == 1
+    fields = json.loads(line)
+    expected = {
+        "time": fields["time"],
+        "level": "info",
+        "event": "message_accepted",
+        "run_id": "r-ü",
+        "size": 4096,
+        "path": Path("/x"),
+    }
+    assert line == json.dumps(expected, default=str) + "\n"
+
+
+def test_lines_below_the_level_are_not_written(output: io.StringIO) -> None:
+    """Below the level set at start-up nothing is written; announce is always written."""
+    logs._OUTPUT.level = logging.WARNING
+    logs.log("message_accepted", size=1)
+    assert output.getvalue() == ""
+    logs.announce("listening", port=25)
+    assert json.loads(output.getvalue())["event"] == "listening"
