@@ -7,8 +7,8 @@ is in progress wait for the next one and then share it: one ``BEGIN IMMEDIATE``,
 batch (``shared``: SMTP deliveries) run as one write, one statement per table for all of
 them; should it fail, each runs alone in its own savepoint, so that one fails alone still.
 SMTP deliveries and agent calls (creates, polls, claims) all share commits this way, so
-durability does not cost throughput, and each batch costs one hop between the event loop
-and the thread. The fsync happens on the writer thread, never on the event loop.
+durability does not cost throughput, and each batch costs one hop from the event loop to
+the thread and one back. The fsync happens on the writer thread, never on the event loop.
 
 A caller that gives up before its batch starts is dropped from it; one that gives
 up later lets its write finish: there is never a write half done.
