@@ -313,6 +313,50 @@ class SMTPClient:
             await self._writer.wait_closed()
 
 
+# -- a lean HTTP client ---------------------------------------------------------------
+
+
+class Http:
+    """A bare HTTP/1.1 client connection: one request at a time, Content-Length bodies."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, port: int) -> Http:
+        reader, writer = await asyncio.open_connection(HOST, port)
+        return cls(reader, writer)
+
+    def send(self, method: str, path: str, body: dict[str, Any] | None = None) -> None:
+        payload = json.dumps(body).encode() if body is not None else b""
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\n\r\n"
+        )
+        self.writer.write(head.encode() + payload)
+
+    async def response(self) -> tuple[int, bytes]:
+        status_line = await self.reader.readline()
+        if not status_line:
+            raise ConnectionError("the server closed the connection")
+        status = int(status_line.split()[1])
+        length = 0
+        while (line := await self.reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        return status, await self.reader.readexactly(length)
+
+    async def call(
+        self, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> tuple[int, bytes]:
+        self.send(method, path, body)
+        return await self.response()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
 def new_inbox(purpose: str, now: float) -> Any:
     """A ``NewInbox`` for a bench that writes through the real store (no hand-made SQL): a
     run of its own, an hour's lease. (sink is imported here: the sender process needs none.)"""

@@ -34,6 +34,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # the bench folder is not a package: see sys.path above
+    Http,
     ServerProcess,
     SMTPClient,
     make_message,
@@ -160,77 +161,85 @@ def run_levels(
 # -- wake latency --------------------------------------------------------------------
 
 
-async def _active_long_polls(http: httpx.AsyncClient) -> float:
-    text = (await http.get("/metrics")).text
-    for line in text.splitlines():
+async def _active_long_polls(http: Http) -> float:
+    _, body = await http.call("GET", "/metrics")
+    for line in body.decode().splitlines():
         if line.startswith("runsink_active_long_polls "):
             return float(line.split()[1])
     raise RuntimeError("/metrics has no runsink_active_long_polls gauge")
 
 
-async def _parked(http: httpx.AsyncClient, wait: asyncio.Future[Any]) -> None:
+async def _parked(http: Http, wait: asyncio.Future[Any]) -> None:
     """Until the server holds our long-poll (it registers its waiter before scanning)."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if wait.done():
-            response, _ = wait.result()
-            raise RuntimeError(f"the wait returned before any mail: {response.text}")
+            status, body = wait.result()[0]
+            raise RuntimeError(f"the wait returned before any mail: {status} {body!r}")
         if await _active_long_polls(http) >= 1:
             return
     raise RuntimeError("the long-poll never became active")
 
 
 async def measure_wake(server: ServerProcess, count: int) -> list[float]:
-    """Milliseconds from the 250 after DATA to the waiting long-poll's answer, per message."""
+    """Milliseconds from the 250 after DATA to the waiting long-poll's answer, per message.
+
+    Over the lean HTTP client of _common.py, as bench/longpoll.py: httpx's own work on each
+    answer (about 0.4 ms here) is the measuring client's, not the server's.
+    """
+    assert server.http_port is not None
     run_id = f"bench-wake-{uuid.uuid4().hex[:12]}"
     latencies: list[float] = []
-    limits = httpx.Limits(max_keepalive_connections=4)
-    async with httpx.AsyncClient(base_url=server.url, timeout=30, limits=limits) as http:
-        created = await http.post(
-            "/v1/inboxes",
-            json={
-                "run_id": run_id,
-                "purpose": "wake",
-                "policy": "bench",
-                "ttl_s": 3600,
-                "poll_budget": count + 10,
-            },
+    control = await Http.open(server.http_port)
+    waiting = await Http.open(server.http_port)
+    status, raw = await control.call(
+        "POST",
+        "/v1/inboxes",
+        {
+            "run_id": run_id,
+            "purpose": "wake",
+            "policy": "bench",
+            "ttl_s": 3600,
+            "poll_budget": count + 10,
+        },
+    )
+    if status != 201:
+        raise RuntimeError(f"cannot create the wake inbox: {raw!r}")
+    inbox = json.loads(raw)
+    address = inbox["address"]
+    message = make_message(address, MESSAGE_BYTES)
+    smtp = await SMTPClient.connect(server.smtp_port)
+
+    async def timed_wait() -> tuple[tuple[int, bytes], float]:
+        waiting.send(
+            "POST", f"/v1/inboxes/{inbox['inbox_id']}/wait", {"timeout_s": 10, "run_id": run_id}
         )
-        if created.status_code != 201:
-            raise RuntimeError(f"cannot create the wake inbox: {created.text}")
-        inbox = created.json()
-        address = inbox["address"]
-        message = make_message(address, MESSAGE_BYTES)
-        smtp = await SMTPClient.connect(server.smtp_port)
+        answer = await waiting.response()
+        return answer, time.perf_counter()
 
-        async def timed_wait() -> tuple[httpx.Response, float]:
-            response = await http.post(
-                f"/v1/inboxes/{inbox['inbox_id']}/wait",
-                json={"timeout_s": 10, "run_id": run_id},
+    try:
+        for _ in range(count):
+            wait = asyncio.ensure_future(timed_wait())
+            await _parked(control, wait)
+            code = await smtp.send(b"app@example.test", address.encode(), message)
+            acknowledged = time.perf_counter()
+            if code != 250:
+                wait.cancel()
+                raise RuntimeError(f"SMTP answered {code} in the wake test")
+            (status, raw), answered = await wait
+            body = json.loads(raw)
+            if status != 200 or body.get("state") != "received":
+                raise RuntimeError(f"unexpected wait answer: {status} {raw!r}")
+            latencies.append((answered - acknowledged) * 1000)
+            status, raw = await control.call(
+                "POST", f"/v1/messages/{body['message']['message_id']}/claim", {"run_id": run_id}
             )
-            return response, time.perf_counter()
-
-        try:
-            for _ in range(count):
-                wait = asyncio.ensure_future(timed_wait())
-                await _parked(http, wait)
-                code = await smtp.send(b"app@example.test", address.encode(), message)
-                acknowledged = time.perf_counter()
-                if code != 250:
-                    wait.cancel()
-                    raise RuntimeError(f"SMTP answered {code} in the wake test")
-                response, answered = await wait
-                body = response.json()
-                if response.status_code != 200 or body.get("state") != "received":
-                    raise RuntimeError(f"unexpected wait answer: {response.text}")
-                latencies.append((answered - acknowledged) * 1000)
-                claimed = await http.post(
-                    f"/v1/messages/{body['message']['message_id']}/claim", json={"run_id": run_id}
-                )
-                if claimed.status_code != 200:
-                    raise RuntimeError(f"claim failed: {claimed.text}")
-        finally:
-            await smtp.close()
+            if status != 200:
+                raise RuntimeError(f"claim failed: {raw!r}")
+    finally:
+        await smtp.close()
+        control.close()
+        waiting.close()
     return latencies
 
 

@@ -37,7 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # the bench folder is not a package: see sys.path above
-    HOST,
+    Http,
     ServerProcess,
     SMTPClient,
     make_message,
@@ -58,47 +58,6 @@ inboxes_per_purpose = 100000
 WAKE_SAMPLES = 100
 WAVE = 1000
 HEALTH_SAMPLES = 200
-
-
-class Http:
-    """A bare HTTP/1.1 client connection: one request at a time, Content-Length bodies."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-
-    @classmethod
-    async def open(cls, port: int) -> Http:
-        reader, writer = await asyncio.open_connection(HOST, port)
-        return cls(reader, writer)
-
-    def send(self, method: str, path: str, body: dict[str, Any] | None = None) -> None:
-        payload = json.dumps(body).encode() if body is not None else b""
-        head = (
-            f"{method} {path} HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(payload)}\r\n\r\n"
-        )
-        self.writer.write(head.encode() + payload)
-
-    async def response(self) -> tuple[int, bytes]:
-        status_line = await self.reader.readline()
-        if not status_line:
-            raise ConnectionError("the server closed the connection")
-        status = int(status_line.split()[1])
-        length = 0
-        while (line := await self.reader.readline()) not in (b"\r\n", b""):
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value)
-        return status, await self.reader.readexactly(length)
-
-    async def call(
-        self, method: str, path: str, body: dict[str, Any] | None = None
-    ) -> tuple[int, bytes]:
-        self.send(method, path, body)
-        return await self.response()
-
-    def close(self) -> None:
-        self.writer.close()
 
 
 async def _gather_limited(coros: list[Any], limit: int) -> list[Any]:
