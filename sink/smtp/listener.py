@@ -52,6 +52,7 @@ from sink.ingest import DataVerdict, Ingest, Recipient, Verdict
 from sink.logs import log, warn
 from sink.metrics import Metrics
 from sink.smtp.loop import LeanLoopSMTP
+from sink.smtp.setup import KNOWN_ARGUMENTS, Learned, learn, set_up
 from sink.smtp.syntax import command_path, header_field_count, http_request_line
 from sink.smtp.tls import failure_cause
 
@@ -181,6 +182,8 @@ class Handler:
         self._recipients: weakref.WeakKeyDictionary[Envelope, list[Recipient]] = (
             weakref.WeakKeyDictionary()
         )
+        # aiosmtpd's introspection of a protocol class and this handler, taken once.
+        self.learned: dict[type[SMTP], Learned] = {}
         self._runs: weakref.WeakKeyDictionary[Envelope, str] = weakref.WeakKeyDictionary()
 
     def refused(self, reason: str) -> None:
@@ -410,8 +413,7 @@ class RunsinkSMTP(LeanLoopSMTP):
         # aiosmtpd keeps `command_size_limits` on the class: every new connection clears it
         # and every EHLO adds to it, for all connections at once. Keep ours per connection.
         self.command_size_limits = collections.defaultdict(lambda: SMTP.command_size_limit)
-        super().__init__(
-            handler,
+        options = dict(
             authenticator=authenticator,
             timeout=limits.idle_timeout_s,
             # Our own 530 at MAIL (Handler.handle_MAIL): aiosmtpd's auth_required=True with
@@ -420,6 +422,15 @@ class RunsinkSMTP(LeanLoopSMTP):
             auth_require_tls=False,
             **kwargs,
         )
+        # aiosmtpd's set-up, less its introspection after the first connection (setup.py).
+        leanable = options.keys() == KNOWN_ARGUMENTS and options["hostname"] and options["ident"]
+        learned = handler.learned.get(type(self)) if leanable else None
+        if learned is not None:
+            set_up(self, learned, handler, **options)
+        else:
+            super().__init__(handler, **options)
+            if leanable:
+                handler.learned[type(self)] = learn(self, handler)
         self._handler = handler
         self._limits = limits
         self._gate = gate
