@@ -151,6 +151,22 @@ def _accepts(port: int) -> bool:
         return False
 
 
+def serve_arguments(smtp_port: int, http_port: int, db: Path) -> list[str]:
+    """`serve`'s options for a server on these loopback ports with this database."""
+    return [
+        "--smtp-host",
+        HOST,
+        "--http-host",
+        HOST,
+        "--smtp-port",
+        str(smtp_port),
+        "--http-port",
+        str(http_port),
+        "--db",
+        str(db),
+    ]
+
+
 def start_runsink(
     folder: Path,
     *,
@@ -167,16 +183,7 @@ def start_runsink(
         "-m",
         "sink",
         "serve",
-        "--smtp-host",
-        HOST,
-        "--http-host",
-        HOST,
-        "--smtp-port",
-        str(smtp_port),
-        "--http-port",
-        str(http_port),
-        "--db",
-        str(folder / "bench.db"),
+        *serve_arguments(smtp_port, http_port, folder / "bench.db"),
         "--log-level",
         log_level,
     ]

@@ -42,6 +42,7 @@ from _common import (  # the bench folder is not a package: see sys.path above
     SMTPClient,
     free_port,
     make_message,
+    serve_arguments,
 )
 
 POLICIES = """
@@ -120,16 +121,7 @@ def start_runsink(folder: Path) -> Counted:
             "-m",
             "sink",
             "serve",
-            "--smtp-host",
-            HOST,
-            "--http-host",
-            HOST,
-            "--smtp-port",
-            str(smtp_port),
-            "--http-port",
-            str(http_port),
-            "--db",
-            str(folder / "bench.db"),
+            *serve_arguments(smtp_port, http_port, folder / "bench.db"),
             "--policy-file",
             str(folder / "policies.toml"),
         ],
