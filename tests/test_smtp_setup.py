@@ -42,8 +42,9 @@ def _comparable(connection: RunsinkSMTP, value: Any) -> Any:
 
 def _state(connection: RunsinkSMTP) -> dict[str, Any]:
     state = {key: _comparable(connection, value) for key, value in vars(connection).items()}
-    # Made per connection by asyncio (StreamReaderProtocol): compared by kind only.
-    for key in ("_closed", "_stream_reader_wr", "_drain_waiters"):
+    # Made per connection by asyncio (StreamReaderProtocol; where it was made, in debug
+    # mode): compared by kind only.
+    for key in ("_closed", "_stream_reader_wr", "_drain_waiters", "_source_traceback"):
         if key in state:
             state[key] = type(vars(connection)[key])
     return state
