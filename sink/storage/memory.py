@@ -32,7 +32,7 @@ from sink.storage.base import (
     StoredMessage,
     UnroutedMail,
 )
-from sink.storage.rows import claimed_event, expired_event
+from sink.storage.rows import accepted_event, claimed_event, expired_event, late_events
 from sink.vocabulary import Reason, State
 
 _NEVER = 1e18  # evidence_release_at of an inbox whose expiry set no retention
@@ -224,16 +224,7 @@ class MemoryStore:
                 self._listing[d.message_id] = _Entry(
                     next(self._listing_seq), d.message_id, message, d.inbox_id, d.run_id, d.rcpts
                 )
-                self._events.append(
-                    Event(
-                        run_id=d.run_id,
-                        type="message_accepted",
-                        at=incoming.received_at,
-                        inbox_id=d.inbox_id,
-                        message_id=d.message_id,
-                        detail={"size": size},
-                    )
-                )
+                self._events.append(accepted_event(d, incoming.received_at, size))
             if incoming.caught_id:
                 entry = _Entry(
                     next(self._listing_seq),
@@ -245,16 +236,7 @@ class MemoryStore:
                     incoming.caught_until,
                 )
                 self._listing[entry.id] = self._caught[entry.id] = entry
-        self._events.extend(
-            Event(
-                run_id=late.run_id,
-                type="late_arrival",
-                at=incoming.received_at,
-                inbox_id=late.inbox_id,
-                detail={"size": size, "action": "dropped"},
-            )
-            for late in incoming.late
-        )
+        self._events.extend(late_events(incoming.late, incoming.received_at, size))
 
     async def deliveries_after(self, inbox_id: str, after_seq: int, limit: int) -> list[Delivery]:
         self._check()

@@ -79,11 +79,13 @@ from sink.storage.pg_events import CAUGHT, EventFeed, LiveTarget
 from sink.storage.pg_space import DISK_FULL, SpaceGate, probe
 from sink.storage.postgres_mail import PostgresMail, lock_messages
 from sink.storage.rows import (
+    accepted_event,
     claimed_event,
     delivery_from_row,
     expired_event,
     inbox_from_row,
     json_strings,
+    late_events,
 )
 from sink.storage.sqlite import RouteCache
 from sink.vocabulary import Reason, State
@@ -1150,14 +1152,7 @@ class PostgresStore:
                     next_seq[d.inbox_id] = seq + 1
                     deliveries.append((d.inbox_id, seq, d.message_id, key, json_strings(d.rcpts)))
                     listing.append((d.message_id, key, d.inbox_id, d.run_id))
-                    accepted = Event(
-                        run_id=d.run_id,
-                        type="message_accepted",
-                        at=item.received_at,
-                        inbox_id=d.inbox_id,
-                        message_id=d.message_id,
-                        detail={"size": size},
-                    )
+                    accepted = accepted_event(d, item.received_at, size)
                     events.append(accepted)
                     event_rows += _event_rows([accepted])
             if item.caught_id:
@@ -1167,18 +1162,9 @@ class PostgresStore:
                 # No run's event: the live feed's row for caught mail (pg_events.py).
                 detail = json.dumps({"size": size})
                 event_rows.append((None, None, item.caught_id, item.received_at, CAUGHT, detail))
-            late_events = [
-                Event(
-                    run_id=late.run_id,
-                    type="late_arrival",
-                    at=item.received_at,
-                    inbox_id=late.inbox_id,
-                    detail={"size": size, "action": "dropped"},
-                )
-                for late in dropped
-            ]
-            events += late_events
-            event_rows += _event_rows(late_events)
+            lates = late_events(dropped, item.received_at, size)
+            events += lates
+            event_rows += _event_rows(lates)
         # The rest in one statement (one round trip): the rows as parallel arrays, and the
         # NOTIFY, delivered at COMMIT, naming the inboxes that got mail.
         ids = sorted(next_seq)

@@ -9,7 +9,7 @@ from json.encoder import encode_basestring_ascii
 from typing import Any, Protocol
 
 from sink.inbox import Claim, Delivery, Evidence, Inbox, Match
-from sink.storage.base import CaughtMessage, Event, Listed
+from sink.storage.base import CaughtMessage, Delivered, Event, Late, Listed
 from sink.vocabulary import Reason, State
 
 
@@ -111,6 +111,32 @@ def claimed_event(claim: Claim, inbox_id: str) -> Event:
         message_id=claim.message_id,
         detail={"claim_id": claim.claim_id},
     )
+
+
+def accepted_event(delivered: Delivered, received_at: float, size: int) -> Event:
+    """The run report's ``message_accepted`` entry for a message delivered to an inbox."""
+    return Event(
+        run_id=delivered.run_id,
+        type="message_accepted",
+        at=received_at,
+        inbox_id=delivered.inbox_id,
+        message_id=delivered.message_id,
+        detail={"size": size},
+    )
+
+
+def late_events(dropped: Iterable[Late], received_at: float, size: int) -> list[Event]:
+    """The run report's ``late_arrival`` entries for a message's dropped late recipients."""
+    return [
+        Event(
+            run_id=late.run_id,
+            type="late_arrival",
+            at=received_at,
+            inbox_id=late.inbox_id,
+            detail={"size": size, "action": "dropped"},
+        )
+        for late in dropped
+    ]
 
 
 def listed_from_row(row: Row) -> Listed:

@@ -46,12 +46,14 @@ from sink.storage.base import (
     UnroutedMail,
 )
 from sink.storage.rows import (
+    accepted_event,
     caught_from_row,
     claimed_event,
     delivery_from_row,
     expired_event,
     inbox_from_row,
     json_strings,
+    late_events,
     listed_from_row,
 )
 from sink.storage.sqlite_writer import CONNECTION_PRAGMAS, Writer, note
@@ -1195,28 +1197,10 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
             )
             for d in item.deliveries:
                 deliveries.append((d.message_id, d.inbox_id, pk, json_strings(d.rcpts)))
-                events.append(
-                    Event(
-                        run_id=d.run_id,
-                        type="message_accepted",
-                        at=item.received_at,
-                        inbox_id=d.inbox_id,
-                        message_id=d.message_id,
-                        detail={"size": size},
-                    )
-                )
+                events.append(accepted_event(d, item.received_at, size))
             if item.caught_id:
                 caught.append((item.caught_id, pk, json_strings(item.unrouted), item.caught_until))
-        events.extend(
-            Event(
-                run_id=late.run_id,
-                type="late_arrival",
-                at=item.received_at,
-                inbox_id=late.inbox_id,
-                detail={"size": size, "action": "dropped"},
-            )
-            for late in item.late
-        )
+        events.extend(late_events(item.late, item.received_at, size))
     if messages:
         db.executemany(
             "INSERT INTO messages (message_pk, raw, size, subject, from_addr, to_json, cc_json, "
