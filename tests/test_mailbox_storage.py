@@ -22,7 +22,7 @@ from sink.storage.base import Delivered, Incoming, Storage
 from sink.storage.memory import MemoryStore
 from sink.storage.postgres import PostgresStore
 from sink.storage.postgres_mail import PostgresMail
-from sink.storage.sqlite import SQLiteStore
+from sink.storage.sqlite import SQLiteStore, _refold
 from tests.pg_cluster import Cluster
 from tests.support import psql
 from tests.test_storage import created_event, new_inbox
@@ -135,7 +135,7 @@ def test_a_v1_store_is_indexed_at_the_upgrade(tmp_path: Path) -> None:
 
     assert run(path, search) == ["msg_aaaaaaaaaaaaaaaaaaaaaaaa"]
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
 
 
 ATTACHED = (
@@ -246,13 +246,107 @@ def test_a_v2_store_with_mail_upgrades_in_place(tmp_path: Path) -> None:
     assert len(found["after"]) == 1 and found["after"][0].startswith("3:")
     assert found["new"] == [found["after"][0].split(":", 1)[1]]
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
         assert db.execute("SELECT indexed_upto FROM index_state").fetchone()[0] == 4
         assert (
             db.execute("SELECT COUNT(*) FROM sqlite_sequence WHERE name = 'deliveries'").fetchone()[
                 0
             ]
             == 0
+        )
+
+
+def _v3_store(path: Path) -> None:
+    """A store as schema v3 left it: a delivery and a caught mail, both indexed, their text
+    in the index as v3 kept it (not folded, with token positions)."""
+    sql = resources.files("sink.storage") / "sql"
+    v3 = "\n".join((sql / name).read_text() for name in sorted(sql.iterdir()) if name.name < "004")
+    with sqlite3.connect(path) as db:
+        db.executescript(v3 + "\nPRAGMA user_version = 3;")
+        db.execute(
+            "INSERT INTO inboxes (inbox_id, run_id, purpose, local_part, address, policy, "
+            "created_at, expires_at, poll_budget, state, match_json, trace_id, "
+            "evidence_release_at) VALUES ('ib_aaaaaaaaaaaaaaaaaaaa', 'r1', 'p', 'l', "
+            "'l@sink.test', 'ci', 0, 9e9, 5, 'created', '{}', 't', 9e9)"
+        )
+        for pk, raw in ((1, RAW), (2, ATTACHED)):
+            db.execute(
+                "INSERT INTO messages (message_pk, raw, size, subject, from_addr, to_json, "
+                "cc_json, mail_from, received_at) VALUES (?, ?, ?, 'Hello there', "
+                "'a@acme.example', '[]', '[]', 'app@example.test', ?)",
+                (pk, raw, len(raw), pk * 100.0),
+            )
+            db.execute(
+                "INSERT INTO message_text (rowid, subject, body, sender, rcpts) VALUES "
+                "(?, 'Hello there', 'body text', 'a@acme.example', 'l@sink.test')",
+                (pk,),
+            )
+        db.execute(
+            "INSERT INTO deliveries (seq, message_id, inbox_id, message_pk, rcpt_json) VALUES "
+            "(1, 'msg_000000000000000000000001', 'ib_aaaaaaaaaaaaaaaaaaaa', 1, "
+            "'[\"l@sink.test\"]')"
+        )
+        db.execute(
+            "INSERT INTO caught (caught_id, message_pk, rcpt_json, expires_at) VALUES "
+            "('cm_2', 2, '[\"x@gmail.com\"]', 9e9)"
+        )
+        db.execute(
+            "INSERT INTO listing (id, message_pk, inbox_id, run_id, size, received_at) VALUES "
+            "('msg_000000000000000000000001', 1, 'ib_aaaaaaaaaaaaaaaaaaaa', 'r1', 10, 100.0), "
+            "('cm_2', 2, NULL, NULL, 10, 200.0)"
+        )
+        db.execute("UPDATE index_state SET indexed_upto = 2")
+
+
+def _searches(path: Path) -> dict[str, list[str]]:
+    async def search(store: SQLiteStore) -> dict[str, list[str]]:
+        found = {}
+        for query in ("from:ACME", "see attached", '-"SEE ATTACHED"', "to:gmail", "body"):
+            found[query] = [f.id for f in await store.search(parse_query(query), None, None, 9)]
+        return found
+
+    return run(path, search)
+
+
+def test_a_v3_store_is_searchable_after_the_v4_upgrade_refolds_its_text(tmp_path: Path) -> None:
+    """v4 rebuilds the full-text index (folded text, no positions): the mail indexed under
+    v3 is found by its text again, from its bodies, case-insensitively; a stop during the
+    rebuild resumes it at the next open."""
+    path = tmp_path / "v3.db"
+    _v3_store(path)
+    one = "msg_000000000000000000000001"
+    expected = {
+        "from:ACME": ["cm_2", one],
+        "see attached": ["cm_2"],
+        '-"SEE ATTACHED"': [one],
+        "to:gmail": ["cm_2", one],
+        "body": [one],  # RAW's body; ATTACHED's text says "see attached"
+    }
+    assert _searches(path) == expected
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert db.execute("SELECT refold_upto FROM index_state").fetchone()[0] == 0
+        # As if the process stopped before the rebuild's first batch committed.
+        db.execute("DELETE FROM message_text")
+        db.execute("UPDATE index_state SET refold_upto = 2")
+    assert _searches(path) == expected
+
+
+def test_the_rebuild_goes_by_batches_newest_first(tmp_path: Path) -> None:
+    path = tmp_path / "v3.db"
+    _v3_store(path)
+    with sqlite3.connect(path) as db:
+        db.executescript(
+            (resources.files("sink.storage") / "sql" / "004_folded_search_text.sql").read_text()
+        )
+        db.row_factory = sqlite3.Row
+        assert _refold(db, 1) is False
+        assert db.execute("SELECT refold_upto FROM index_state").fetchone()[0] == 1
+        assert [r[0] for r in db.execute("SELECT rowid FROM message_text")] == [2]
+        assert _refold(db, 1) is True
+        assert db.execute("SELECT refold_upto FROM index_state").fetchone()[0] == 0
+        assert db.execute("SELECT subject FROM message_text WHERE rowid = 1").fetchone()[0] == (
+            "hello there"
         )
 
 

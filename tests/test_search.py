@@ -17,6 +17,7 @@ from sink.search import (
     fts_any,
     fts_expression,
     parse_query,
+    trigrams,
 )
 
 
@@ -86,13 +87,37 @@ def test_unknown_keys_are_plain_text() -> None:
 
 
 def test_literal_values_never_become_fts_syntax() -> None:
-    """Quotes are doubled, and *, ^, NEAR, OR stay text inside one FTS5 string."""
+    """Each text is folded and cut into trigrams, each one FTS5 string: quotes are doubled,
+    and *, ^, NEAR, OR stay text inside them."""
     query = parse_query("NEAR* ^abc AND")
     assert fts_expression(query.texts) == (
-        '{subject body} : "NEAR*" AND {subject body} : "^abc" AND {subject body} : "AND"'
+        '{subject body} : ("nea" AND "ar*") AND {subject body} : ("^ab" AND "abc") '
+        'AND {subject body} : ("and")'
     )
     either = fts_any((Text(SENDER, 'x"y z'), Text(SUBJECT, "OR")))
-    assert either == 'sender : "x""y z" OR subject : "OR"'
+    assert either == 'sender : ("x""y" AND "y z") OR subject : ("or")'
+
+
+@pytest.mark.parametrize(
+    ("needle", "grams"),
+    [
+        ("abc", ["abc"]),
+        ("abcd", ["abc", "bcd"]),
+        ("abcdef", ["abc", "def"]),
+        ("abcdefg", ["abc", "def", "efg"]),
+        ("aaaaaa", ["aaa"]),
+        ("strasse", ["str", "ass", "sse"]),
+    ],
+)
+def test_trigrams_cover_every_character_once_each(needle: str, grams: list[str]) -> None:
+    assert trigrams(needle) == grams
+    covered = set()
+    for gram in grams:
+        start = needle.find(gram)
+        while start != -1:
+            covered.update(range(start, start + 3))
+            start = needle.find(gram, start + 1)
+    assert covered == set(range(len(needle)))
 
 
 @pytest.mark.parametrize(

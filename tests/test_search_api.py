@@ -103,6 +103,26 @@ def test_fields_and_literal_matching(http: httpx.Client, world: Any) -> None:
     assert _subjects(addressed) == ["Invoice", "Reset"]
 
 
+def test_case_folds_in_every_script_and_pieces_apart_never_match(
+    server: Server, http: httpx.Client
+) -> None:
+    """Case-insensitive beyond ASCII (ÉCOLE, STRASSE/straße, ΣΟΦΙΑ); and a text is found
+    whole or not at all: a body holding "abcd cdef" has every 3-letter piece of "abcdef"
+    but not "abcdef", so it is no match, and -abcdef keeps it."""
+    tag = uuid.uuid4().hex[:10]
+    inbox = create_inbox(http, new_run_id("fold"))
+    _send(server, inbox["address"], f"ÉCOLE {tag}", "Grüße aus der STRASSE. ΣΟΦΙΑ. abcd cdef")
+    assert len(_search(http, tag)) == 1
+    for found in ("école", "ÉCOLE", "GRÜSSE", "straße", "σοφια", "abcd cdef", "ABCD"):
+        assert len(_search(http, f'{tag} "{found}"')) == 1, found
+        assert _search(http, f'{tag} -"{found}"') == [], found
+    for missing in ("abcdef", "ecole", "cdefg", "der strasse!"):
+        assert _search(http, f'{tag} "{missing}"') == [], missing
+        assert len(_search(http, f'{tag} -"{missing}"')) == 1, missing
+    assert len(_search(http, f"subject:{tag} subject:école")) == 1
+    assert _search(http, f"subject:{tag} subject:strasse") == []
+
+
 def test_filters(http: httpx.Client, world: Any) -> None:
     """run:, inbox:, is:caught, has:attachment, larger:/smaller:, before:/after:."""
     tag = world["tag"]

@@ -466,7 +466,7 @@ def test_reopening_applies_no_migration_twice(tmp_path: Path) -> None:
     inbox_id = run(path, first)
     assert run(path, lambda store: second(store, inbox_id))
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
 
 
 def test_a_failing_write_fails_alone_in_its_group_commit(tmp_path: Path) -> None:

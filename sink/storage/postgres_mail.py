@@ -34,7 +34,7 @@ import asyncpg
 from sink.errors import StorageError
 from sink.logs import warn
 from sink.message import search_fields
-from sink.search import Query, Text
+from sink.search import Query, Text, folded
 from sink.storage.base import CaughtMessage, Deleted, Listed
 from sink.storage.rows import caught_from_row, listed_from_row
 
@@ -411,7 +411,7 @@ async def _index_rows(db: Connection, rows: list[Record]) -> None:
 
 def _folded(text: str) -> str:
     # NUL cannot be stored in a PostgreSQL text; it can never be part of a query either.
-    return text.casefold().replace("\x00", "")
+    return folded(text).replace("\x00", "")
 
 
 async def _delete_entries(db: Connection, ids: Sequence[str], now: float) -> int:

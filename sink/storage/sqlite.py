@@ -28,7 +28,7 @@ from sink.errors import StorageError
 from sink.inbox import Claim, Delivery, Inbox
 from sink.logs import warn
 from sink.message import search_fields
-from sink.search import Query, fts_any, fts_expression, texts_match
+from sink.search import Query, Text, folded, fts_any, fts_expression, texts_match
 from sink.storage.base import (
     CaughtMessage,
     CreateOutcome,
@@ -119,6 +119,18 @@ def _prepare(db: sqlite3.Connection) -> None:
     # Outside the numbered migrations on purpose: the table is independent of the mail
     # schema, and being idempotent it cannot collide with a migration added beside it.
     db.execute(_SERVER_KEYS_TABLE)
+    # The search index's text of the mail indexed before schema v4 goes back in, by batches
+    # (a stop in between resumes where it was).
+    while True:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            done = _refold(db, 1000)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        if done:
+            break
     # Mail not yet in the search index (stored before v2, or just before a stop) goes in now.
     while True:
         db.execute("BEGIN IMMEDIATE")
@@ -182,35 +194,7 @@ def _index_pending(db: sqlite3.Connection, limit: int = _INDEX_BATCH) -> tuple[i
             del rows[end:]
             more = True
             break
-    first, last = rows[0]["message_pk"], rows[-1]["message_pk"]
-    rcpts: dict[int, list[str]] = {}
-    for pk, listed in db.execute(
-        "SELECT message_pk, rcpt_json FROM deliveries WHERE message_pk BETWEEN ? AND ? "
-        "UNION ALL SELECT message_pk, rcpt_json FROM caught WHERE message_pk BETWEEN ? AND ?",
-        (first, last, first, last),
-    ).fetchall():
-        rcpts.setdefault(pk, []).extend(json.loads(listed))
-    texts: list[tuple[Any, ...]] = []
-    attached: list[int] = []
-    for row in rows:
-        pk = row["message_pk"]
-        to = " ".join(rcpts.get(pk, ()))
-        attachment = 0
-        body = db.execute("SELECT raw FROM messages WHERE message_pk = ?", (pk,)).fetchone()
-        if body is not None and body[0] is not None:
-            found = search_fields(bytes(body[0]))
-            text = (
-                found.subject,
-                found.body,
-                f"{found.sender} {row['mail_from']}",
-                f"{found.recipients} {to}",
-            )
-            attachment = int(found.has_attachment)
-        else:  # released before it was indexed: its metadata only
-            text = (row["subject"], "", f"{row['from_addr']} {row['mail_from']}", to)
-        texts.append((pk, *text))
-        if attachment:
-            attached.append(pk)
+    texts, attached = _texts(db, rows)
     db.executemany(
         "INSERT INTO message_text (rowid, subject, body, sender, rcpts) VALUES (?, ?, ?, ?, ?)",
         texts,
@@ -232,8 +216,67 @@ def _index_pending(db: sqlite3.Connection, limit: int = _INDEX_BATCH) -> tuple[i
         f"WHERE message_pk IN ({pks})"
         ") e JOIN messages m ON m.message_pk = e.message_pk ORDER BY e.message_pk, e.kind, e.seq"
     )
-    db.execute("UPDATE index_state SET indexed_upto = ?", (last,))
+    db.execute("UPDATE index_state SET indexed_upto = ?", (rows[-1]["message_pk"],))
     return len(rows), more
+
+
+def _texts(
+    db: sqlite3.Connection, rows: list[sqlite3.Row]
+) -> tuple[list[tuple[Any, ...]], list[int]]:
+    """The full-text index's rows for these messages (``message_pk``, ``subject``,
+    ``from_addr``, ``mail_from``, in message_pk order), folded (``sink.search.folded``), and
+    which of them have attachments. Each body is read and parsed in turn."""
+    first, last = rows[0]["message_pk"], rows[-1]["message_pk"]
+    rcpts: dict[int, list[str]] = {}
+    for pk, listed in db.execute(
+        "SELECT message_pk, rcpt_json FROM deliveries WHERE message_pk BETWEEN ? AND ? "
+        "UNION ALL SELECT message_pk, rcpt_json FROM caught WHERE message_pk BETWEEN ? AND ?",
+        (first, last, first, last),
+    ).fetchall():
+        rcpts.setdefault(pk, []).extend(json.loads(listed))
+    texts: list[tuple[Any, ...]] = []
+    attached: list[int] = []
+    for row in rows:
+        pk = row["message_pk"]
+        to = " ".join(rcpts.get(pk, ()))
+        body = db.execute("SELECT raw FROM messages WHERE message_pk = ?", (pk,)).fetchone()
+        if body is not None and body[0] is not None:
+            found = search_fields(bytes(body[0]))
+            text = (
+                found.subject,
+                found.body,
+                f"{found.sender} {row['mail_from']}",
+                f"{found.recipients} {to}",
+            )
+            if found.has_attachment:
+                attached.append(pk)
+        else:  # released before it was indexed: its metadata only
+            text = (row["subject"], "", f"{row['from_addr']} {row['mail_from']}", to)
+        texts.append((pk, *(folded(column) for column in text)))
+    return texts, attached
+
+
+def _refold(db: sqlite3.Connection, limit: int) -> bool:
+    """Schema v4 rebuilt the full-text index (folded text, no token positions): put back the
+    text of up to ``limit`` of the messages indexed before it, newest first. True once none
+    is left (``index_state.refold_upto``, the highest message_pk still to do, is then 0)."""
+    rows = _all(
+        db,
+        "SELECT message_pk, subject, from_addr, mail_from FROM messages "
+        "WHERE message_pk <= (SELECT refold_upto FROM index_state) "
+        "ORDER BY message_pk DESC LIMIT ?",
+        (limit,),
+    )
+    if rows:
+        rows.reverse()
+        texts, _ = _texts(db, rows)
+        db.executemany(
+            "INSERT INTO message_text (rowid, subject, body, sender, rcpts) VALUES (?, ?, ?, ?, ?)",
+            texts,
+        )
+    upto = rows[0]["message_pk"] - 1 if len(rows) == limit else 0
+    db.execute("UPDATE index_state SET refold_upto = ?", (upto,))
+    return upto == 0
 
 
 class RouteCache:
@@ -895,7 +938,9 @@ class SQLiteStore:
         """The full-text index drives: its rowids (message_pks) newest first, in growing
         batches, each batch then filtered through the listing. Never a scan of bodies."""
         expression = fts_expression(query.positive_texts)
+        holding, held = _holding(query.positive_texts, every=True)
         unwanted = fts_any(query.negative_texts) if query.negative_texts else None
+        holding_unwanted, held_unwanted = _holding(query.negative_texts, every=False)
         upper = before[0] + 1 if before is not None else 1 << 62
         batch = 64
         found: list[Listed] = []
@@ -903,9 +948,9 @@ class SQLiteStore:
             pks = [
                 row[0]
                 for row in await self._read(
-                    "SELECT rowid FROM message_text WHERE message_text MATCH ? AND rowid < ? "
-                    "ORDER BY rowid DESC LIMIT ?",
-                    (expression, upper, batch),
+                    "SELECT rowid FROM message_text WHERE message_text MATCH ? "
+                    f"AND {holding} AND rowid < ? ORDER BY rowid DESC LIMIT ?",
+                    (expression, *held, upper, batch),
                 )
             ]
             if not pks:
@@ -920,8 +965,8 @@ class SQLiteStore:
                     row[0]
                     for row in await self._read(
                         "SELECT rowid FROM message_text WHERE message_text MATCH ? "
-                        "AND rowid <= ? ORDER BY rowid DESC LIMIT ?",
-                        (unwanted, pks[0], pks[0] - pks[-1] + 1),
+                        f"AND {holding_unwanted} AND rowid <= ? ORDER BY rowid DESC LIMIT ?",
+                        (unwanted, *held_unwanted, pks[0], pks[0] - pks[-1] + 1),
                     )
                 }
                 kept = [pk for pk in pks if pk not in excluded]
@@ -1303,6 +1348,23 @@ def _filter_sql(kind: str, value: Any) -> tuple[str, list[Any]]:
     raise AssertionError(kind)  # pragma: no cover - sink.search names only these
 
 
+def _holding(texts: tuple[Text, ...], every: bool) -> tuple[str, list[str]]:
+    """The condition that a message_text row holds each text (``every``) or any of them,
+    whole, in one of its columns: what FTS5's trigrams found, checked (see ``fts_expression``).
+    The columns hold folded text, so a case-sensitive ``instr`` of the folded text is exact."""
+    clauses: list[str] = []
+    params: list[str] = []
+    for text in texts:
+        needle = folded(text.value)
+        clauses.append(
+            "(" + " OR ".join(f"instr({column}, ?) > 0" for column in text.columns) + ")"
+        )
+        params += [needle] * len(text.columns)
+    if not clauses:
+        return "1", params
+    return "(" + (" AND " if every else " OR ").join(clauses) + ")", params
+
+
 def _search_sql(
     query: Query,
     run_scope: str | None,
@@ -1329,10 +1391,12 @@ def _search_sql(
         where.append(f"v.message_pk IN ({','.join('?' * len(among))})")
         params += among
     elif query.negative_texts:
+        holding, held = _holding(query.negative_texts, every=False)
         where.append(
-            "v.message_pk NOT IN (SELECT rowid FROM message_text WHERE message_text MATCH ?)"
+            "v.message_pk NOT IN (SELECT rowid FROM message_text WHERE message_text MATCH ? "
+            f"AND {holding})"
         )
-        params.append(fts_any(query.negative_texts))
+        params += [fts_any(query.negative_texts), *held]
     if before is not None:
         where.append("v.seq < ?")
         params.append(before[1])
