@@ -150,21 +150,22 @@ _INDEXED_UPTO = "SELECT indexed_upto FROM index_state"
 
 # Small batches while deliveries go on: the indexer's transactions queue with their commits
 # in the one writer, and a delivery should never wait behind a long one. Larger ones when
-# ingest is quiet, and for a search that waits for the index anyway: per ~4 KB message, a
-# batch of 256 took 213 µs of CPU against 278 for batches of 32 (bench/ingest.py's index
-# column): the FTS5 segment each commit writes and merges, and the listing's one statement,
-# cost less per message in a larger batch. It holds about 10 MB more while it runs. A batch
-# stops at _INDEX_BATCH_BYTES of mail too, at least one message: a delivery arriving
-# meanwhile waits for no more than that.
-_INDEX_BATCH = 32
+# ingest is quiet, and for a search that waits for the index anyway. Per ~4 KB message (schema
+# v4, bench/ingest.py's index column and batches timed alone): 126-132 µs of CPU in batches
+# of 32, 114-118 in 64, 105-107 in 256: the FTS5 segment each commit writes and merges, and
+# the listing's one statement, cost less per message in a larger batch. A batch of 64 takes
+# some 7 ms; one of 256 holds about 10 MB more while it runs. A batch stops at
+# _INDEX_BATCH_BYTES of mail too, at least one message: a delivery arriving meanwhile waits
+# for no more than that.
+_INDEX_BATCH = 64
 _INDEX_BATCH_IDLE = 256
 _INDEX_BATCH_BYTES = 1024 * 1024
 # The index catches up in the background once deliveries pause this long, or at once when
-# this many wait: parsing a body and its FTS5 insert cost more than storing it, and none
+# this many wait: parsing a body and its FTS5 insert cost a third of storing it, and none
 # of that may slow the 250s of a busy moment. A search catches up first, whatever waits:
-# the backlog bounds that wait (about 200 µs a ~4 KB message on one core, 1.6 s in all).
+# the backlog bounds that wait (about 100 µs a ~4 KB message on one core, 1.6 s in all).
 _INDEX_QUIET_S = 0.5
-_INDEX_BACKLOG = 8192
+_INDEX_BACKLOG = 16384
 
 
 def _index_pending(db: sqlite3.Connection, limit: int = _INDEX_BATCH) -> tuple[int, bool]:
