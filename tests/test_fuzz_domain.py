@@ -172,7 +172,7 @@ class World:
         self.store = RecordingStore()
         self.settings = Settings(policies=dict(BUILTIN))
         waiters, metrics = Waiters(), Metrics()
-        new_ids = ids.Ids(random.Random(0).randbytes)
+        new_ids = ids.Ids(random.Random(0).randbytes, self.clock.now)
         guard = Guard(None, self.store, metrics, self.clock)
         self.agent = Agent(self.store, waiters, self.settings, guard, metrics, self.clock, new_ids)
         self.ingest = Ingest(self.store, waiters, self.settings, metrics, self.clock, new_ids)

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from sink.clock import rfc3339, seconds_up
 from sink.errors import InvalidCursor
-from sink.ids import decode_cursor, encode_cursor, new_inbox_id, new_local_part, new_message_id
+from sink.ids import (
+    CAUGHT_ID,
+    MESSAGE_ID,
+    Ids,
+    decode_cursor,
+    encode_cursor,
+    new_inbox_id,
+    new_local_part,
+    new_message_id,
+)
 
 
 def test_ids_are_distinct_and_lowercase() -> None:
@@ -14,6 +25,21 @@ def test_ids_are_distinct_and_lowercase() -> None:
     locals_ = {new_local_part() for _ in range(1000)}
     assert len(locals_) == 1000 and all(x == x.lower() for x in locals_)
     assert len({new_message_id() for _ in range(1000)}) == 1000
+
+
+def test_mail_ids_sort_by_their_millisecond_and_keep_75_random_bits() -> None:
+    """Message and caught-mail ids: the same shape as ever, sorting by the time they were
+    made (so that a group commit's ids share an index page), random after the millisecond."""
+    times = iter([1_700_000_000.000, 1_700_000_000.0004, 1_700_000_000.001, 4_102_444_800.0])
+    made = Ids(random.Random(7).randbytes, lambda: next(times))
+    ids = [made.message_id(), made.message_id(), made.caught_id(), made.message_id()]
+    assert all(MESSAGE_ID.fullmatch(i) for i in ids[:2] + ids[3:]) and CAUGHT_ID.fullmatch(ids[2])
+    stamps = [i.split("_")[1][:9] for i in ids]
+    assert stamps[0] == stamps[1] < stamps[2] < stamps[3]  # 2023, 2023, 2023 +1 ms, 2100
+    assert ids[0] != ids[1]
+    tails = {Ids(now=lambda: 0.0).message_id()[-15:] for _ in range(1000)}
+    assert len(tails) == 1000
+    assert ids[0] < new_message_id() < ids[3]  # the system clock: after 2023, before 2100
 
 
 def test_cursor_round_trip() -> None:

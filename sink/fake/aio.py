@@ -78,7 +78,7 @@ class AsyncFakeSink:
             domain=domain, default_policy=default_policy, policies={**loaded, **(policies or {})}
         )
         self._clock = clock or FakeClock()
-        new_ids = ids.Ids(random.Random(seed).randbytes)
+        new_ids = ids.Ids(random.Random(seed).randbytes, self._clock.now)
         self._faults = FaultRegistry(random.Random(seed))
         self._store = MemoryStore()
         waiters, metrics = Waiters(), Metrics()
