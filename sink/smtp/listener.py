@@ -321,7 +321,7 @@ class Handler:
         return True
 
 
-def _longest_line(data: bytearray) -> int:
+def _longest_line(data: bytes) -> int:
     """The longest line of DATA, its CRLF included (only asked of data over the line cap)."""
     longest = start = 0
     while (end := data.find(b"\r\n", start)) != -1:
@@ -758,7 +758,12 @@ class RunsinkSMTP(LeanLoopSMTP):
         """
         reader = self._reader
         size_limit = self.data_size_limit
-        data = bytearray()
+        # The reads as they came, joined once at the end: for most messages the second read
+        # is nearly all of it, and it is copied once (into the joined message), not twice
+        # (into a growing buffer, then out of it): a large message holds less memory.
+        pieces: list[bytes] = []
+        size = 0
+        tail = b""  # the last bytes read (up to 5): is the end marker preceded by a CR?
         too_much = False
         separator = b"\r"  # the first line's end; then the end marker from its LF on
         while True:
@@ -770,31 +775,34 @@ class RunsinkSMTP(LeanLoopSMTP):
                 # ``over.consumed``; take that much and read on.
                 chunk = await reader.readexactly(over.consumed)
                 found = False
-            data += chunk
+            tail = chunk[-5:] if len(chunk) >= 5 else (tail + chunk)[-5:]
             if found and separator == b"\r":
                 separator = b"\n.\r\n"
-                if data == b".\r":
+                if chunk == b".\r" and size == 0:  # nothing before it, even dropped
                     following = await reader.readexactly(1)
                     if following == b"\n":
-                        data.clear()  # an empty message: DATA, then the final dot at once
-                        break
-                    data += following
-            elif found and data[-5:-4] == b"\r":
-                del data[-3:]  # the final ".<CRLF>"; the last line keeps its CRLF
+                        break  # an empty message: DATA, then the final dot at once
+                    chunk += following
+                    tail = (tail + following)[-5:]
+            elif found and tail[-5:-4] == b"\r":
+                pieces.append(chunk[:-3])  # the final ".<CRLF>"; the last line keeps its CRLF
                 break
-            if too_much or (size_limit and len(data) > size_limit + 3):
-                # Read on to the final dot, keeping only what can still end a line.
+            pieces.append(chunk)
+            size += len(chunk)
+            if too_much or (size_limit and size > size_limit + 3):
+                # Read on to the final dot, keeping only ``tail``: what can still end a line.
                 too_much = True
-                del data[:-1]
+                pieces.clear()
         if too_much:
             return b"", "552 5.3.4 Error: too much mail data"
+        data = b"".join(pieces)  # one piece: that piece itself, no copy
         if len(data) > self.line_length_limit and _longest_line(data) > self.line_length_limit:
             return b"", "500 5.5.6 Line too long (see RFC 5321 4.5.3.1.6)"
         if data.startswith(b"."):
-            del data[0]
+            data = data[1:]
         if b"\r\n." in data:
             data = data.replace(b"\r\n.", b"\r\n")
-        return bytes(data), None
+        return data, None
 
     @syntax("STARTTLS", when="tls_context")
     async def smtp_STARTTLS(self, arg: str) -> None:
