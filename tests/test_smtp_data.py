@@ -3,12 +3,15 @@ wherever the client's writes (and so the server's reads) happen to split the byt
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import httpx
 import pytest
 
+from sink.smtp.listener import RunsinkSMTP
 from tests.support import Server, create_inbox
 from tests.test_smtp_hardening import SENDER, Raw, greeted, in_data, messages, raw_of, unstuffed
 
@@ -98,3 +101,52 @@ def test_short_and_odd_bodies_end_where_the_marker_is(
         assert client.cmd("NOOP") == 250
     (listed,) = messages(http, inbox["inbox_id"])
     assert raw_of(http, listed["message_id"]) == unstuffed(body)
+
+
+class _ScriptedReader:
+    """What a StreamReader hands ``_read_data``, read by read, as scripted: ``("until",
+    bytes)`` a readuntil that found its separator, ``("over", bytes)`` one that found none
+    within the limit (then a readexactly of those bytes), ``("exact", bytes)`` a readexactly."""
+
+    def __init__(self, script: list[tuple[str, bytes]]) -> None:
+        self.script = list(script)
+
+    async def readuntil(self, separator: bytes) -> bytes:
+        kind, chunk = self.script[0]
+        if kind == "over":
+            raise asyncio.LimitOverrunError("no separator within the limit", len(chunk))
+        assert kind == "until" and chunk.endswith(separator), (chunk, separator)
+        return self.script.pop(0)[1]
+
+    async def readexactly(self, n: int) -> bytes:
+        kind, chunk = self.script.pop(0)
+        assert kind in ("over", "exact") and len(chunk) == n
+        return chunk
+
+
+def _read(script: list[tuple[str, bytes]], size_limit: int = 1000) -> tuple[bytes, str | None]:
+    reader = _ScriptedReader(script)
+    protocol = SimpleNamespace(_reader=reader, data_size_limit=size_limit, line_length_limit=998)
+    found = asyncio.run(RunsinkSMTP._read_data(protocol))  # type: ignore[arg-type]
+    assert reader.script == [], "DATA must be read up to its final dot, and no further"
+    return found
+
+
+def test_the_end_marker_is_found_across_reads_and_only_there() -> None:
+    """Reads split anywhere: the CR before <LF>.<CRLF> may come in an earlier read; a dot
+    line right after data dropped for size is not the end of an empty message."""
+    assert _read([("until", b"line\r"), ("over", b"\nabc\r"), ("until", b"\n.\r\n")]) == (
+        b"line\r\nabc\r\n",
+        None,
+    )
+    assert _read([("until", b"a\r"), ("until", b"\nb\n.\r\n"), ("until", b"c\r\n.\r\n")]) == (
+        b"a\r\nb\n.\r\nc\r\n",
+        None,
+    )
+    assert _read([("until", b".\r"), ("exact", b"\n")]) == (b"", None)
+    over_the_cap = [
+        ("over", b"x" * 60),  # a first line over the size cap, dropped as it is read
+        ("until", b".\r"),  # the line's end: no final dot of an empty message
+        ("until", b"\nmore\r\n.\r\n"),
+    ]
+    assert _read(over_the_cap, size_limit=50) == (b"", "552 5.3.4 Error: too much mail data")
