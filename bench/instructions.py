@@ -156,8 +156,26 @@ def start_bare(folder: Path) -> Counted:
     raise RuntimeError("the bare sink did not start under callgrind")
 
 
-async def send(port: int, rcpt: str, connections: int, count: int) -> None:
-    """``count`` messages over ``connections`` reused connections; every one must get 250."""
+@dataclass(frozen=True)
+class Level:
+    """A row: ``connections`` at once, reused (``8``) or a new one per message (``8r``:
+    greeting, EHLO, the transaction, QUIT)."""
+
+    connections: int
+    reconnect: bool
+
+    @classmethod
+    def parse(cls, text: str) -> Level:
+        return cls(int(text.rstrip("r")), text.endswith("r"))
+
+    def __str__(self) -> str:
+        return (
+            f"{self.connections}, new connection each" if self.reconnect else str(self.connections)
+        )
+
+
+async def send(port: int, rcpt: str, level: Level, count: int) -> None:
+    """``count`` messages over ``level``'s connections; every one must get 250."""
     message = make_message(rcpt)
     left = count
 
@@ -170,18 +188,21 @@ async def send(port: int, rcpt: str, connections: int, count: int) -> None:
                 code = await client.send(b"app@example.test", rcpt.encode(), message)
                 if code != 250:
                     raise RuntimeError(f"the server answered {code}")
+                if level.reconnect and left > 0:
+                    await client.close()
+                    client = await SMTPClient.connect(port)
         finally:
             await client.close()
 
-    await asyncio.gather(*(sender() for _ in range(connections)))
+    await asyncio.gather(*(sender() for _ in range(level.connections)))
 
 
-def measure(server: Counted, rcpt: str, connections: int, count: int) -> tuple[int, int | None]:
+def measure(server: Counted, rcpt: str, level: Level, count: int) -> tuple[int, int | None]:
     """Instructions per message at the 250s and, for runsink, with its index caught up."""
-    asyncio.run(send(server.smtp_port, rcpt, connections, WARMUP_MESSAGES))
+    asyncio.run(send(server.smtp_port, rcpt, level, WARMUP_MESSAGES))
     settle(server)
     server.zero()
-    asyncio.run(send(server.smtp_port, rcpt, connections, count))
+    asyncio.run(send(server.smtp_port, rcpt, level, count))
     at_250 = server.count()
     if server.http_port is None:
         return at_250 // count, None
@@ -205,16 +226,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="300 messages per row")
     parser.add_argument("--messages", type=int, help="messages per row")
-    parser.add_argument("--levels", default="1,8", help="connections, comma-separated")
+    parser.add_argument(
+        "--levels",
+        default="1,8,8r",
+        help="connections, comma-separated; 8r: 8 with a new connection per message",
+    )
     args = parser.parse_args(argv)
     count = args.messages or (300 if args.quick else 1000)
-    levels = [int(level) for level in args.levels.split(",")]
+    levels = [Level.parse(level) for level in args.levels.split(",")]
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
         return 0
 
     folder = Path(tempfile.mkdtemp(prefix="runsink-instructions-"))
-    rows: list[tuple[int, int, int, int]] = []
+    rows: list[tuple[Level, int, int, int]] = []
     try:
         bare = start_bare(folder)
         try:
