@@ -28,6 +28,15 @@ from tests.support import psql
 from tests.test_storage import created_event, new_inbox
 
 T = TypeVar("T")
+# An inbox row as every older schema (SQLite v1 to v3, PostgreSQL v1 and v2) stores it.
+OLD_INBOX = (
+    "INSERT INTO inboxes (inbox_id, run_id, purpose, local_part, address, policy, "
+    "created_at, expires_at, poll_budget, state, match_json, trace_id, "
+    "evidence_release_at) VALUES ('ib_aaaaaaaaaaaaaaaaaaaa', 'r1', 'p', 'l', "
+    "'l@sink.test', 'ci', 0, 9e9, 5, 'created', '{}', 't', 9e9)"
+)
+
+
 RAW = b"From: Acme <a@acme.example>\r\nTo: x@gmail.com\r\nSubject: Hello there\r\n\r\nbody text\r\n"
 
 
@@ -118,12 +127,7 @@ def test_a_v1_store_is_indexed_at_the_upgrade(tmp_path: Path) -> None:
             "'[]', 'app@example.test', 1.0)",
             (RAW, len(RAW)),
         )
-        db.execute(
-            "INSERT INTO inboxes (inbox_id, run_id, purpose, local_part, address, policy, "
-            "created_at, expires_at, poll_budget, state, match_json, trace_id, "
-            "evidence_release_at) VALUES ('ib_aaaaaaaaaaaaaaaaaaaa', 'r1', 'p', 'l', "
-            "'l@sink.test', 'ci', 0, 9e9, 5, 'created', '{}', 't', 9e9)"
-        )
+        db.execute(OLD_INBOX)
         db.execute(
             "INSERT INTO deliveries (message_id, inbox_id, message_pk, rcpt_json) VALUES "
             "('msg_aaaaaaaaaaaaaaaaaaaaaaaa', 'ib_aaaaaaaaaaaaaaaaaaaa', 1, '[\"l@sink.test\"]')"
@@ -156,13 +160,7 @@ def test_a_v2_store_with_mail_upgrades_in_place(tmp_path: Path) -> None:
     inbox, run_id = "ib_aaaaaaaaaaaaaaaaaaaa", "r1"
     with sqlite3.connect(path) as db:
         db.executescript(v2 + "\nPRAGMA user_version = 2;")
-        db.execute(
-            "INSERT INTO inboxes (inbox_id, run_id, purpose, local_part, address, policy, "
-            "created_at, expires_at, poll_budget, state, match_json, trace_id, "
-            "evidence_release_at) VALUES (?, ?, 'p', 'l', 'l@sink.test', 'ci', 0, 9e9, 5, "
-            "'created', '{}', 't', 9e9)",
-            (inbox, run_id),
-        )
+        db.execute(OLD_INBOX)  # inbox, run_id
         # What v2's indexer left: message 1 indexed and listed; 2 and 3 stored after it.
         for pk, raw, at, indexed in (
             (1, RAW, 100.0, 1),
@@ -263,12 +261,7 @@ def _v3_store(path: Path) -> None:
     v3 = "\n".join((sql / name).read_text() for name in sorted(sql.iterdir()) if name.name < "004")
     with sqlite3.connect(path) as db:
         db.executescript(v3 + "\nPRAGMA user_version = 3;")
-        db.execute(
-            "INSERT INTO inboxes (inbox_id, run_id, purpose, local_part, address, policy, "
-            "created_at, expires_at, poll_budget, state, match_json, trace_id, "
-            "evidence_release_at) VALUES ('ib_aaaaaaaaaaaaaaaaaaaa', 'r1', 'p', 'l', "
-            "'l@sink.test', 'ci', 0, 9e9, 5, 'created', '{}', 't', 9e9)"
-        )
+        db.execute(OLD_INBOX)
         for pk, raw in ((1, RAW), (2, ATTACHED)):
             db.execute(
                 "INSERT INTO messages (message_pk, raw, size, subject, from_addr, to_json, "
@@ -501,10 +494,7 @@ def test_a_v2_postgres_database_is_listed_and_indexed_at_the_upgrade(
         "mail_from, received_at) VALUES ('msg_aaaaaaaaaaaaaaaaaaaaaaaa', "
         f"convert_to('{RAW.decode()}', 'UTF8'), {len(RAW)}, 'Hello there', 'a@acme.example', "
         "'[]', '[]', 'app@example.test', 1.0);"
-        "INSERT INTO inboxes (inbox_id, run_id, purpose, local_part, address, policy, "
-        "created_at, expires_at, poll_budget, state, match_json, trace_id, "
-        "evidence_release_at) VALUES ('ib_aaaaaaaaaaaaaaaaaaaa', 'r1', 'p', 'l', "
-        "'l@sink.test', 'ci', 0, 9e9, 5, 'created', '{}', 't', 9e9);"
+        f"{OLD_INBOX};"
         "INSERT INTO deliveries (inbox_id, seq, message_id, message_key, rcpt_json) VALUES "
         "('ib_aaaaaaaaaaaaaaaaaaaa', 1, 'msg_aaaaaaaaaaaaaaaaaaaaaaaa', "
         "'msg_aaaaaaaaaaaaaaaaaaaaaaaa', '[\"l@sink.test\"]');",
