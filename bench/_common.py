@@ -389,6 +389,25 @@ def new_inbox(purpose: str, now: float) -> Any:
     return NewInbox(inbox, local, f"{purpose}:{run_id}", "{}", 100, 86400)
 
 
+def delivery_of(new: Any, raw: bytes, now: float) -> Any:
+    """An ``Incoming`` as ingest makes it: ``raw`` (without DATA's final dot) delivered to
+    ``new``'s inbox, for a bench that writes through the real store."""
+    from sink import ids
+    from sink.message import summarize
+    from sink.storage.base import Delivered, Incoming
+
+    inbox = new.inbox
+    return Incoming(
+        raw=raw,
+        summary=summarize(raw),
+        mail_from="app@example.test",
+        received_at=now,
+        deliveries=(
+            Delivered(inbox.inbox_id, inbox.run_id, ids.new_message_id(), (inbox.address,)),
+        ),
+    )
+
+
 def make_message(to: str, size: int = 4096) -> bytes:
     """A plain-text mail of about ``size`` bytes, ready for DATA (dot-stuffed, terminated)."""
     head = (

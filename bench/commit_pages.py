@@ -33,11 +33,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import make_message, new_inbox
+from _common import delivery_of, make_message, new_inbox
 
-from sink import ids
-from sink.message import summarize
-from sink.storage.base import Delivered, Event, Incoming, NewInbox
+from sink.storage.base import Event, Incoming, NewInbox
 from sink.storage.sqlite import SQLiteStore
 
 _WAL_HEADER = 32
@@ -45,18 +43,7 @@ _FRAME_HEADER = 24
 
 
 def _incoming(new: NewInbox, now: float) -> Incoming:
-    raw = make_message(new.inbox.address)[:-3]  # without DATA's terminating dot
-    return Incoming(
-        raw=raw,
-        summary=summarize(raw),
-        mail_from="app@example.test",
-        received_at=now,
-        deliveries=(
-            Delivered(
-                new.inbox.inbox_id, new.inbox.run_id, ids.new_message_id(), (new.inbox.address,)
-            ),
-        ),
-    )
+    return delivery_of(new, make_message(new.inbox.address)[:-3], now)  # without the final dot
 
 
 def _frames(wal: Path, page_size: int) -> int:

@@ -41,11 +41,16 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import SMTPClient, make_message, new_inbox, percentile, start_runsink
+from _common import (
+    SMTPClient,
+    delivery_of,
+    make_message,
+    new_inbox,
+    percentile,
+    start_runsink,
+)
 
-from sink import ids
-from sink.message import summarize
-from sink.storage.base import Delivered, Event, Incoming, NewInbox
+from sink.storage.base import Event, NewInbox
 from sink.storage.sqlite import SQLiteStore
 
 POLICIES = """
@@ -86,23 +91,7 @@ async def fill(path: Path, count: int) -> float:
             )
             batch = min(MESSAGES_PER_INBOX, count - done)
             raws = [_raw(new.inbox.address, done + i) for i in range(batch)]
-            incoming = [
-                Incoming(
-                    raw=raw,
-                    summary=summarize(raw),
-                    mail_from="app@example.test",
-                    received_at=now,
-                    deliveries=(
-                        Delivered(
-                            new.inbox.inbox_id,
-                            new.inbox.run_id,
-                            ids.new_message_id(),
-                            (new.inbox.address,),
-                        ),
-                    ),
-                )
-                for raw in raws
-            ]
+            incoming = [delivery_of(new, raw, now) for raw in raws]
             await asyncio.gather(*(store.save_message(item) for item in incoming))
             done += batch
     finally:
