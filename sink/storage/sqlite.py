@@ -195,11 +195,7 @@ def _index_pending(db: sqlite3.Connection, limit: int = _INDEX_BATCH) -> tuple[i
             del rows[end:]
             more = True
             break
-    texts, attached = _texts(db, rows)
-    db.executemany(
-        "INSERT INTO message_text (rowid, subject, body, sender, rcpts) VALUES (?, ?, ?, ?, ?)",
-        texts,
-    )
+    attached = _index_texts(db, rows)
     # The entries in the listing, in the order they were stored: message by message, its
     # deliveries, then its caught mail. The message's own row is not written again: what
     # search filters on (size, date, attachments) is copied into the listing, and indexed there.
@@ -221,12 +217,10 @@ def _index_pending(db: sqlite3.Connection, limit: int = _INDEX_BATCH) -> tuple[i
     return len(rows), more
 
 
-def _texts(
-    db: sqlite3.Connection, rows: list[sqlite3.Row]
-) -> tuple[list[tuple[Any, ...]], list[int]]:
-    """The full-text index's rows for these messages (``message_pk``, ``subject``,
-    ``from_addr``, ``mail_from``, in message_pk order), folded (``sink.search.folded``), and
-    which of them have attachments. Each body is read and parsed in turn."""
+def _index_texts(db: sqlite3.Connection, rows: list[sqlite3.Row]) -> list[int]:
+    """Put these messages' text (``message_pk``, ``subject``, ``from_addr``, ``mail_from``,
+    in message_pk order) into the full-text index, folded (``sink.search.folded``); the
+    message_pks of those with attachments. Each body is read and parsed in turn."""
     first, last = rows[0]["message_pk"], rows[-1]["message_pk"]
     rcpts: dict[int, list[str]] = {}
     for pk, listed in db.execute(
@@ -254,27 +248,29 @@ def _texts(
         else:  # released before it was indexed: its metadata only
             text = (row["subject"], "", f"{row['from_addr']} {row['mail_from']}", to)
         texts.append((pk, *(folded(column) for column in text)))
-    return texts, attached
+    db.executemany(
+        "INSERT INTO message_text (rowid, subject, body, sender, rcpts) VALUES (?, ?, ?, ?, ?)",
+        texts,
+    )
+    return attached
 
 
 def _refold(db: sqlite3.Connection, limit: int) -> bool:
     """Schema v4 rebuilt the full-text index (folded text, no token positions): put back the
     text of up to ``limit`` of the messages indexed before it, newest first. True once none
     is left (``index_state.refold_upto``, the highest message_pk still to do, is then 0)."""
+    upto = int(db.execute("SELECT refold_upto FROM index_state").fetchone()[0])
+    if upto == 0:  # done (every store opened since v4): nothing to write
+        return True
     rows = _all(
         db,
         "SELECT message_pk, subject, from_addr, mail_from FROM messages "
-        "WHERE message_pk <= (SELECT refold_upto FROM index_state) "
-        "ORDER BY message_pk DESC LIMIT ?",
-        (limit,),
+        "WHERE message_pk <= ? ORDER BY message_pk DESC LIMIT ?",
+        (upto, limit),
     )
     if rows:
         rows.reverse()
-        texts, _ = _texts(db, rows)
-        db.executemany(
-            "INSERT INTO message_text (rowid, subject, body, sender, rcpts) VALUES (?, ?, ?, ?, ?)",
-            texts,
-        )
+        _index_texts(db, rows)
     upto = rows[0]["message_pk"] - 1 if len(rows) == limit else 0
     db.execute("UPDATE index_state SET refold_upto = ?", (upto,))
     return upto == 0
