@@ -111,6 +111,7 @@ def _spawn(
     command: list[str],
     log_path: Path,
     ports: tuple[int, int | None] | None = None,
+    cwd: Path = REPO,
 ) -> ServerProcess:
     """Start ``command``; it is up once it logs ``listening`` or, given ``ports``, when the
     SMTP port accepts (runsink logs ``listening`` at info, which a quieter level hides)."""
@@ -121,7 +122,7 @@ def _spawn(
             stdout=subprocess.DEVNULL,
             stderr=log_file,
             env=_environment(),
-            cwd=REPO,
+            cwd=cwd,
         )
     deadline = time.monotonic() + STARTUP_DEADLINE_S
     while time.monotonic() < deadline:
@@ -174,12 +175,15 @@ def start_runsink(
     log_level: str = "warning",
     policy_file: Path | None = None,
     extra_args: Sequence[str] = (),
+    tree: Path = REPO,
 ) -> ServerProcess:
-    """`python -m sink serve` on free loopback ports with a fresh database in ``folder``."""
+    """`python -m sink serve` on free loopback ports with a fresh database in ``folder``;
+    the code of ``tree`` (another checkout, run by its own ``.venv``), or this one's."""
     folder.mkdir(parents=True, exist_ok=True)
     smtp_port, http_port = free_port(), free_port()
+    python = sys.executable if tree == REPO else str(tree / ".venv" / "bin" / "python")
     command = [
-        sys.executable,
+        python,
         "-m",
         "sink",
         "serve",
@@ -190,7 +194,7 @@ def start_runsink(
     if policy_file is not None:
         command += ["--policy-file", str(policy_file)]
     command += list(extra_args)
-    server = _spawn(name, command, folder / f"{name}.log", (smtp_port, http_port))
+    server = _spawn(name, command, folder / f"{name}.log", (smtp_port, http_port), tree)
     _wait_ready(server)
     return server
 
