@@ -186,11 +186,10 @@ class Authority:
         elif source == "message" and value is not None:
             await self.check_message(grant, op, value)
         elif source is None:
-            _refuse_unless(grant, op, None, owner=False)
-            # A view limited to one named run (/v1/events?run_id=): that run must be ours.
-            viewing = op.access is scopes.Access.VIEW and query_run is not None
-            if viewing and query_run is not None and not grant.scope.covers(query_run):
-                _refuse(grant, op, f"runs:{query_run}")
+            # A view limited to one named run (/v1/events?run_id=): that run must be ours
+            # (scopes.decide); the routes check X-Run-Id the same way (check_run).
+            viewing = op.access is scopes.Access.VIEW
+            _refuse_unless(grant, op, query_run if viewing else None, owner=False)
         # source "body" (create): the route checks the run it reads from the body.
 
     def check_run(self, grant: Grant, op: Op, run_id: str) -> None:

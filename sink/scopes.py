@@ -140,6 +140,10 @@ def decide(scope: Scope, op: Op, run_id: str | None = None, *, owner: bool = Fal
         return "admin"
     # runs:<glob> and run:<run_id>
     if op.access is Access.VIEW:
+        # A filtered view (search, events) shows only the scope's runs; one that names a run
+        # (?run_id=, X-Run-Id) may name only one of them.
+        if run_id is not None and not scope.covers(run_id):
+            return f"runs:{run_id}"
         return None
     if op.access is Access.READ_ALL:
         return "read"

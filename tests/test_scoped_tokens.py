@@ -617,24 +617,32 @@ def test_bearer_scheme_is_case_insensitive_and_the_token_exact(scoped: Server) -
 
 
 def test_search_shows_a_runs_token_only_its_runs_and_no_caught_mail(scoped: Server) -> None:
-    """GET /v1/messages?query= with a runs: token never shows another run's or caught mail.
-
-    Search is being built beside this work: until it lands the route is 404 and this test
-    checks only that; once it answers, nothing outside the token's runs may be in it.
-    """
+    """GET /v1/messages?query= with a runs: or run token never shows another run's or caught
+    mail: naming another run (X-Run-Id or ?run_id=) is 403 forbidden_scope, as it is for the
+    event stream, and naming none searches the run token's own run."""
     ours = make_world(scoped, prefix="team-a", subject="Searchable code")
     theirs = make_world(scoped, prefix="team-b", subject="Searchable code")
     caught = f"nobody-{new_run_id('x')}@sink.test"
     scoped.send(caught, subject="Searchable code")
-    for token, hidden in [
-        (TEAM_A, [theirs.message_id, theirs.run_id, caught]),
-        (ours.run_token, [theirs.message_id, theirs.run_id, caught]),
-    ]:
+    query = {"query": "searchable"}
+    for token in (TEAM_A, ours.run_token):
         with scoped.http(headers=bearer(token)) as client:
-            response = client.get("/v1/messages", params={"query": "searchable"})
-        assert response.status_code in (200, 403, 404), response.text
-        for secret in hidden:
-            assert secret not in response.text
+            for named in (
+                {"headers": {"X-Run-Id": theirs.run_id}},
+                {"params": {**query, "run_id": theirs.run_id}},
+            ):
+                response = client.get("/v1/messages", **{"params": query, **named})
+                assert response.status_code == 403, response.text
+                assert response.json()["error"]["code"] == "forbidden_scope"
+                assert f"runs:{theirs.run_id}" in response.json()["error"]["message"]
+            own = client.get("/v1/messages", params=query, headers={"X-Run-Id": ours.run_id})
+        assert own.status_code == 200, own.text
+        assert [m["message_id"] for m in own.json()["messages"]] == [ours.message_id]
+        for secret in (theirs.message_id, theirs.run_id, caught):
+            assert secret not in own.text
+    with scoped.http(headers=bearer(ours.run_token)) as client:
+        implied = client.get("/v1/messages", params=query)
+    assert [m["message_id"] for m in implied.json()["messages"]] == [ours.message_id]
 
 
 def test_the_web_ui_signs_in_admin_and_read_tokens_only(scoped: Server) -> None:

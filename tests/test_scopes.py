@@ -53,8 +53,10 @@ def test_runs_scopes_reach_only_their_runs(scope: Scope) -> None:
         assert scopes.decide(scope, op, "team-b-1") == "runs:team-b-1"
     assert scopes.decide(scope, scopes.READ_ALL) == "read"
     assert scopes.decide(scope, scopes.ADMINISTER) == "admin"
-    assert scopes.decide(scope, scopes.SEARCH) is None  # filtered, see visibility
-    assert scopes.decide(scope, scopes.EVENTS) is None
+    for view in (scopes.SEARCH, scopes.EVENTS):
+        assert scopes.decide(scope, view) is None  # filtered, see visibility
+        assert scopes.decide(scope, view, "team-a-1") is None  # naming a run of its own
+        assert scopes.decide(scope, view, "team-b-1") == "runs:team-b-1"
 
 
 @pytest.mark.parametrize("scope", [TEAM_A, RUN_A1])
