@@ -257,7 +257,17 @@ async def delete_messages(request: Request) -> Response:
     body = await _json_body(request, required=False)
     if not isinstance(body, dict):
         raise InvalidRequest('the body must be a JSON object such as {"IDs": ["..."]}')
-    named = body.get("IDs")
+    # Field names match whatever their case, as Go's JSON decoding in Mailpit does ("ids" is
+    # IDs). Any other field is refused: Mailpit ignores it and deletes everything, which a
+    # caller who misspelt IDs never meant.
+    unknown = [key for key in body if key.lower() != "ids"]
+    if unknown or len(body) > 1:
+        raise InvalidRequest(
+            f'unknown field {(unknown or list(body))[0][:64]!r}: the body is {{"IDs": ["..."]}}, '
+            "or nothing to delete all that may go",
+            {"field": (unknown or list(body))[0][:64]},
+        )
+    named = next(iter(body.values()), None)
     if named is not None and (
         not isinstance(named, list) or not all(isinstance(i, str) for i in named)
     ):

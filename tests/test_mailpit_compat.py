@@ -154,7 +154,9 @@ def test_mailpit_endpoints_need_the_token_and_refuse_bad_input(guarded: Server) 
             (f"/api/v1/message/{scene['live_id']}/part/x", 404),
         ]:
             assert client.get(path).status_code == status, path
-        bad = [b"[1]", b'{"IDs": "x"}', b'{"IDs": [1]}', b"{nope"]
+        # A body that names no IDs field is refused, never read as "delete everything".
+        misnamed = [b'{"run_id": "x"}', b'{"Ids_": ["x"]}', b'{"IDs": [], "extra": 1}']
+        bad = [b"[1]", b'{"IDs": "x"}', b'{"IDs": [1]}', b"{nope", *misnamed]
         for body in bad:
             response = client.request("DELETE", "/api/v1/messages", content=body)
             assert response.status_code == 422, body
@@ -163,6 +165,13 @@ def test_mailpit_endpoints_need_the_token_and_refuse_bad_input(guarded: Server) 
         raw = client.get(f"/api/v1/message/{scene['live_id']}/raw")
         assert raw.headers["content-type"].startswith("text/plain")
         assert client.get("/api/v1/messages").json()["messages_count"] == 3
+        # The field's name matches whatever its case, as Mailpit's Go JSON decoding does.
+        listed = client.get("/api/v1/messages").json()["messages"]
+        caught = next(m["ID"] for m in listed if m["Subject"].startswith("Invoice"))
+        deleted = client.request("DELETE", "/api/v1/messages", json={"ids": [caught]})
+        assert deleted.status_code == 200, deleted.text
+        left = client.get("/api/v1/messages").json()
+        assert left["messages_count"] == 2 and caught not in {m["ID"] for m in left["messages"]}
 
 
 def test_active_parts_are_served_as_bytes(server: Server) -> None:
