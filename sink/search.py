@@ -27,6 +27,7 @@ from datetime import UTC, date, datetime
 from sink.ids import INBOX_ID, RUN_ID
 
 MAX_QUERY_CHARS = 512  # percent-encoded, it still fits the 8 KiB request target
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # C0 controls but tab, LF, CR; DEL
 MAX_TERMS = 32
 MIN_TEXT_CHARS = 3  # the trigram index cannot answer shorter substrings
 
@@ -90,6 +91,11 @@ def parse_query(query: str) -> Query:
     """The terms of ``query``; ``SearchSyntaxError`` names the first term that is wrong."""
     if len(query) > MAX_QUERY_CHARS:
         raise SearchSyntaxError(f"the query is over {MAX_QUERY_CHARS} characters")
+    control = next((c for c in query if _CONTROL.fullmatch(c)), None)
+    if control is not None:
+        # Neither store can look one up (SQLite's FTS5 strings end at a NUL; PostgreSQL
+        # text holds none): bad input, never a provider error.
+        raise SearchSyntaxError(f"the query holds a control character (U+{ord(control):04X})")
     tokens = _tokens(query)
     if len(tokens) > MAX_TERMS:
         raise SearchSyntaxError(f"the query has over {MAX_TERMS} terms")

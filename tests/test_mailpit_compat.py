@@ -148,6 +148,7 @@ def test_mailpit_endpoints_need_the_token_and_refuse_bad_input(guarded: Server) 
             ("/api/v1/messages?start=-1", 422),
             ("/api/v1/search", 422),
             ("/api/v1/search?query=ab", 422),
+            ("/api/v1/search?query=%00%00%00", 422),
             ("/api/v1/message/nope", 404),
             ("/api/v1/message/msg_aaaaaaaaaaaaaaaaaaaaaaaa", 404),
             (f"/api/v1/message/{scene['live_id']}/part/9", 404),

@@ -135,6 +135,8 @@ def test_trigrams_cover_every_character_once_each(needle: str, grams: list[str])
         ("larger:big", "size"),
         ("x" * 513, "over 512"),
         (" ".join(["word"] * 33), "over 32 terms"),
+        ("abc\x00def", "control character \\(U\\+0000\\)"),
+        ("abc\x1b", "control character"),
     ],
 )
 def test_bad_queries_say_which_term_and_why(query: str, needle: str) -> None:

@@ -200,6 +200,10 @@ def test_cursor_pages_without_overlap(http: httpx.Client, world: Any) -> None:
         ({"cursor": "c1_aWJfYWJjZGVmZ2hpamtsbW5vcHFyc3QuMA"}, 400, "invalid_cursor"),
         ({"limit": "0"}, 422, "invalid_request"),
         ({"query": "x" * 2000}, 422, "invalid_request"),
+        # Neither store can look a NUL up: it was a 503 provider_error, retried forever.
+        ({"query": "\x00abc"}, 422, "invalid_request"),
+        ({"query": 'subject:"a\x00bc"'}, 422, "invalid_request"),
+        ({"query": "-abc\x00"}, 422, "invalid_request"),
     ],
 )
 def test_bad_input_is_4xx_never_5xx(
