@@ -12,7 +12,7 @@ import contextlib
 import re
 import unicodedata
 from collections.abc import AsyncIterator
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from prometheus_client import CollectorRegistry, Gauge
 from starlette.requests import Request
@@ -131,13 +131,22 @@ _INERT_TYPES = frozenset(DOWNLOAD_TYPES)
 _ASCII_SAFE = re.compile(r"[^A-Za-z0-9._ ()+-]")
 
 
+_ESCAPES = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
+
+
 def download_type(content_type: str) -> str:
     declared = content_type.strip().lower()
     return declared if declared in _INERT_TYPES else "application/octet-stream"
 
 
 def download_name(name: str) -> str:
-    """No control, format (bidi, zero-width) or separator characters; never empty."""
+    """No control, format (bidi, zero-width) or separator characters; never empty.
+
+    Percent-escapes in the name count as what they spell (``%E2%80%AE`` is U+202E), so that
+    none of those characters survives in encoded form either: a name that is decoded once
+    more (by a browser, a download manager, a person) stays what the list showed.
+    """
+    name = _ESCAPES.sub(lambda found: unquote(found.group(0), errors="replace"), name)
     kept = "".join(c for c in name if unicodedata.category(c)[0] not in "CZ" or c == " ")
     kept = kept.replace("/", "_").replace("\\", "_").strip(" .")
     return kept or "attachment"

@@ -11,7 +11,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from api.auth import grant_of, implied_run
-from api.routes import _caller_run, _int_query, _model_response, _runtime
+from api.routes import (
+    _attachment_index,
+    _caller_run,
+    _int_query,
+    _model_response,
+    _runtime,
+    attachment_response,
+)
 from api.views import caught_message_out, search_out, unrouted_out
 from sink.mailbox import Mailbox
 
@@ -41,6 +48,12 @@ async def raw_caught(request: Request) -> Response:
     )
 
 
+async def caught_attachment(request: Request) -> Response:
+    index = _attachment_index(request)
+    raw = await _mailbox(request).caught_raw(request.path_params["caught_id"])
+    return await attachment_response(raw, index)
+
+
 async def search(request: Request) -> Response:
     limit = _int_query(request, "limit", 50, 1, 500)
     run_id = _caller_run(request)
@@ -61,4 +74,5 @@ MAILBOX_ROUTES = [
     Route("/v1/unrouted", list_caught, methods=["GET"]),
     Route("/v1/unrouted/{caught_id}", read_caught, methods=["GET"]),
     Route("/v1/unrouted/{caught_id}/raw", raw_caught, methods=["GET"]),
+    Route("/v1/unrouted/{caught_id}/attachments/{index}", caught_attachment, methods=["GET"]),
 ]

@@ -186,6 +186,46 @@ _INBOX = _path_id("inbox_id", ids.anchored(ids.INBOX_ID))
 _MESSAGE = _path_id("message_id", ids.anchored(ids.MESSAGE_ID))
 _RUN = _path_id("run_id", ids.anchored(ids.RUN_ID))
 _CAUGHT = _path_id("caught_id", ids.anchored(ids.CAUGHT_ID))
+_ATTACHMENT_INDEX = {
+    "name": "index",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "integer", "minimum": 0},
+}
+
+
+def _attachment_download(
+    operation_id: str, parameters: list[dict[str, Any]], refusal: dict[str, Any]
+) -> dict[str, Any]:
+    """``GET .../attachments/{index}``: the same download for evidence and caught mail."""
+    return {
+        "operationId": operation_id,
+        "summary": "Download one attachment (index is 0-based into `attachments`)",
+        "description": (
+            "Always `Content-Disposition: attachment` with a safe filename (no control, "
+            "bidi or zero-width characters, raw or percent-encoded) and "
+            "`X-Content-Type-Options: nosniff`. Types a browser would run or render "
+            "(HTML, SVG, XML, JavaScript, anything unknown) are served as "
+            "`application/octet-stream`."
+        ),
+        "parameters": parameters,
+        "responses": {
+            "200": {
+                "description": "the attachment's decoded bytes",
+                "headers": {
+                    "Content-Disposition": {"schema": {"type": "string", "pattern": "^attachment;"}}
+                },
+                "content": {
+                    kind: {"schema": {"type": "string", "format": "binary"}}
+                    for kind in DOWNLOAD_TYPES
+                },
+            },
+            **refusal,
+            **_errors("401", "404", "410", "422", "503"),
+        },
+    }
+
+
 _LIMIT = {
     "name": "limit",
     "in": "query",
@@ -345,43 +385,9 @@ def _paths() -> dict[str, Any]:
             }
         },
         "/v1/messages/{message_id}/attachments/{index}": {
-            "get": {
-                "operationId": "download_attachment",
-                "summary": "Download one attachment (index is 0-based into `attachments`)",
-                "description": (
-                    "Always `Content-Disposition: attachment` with a safe filename (no control, "
-                    "bidi or zero-width characters, raw or percent-encoded) and "
-                    "`X-Content-Type-Options: nosniff`. Types a browser would run or render "
-                    "(HTML, SVG, XML, JavaScript, anything unknown) are served as "
-                    "`application/octet-stream`."
-                ),
-                "parameters": [
-                    _MESSAGE,
-                    {
-                        "name": "index",
-                        "in": "path",
-                        "required": True,
-                        "schema": {"type": "integer", "minimum": 0},
-                    },
-                    _RUN_HEADER,
-                ],
-                "responses": {
-                    "200": {
-                        "description": "the attachment's decoded bytes",
-                        "headers": {
-                            "Content-Disposition": {
-                                "schema": {"type": "string", "pattern": "^attachment;"}
-                            }
-                        },
-                        "content": {
-                            kind: {"schema": {"type": "string", "format": "binary"}}
-                            for kind in DOWNLOAD_TYPES
-                        },
-                    },
-                    **refusal,
-                    **_errors("401", "404", "410", "422", "503"),
-                },
-            }
+            "get": _attachment_download(
+                "download_attachment", [_MESSAGE, _ATTACHMENT_INDEX, _RUN_HEADER], refusal
+            )
         },
         "/v1/messages/{message_id}/claim": {
             "post": {
@@ -471,6 +477,11 @@ def _paths() -> dict[str, Any]:
                     **_errors("401", "404"),
                 },
             }
+        },
+        "/v1/unrouted/{caught_id}/attachments/{index}": {
+            "get": _attachment_download(
+                "download_unrouted_attachment", [_CAUGHT, _ATTACHMENT_INDEX], {}
+            )
         },
         "/v1/unrouted/{caught_id}/raw": {
             "get": {

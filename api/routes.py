@@ -217,11 +217,21 @@ async def raw_message(request: Request) -> Response:
 
 async def attachment(request: Request) -> Response:
     message_id = _message_id(request)
-    index = request.path_params["index"]
+    index = _attachment_index(request)
+    raw = await _agent(request).raw(message_id, _caller_run(request))
+    return await attachment_response(raw, index)
+
+
+def _attachment_index(request: Request) -> int:
+    index: str = request.path_params["index"]
     if not index.isdigit() or len(index) > 6:
         raise NotFound(f"no attachment {index[:16]!r}")
-    raw = await _agent(request).raw(message_id, _caller_run(request))
-    part = await asyncio.to_thread(live.part_at, raw, int(index))
+    return int(index)
+
+
+async def attachment_response(raw: bytes, index: int) -> Response:
+    """Attachment ``index`` of ``raw`` as a download that no browser runs or renders."""
+    part = await asyncio.to_thread(live.part_at, raw, index)
     return Response(
         part.payload,
         media_type=live.download_type(part.attachment.content_type),

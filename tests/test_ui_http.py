@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from api import live
 from tests.support import Server, create_inbox, new_run_id, start_server, wait
 from tests.support_ui import hostile_message, send_raw
 
@@ -107,6 +108,40 @@ def test_attachments_download_safely(server: Server) -> None:
         assert (
             client.get("/v1/messages/msg_nosuchmessage000000000/attachments/0").status_code == 404
         )
+
+
+def test_caught_mail_attachments_download_safely(server: Server) -> None:
+    """The same download under /v1/unrouted/{id} (contract: "the same under /v1/unrouted")."""
+    address = f"nobody-{new_run_id('x')}@gmail.example"
+    send_raw(server.smtp_port, address, hostile_message(address))
+    with server.http() as client:
+        caught = client.get("/v1/unrouted", params={"limit": 50}).json()["messages"]
+        caught_id = next(m["id"] for m in caught if address in m["rcpt_to"])
+        exe = client.get(f"/v1/unrouted/{caught_id}/attachments/1")
+        assert exe.status_code == 200 and exe.content == b"MZ not really a program"
+        assert exe.headers["content-disposition"].startswith('attachment; filename="invoicefdp')
+        assert exe.headers["x-content-type-options"] == "nosniff"
+        page = client.get(f"/v1/unrouted/{caught_id}/attachments/3")
+        assert page.headers["content-type"].split(";")[0] == "application/octet-stream"
+        assert client.get(f"/v1/unrouted/{caught_id}/attachments/4").status_code == 404
+        assert client.get("/v1/unrouted/cm_nosuch/attachments/0").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        ("%E2%80%AEfdp.exe", "fdp.exe"),  # the bidi override, spelt in percent-escapes
+        ("a%E2%80%8Bb.pdf", "ab.pdf"),  # a zero-width space, the same
+        ("100%25 done.txt", "100% done.txt"),
+        ("%zz.txt", "%zz.txt"),  # not an escape: kept
+    ],
+)
+def test_download_names_drop_hidden_characters_spelt_in_escapes(name: str, shown: str) -> None:
+    """No bidi, zero-width or control character survives in a download name, raw or encoded."""
+    assert live.download_name(name) == shown
+    disposition = live.content_disposition(name)
+    for bad in ("\u202e", "\u200b", "%E2%80%AE", "%E2%80%8B", "%25E2%2580"):
+        assert bad not in disposition
 
 
 # -- live events ----------------------------------------------------------------------------
