@@ -30,7 +30,12 @@ from sink.tokens import OPEN
 
 MAX_BODY_BYTES = 1024 * 1024
 
-_TRACEPARENT = re.compile(r"[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")
+# W3C Trace Context: version-trace_id-parent_id-flags, lowercase hex; a later version may
+# add fields after another "-" (https://www.w3.org/TR/trace-context/#traceparent-header).
+_TRACEPARENT = re.compile(
+    r"(?P<version>[0-9a-f]{2})-(?P<trace>[0-9a-f]{32})-(?P<parent>[0-9a-f]{16})-[0-9a-f]{2}"
+    r"(?P<more>-.*)?"
+)
 _TRACE_ID = re.compile(r"[A-Za-z0-9-]{1,64}")
 _SAFE_HEADERS = [
     (b"x-content-type-options", b"nosniff"),
@@ -50,15 +55,27 @@ def explicit_trace(headers: Headers) -> str | None:
     """
     parent = headers.get("traceparent")
     if parent is not None:
-        found = _TRACEPARENT.fullmatch(parent.strip().lower())
-        if found and found.group(1) != "0" * 32:
-            return found.group(1)
+        trace = _w3c_trace(parent.strip())
+        if trace is not None:
+            return trace
     given = headers.get("x-trace-id")
     if given is not None and _TRACE_ID.fullmatch(given):
         return given
     if parent is not None or given is not None:
         return ids.new_trace_id()
     return None
+
+
+def _w3c_trace(traceparent: str) -> str | None:
+    """The trace id of a valid ``traceparent``, else None (W3C: ignore an invalid one)."""
+    found = _TRACEPARENT.fullmatch(traceparent)
+    if found is None or found["version"] == "ff":
+        return None
+    if found["version"] == "00" and found["more"] is not None:
+        return None  # version 00 has exactly four fields
+    if found["trace"] == "0" * 32 or found["parent"] == "0" * 16:
+        return None
+    return found["trace"]
 
 
 class BodyTooLarge(Exception):

@@ -139,6 +139,13 @@ def _explicit_trace(request: Request) -> str | None:
     return context_of(request.scope).explicit_trace
 
 
+def _continue_trace(request: Request, inbox_trace: str) -> None:
+    """A request on an inbox (or its mail) that sent no trace continues the inbox's."""
+    context = context_of(request.scope)
+    if context.explicit_trace is None:
+        context.note(trace_id=inbox_trace)
+
+
 # -- inboxes -----------------------------------------------------------------------
 
 
@@ -193,6 +200,7 @@ async def list_messages(request: Request) -> Response:
     page = await _agent(request).messages(
         inbox_id, request.query_params.get("after"), limit, run_id
     )
+    _continue_trace(request, page.trace_id)
     return _model_response(message_list_out(page))
 
 
@@ -202,14 +210,16 @@ async def list_messages(request: Request) -> Response:
 async def read_message(request: Request) -> Response:
     message_id = _message_id(request)
     result = await _agent(request).read(message_id, _caller_run(request), _explicit_trace(request))
+    _continue_trace(request, result.trace_id)
     return _model_response(message_out(result))
 
 
 async def raw_message(request: Request) -> Response:
     message_id = _message_id(request)
-    raw = await _agent(request).raw(message_id, _caller_run(request))
+    got = await _agent(request).raw(message_id, _caller_run(request))
+    _continue_trace(request, got.trace_id)
     return Response(
-        raw,
+        got.raw,
         media_type="message/rfc822",
         headers={"Content-Disposition": f'attachment; filename="{message_id}.eml"'},
     )
@@ -218,8 +228,9 @@ async def raw_message(request: Request) -> Response:
 async def attachment(request: Request) -> Response:
     message_id = _message_id(request)
     index = _attachment_index(request)
-    raw = await _agent(request).raw(message_id, _caller_run(request))
-    return await attachment_response(raw, index)
+    got = await _agent(request).raw(message_id, _caller_run(request))
+    _continue_trace(request, got.trace_id)
+    return await attachment_response(got.raw, index)
 
 
 def _attachment_index(request: Request) -> int:

@@ -103,6 +103,13 @@ class Created:
 class ReadResult:
     stored: StoredMessage
     parsed: ParsedMessage | None  # None once released
+    trace_id: str  # the inbox's: an answer continues it when the caller sent no trace
+
+
+@dataclass(frozen=True, slots=True)
+class RawMessage:
+    raw: bytes
+    trace_id: str  # the inbox's, as above
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +117,7 @@ class MessagePage:
     messages: list[Delivery]
     next_cursor: str
     has_more: bool
+    trace_id: str  # the inbox's, as above
 
 
 @dataclass(frozen=True, slots=True)
@@ -465,7 +473,7 @@ class Agent:
     async def read(self, message_id: str, run_id: str | None, trace: str | None) -> ReadResult:
         stored, inbox = await self._readable(message_id, run_id)
         if stored.raw is None:
-            return ReadResult(stored, None)
+            return ReadResult(stored, None, inbox.trace_id)
         parsed = await asyncio.to_thread(parse, stored.raw)
         log(
             "message_read",
@@ -474,16 +482,16 @@ class Agent:
             message_id=message_id,
             trace_id=trace or inbox.trace_id,
         )
-        return ReadResult(stored, parsed)
+        return ReadResult(stored, parsed, inbox.trace_id)
 
-    async def raw(self, message_id: str, run_id: str | None) -> bytes:
-        stored, _ = await self._readable(message_id, run_id)
+    async def raw(self, message_id: str, run_id: str | None) -> RawMessage:
+        stored, inbox = await self._readable(message_id, run_id)
         if stored.raw is None:
             raise EvidenceReleased(
                 f"message {message_id}: its body was released; only metadata is left",
                 {"released_at": rfc3339_or_none(stored.released_at)},
             )
-        return stored.raw
+        return RawMessage(stored.raw, inbox.trace_id)
 
     async def _readable(self, message_id: str, run_id: str | None) -> tuple[StoredMessage, Inbox]:
         """A message the caller may read: ownership, then the read breaker and faults (a
@@ -519,7 +527,9 @@ class Agent:
         for delivery in page:  # a claim of one of them can be answered if the store fails
             self._known.saw_message(delivery.message_id, inbox_id)
         last = page[-1].seq if page else position
-        return MessagePage(page, ids.encode_cursor(inbox_id, last), len(rows) > limit)
+        return MessagePage(
+            page, ids.encode_cursor(inbox_id, last), len(rows) > limit, inbox.trace_id
+        )
 
     # -- runs ----------------------------------------------------------------------
 

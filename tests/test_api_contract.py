@@ -570,6 +570,48 @@ def test_trace_continues_from_header_or_inbox(server: Server) -> None:
     assert junk.headers["x-trace-id"] == junk.json()["trace_id"]
 
 
+def test_reads_of_an_inbox_and_its_mail_continue_the_inbox_trace(server: Server) -> None:
+    """The message list, a message, its raw bytes and an attachment answer with the inbox's
+    trace when the caller sends none, and with the caller's when it does."""
+    with server.http() as client:
+        inbox = create_inbox(client)
+        received = _received(server, client, inbox)
+        message_id = received["message"]["message_id"]
+        paths = [
+            f"/v1/inboxes/{inbox['inbox_id']}/messages",
+            f"/v1/messages/{message_id}",
+            f"/v1/messages/{message_id}/raw",
+        ]
+        for path in paths:
+            continued = client.get(path)
+            assert continued.status_code == 200, path
+            assert continued.headers["x-trace-id"] == inbox["trace_id"], path
+            explicit = client.get(path, headers={"X-Trace-Id": "my-own-trace"})
+            assert explicit.headers["x-trace-id"] == "my-own-trace", path
+
+
+@pytest.mark.parametrize(
+    ("traceparent", "kept"),
+    [
+        ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", True),
+        ("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-later-field", True),
+        ("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", False),  # version ff
+        ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra", False),  # v00: 4 fields
+        ("00-00000000000000000000000000000000-00f067aa0ba902b7-01", False),
+        ("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", False),
+        ("00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01", False),  # uppercase
+    ],
+)
+def test_traceparent_is_taken_only_when_w3c_valid(
+    server: Server, traceparent: str, kept: bool
+) -> None:
+    """A valid traceparent's trace id is the request's trace; an invalid one starts a new one."""
+    with server.http() as client:
+        answer = client.get("/healthz", headers={"traceparent": traceparent})
+    trace = answer.headers["x-trace-id"]
+    assert (trace == "4bf92f3577b34da6a3ce929d0e0e4736") is kept, trace
+
+
 def test_get_naming_another_run_is_wrong_run(server: Server) -> None:
     """GET /v1/inboxes/{id} with X-Run-Id of another run is 403 wrong_run; the owner is fine."""
     run_id = new_run_id()

@@ -197,7 +197,7 @@ class AsyncFakeSink:
 
     async def raw_message(self, message_id: str, *, run_id: str | None = None) -> bytes:
         _check_run(run_id)
-        return await self._call(self._agent.raw(message_id, run_id))
+        return (await self._call(self._agent.raw(message_id, run_id))).raw
 
     async def claim_message(self, message_id: str, run_id: str) -> Envelope:
         _check_run(run_id)
