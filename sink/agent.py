@@ -263,7 +263,7 @@ class Agent:
         key = (inbox.run_id, inbox.inbox_id, "wait")
         slot_until: float | None = None  # the fleet-wide wait slot this wait holds, if any
         try:
-            async with self._guard.attempt(key, policy) as attempt:
+            async with self._guard.attempt(key, policy, at=started) as attempt:
                 if attempt.refused:
                     self._metrics.blocked("wait", "circuit_open")
                     view = await self._describe(inbox, started, trace_id)
@@ -371,7 +371,7 @@ class Agent:
         claim = Claim(self._ids.claim_id(), message_id, run_id, now)
         after = after_claim(inbox, delivery, claim)
         try:
-            async with self._guard.attempt(key, policy) as attempt:
+            async with self._guard.attempt(key, policy, at=now) as attempt:
                 if attempt.refused:
                     self._metrics.blocked("claim", "circuit_open")
                     view = await self._describe(inbox, now, trace_id)

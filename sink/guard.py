@@ -100,17 +100,19 @@ class Attempting:
     """``Guard.attempt``'s context: a small object, not a generator's (a long-poll holds it
     for its whole wait)."""
 
-    __slots__ = ("_attempt", "_guard", "_key", "_policy")
+    __slots__ = ("_at", "_attempt", "_guard", "_key", "_policy")
 
-    def __init__(self, guard: Guard, key: BreakerKey, policy: Policy) -> None:
+    def __init__(self, guard: Guard, key: BreakerKey, policy: Policy, at: float | None) -> None:
         self._guard = guard
         self._key = key
         self._policy = policy
+        self._at = at
         self._attempt: Attempt | None = None
 
     async def __aenter__(self) -> Attempt:
         guard, key, policy = self._guard, self._key, self._policy
-        self._attempt = Attempt(guard, key, policy, await guard._admit(key, policy))
+        admission = await guard._admit(key, policy, self._at)
+        self._attempt = Attempt(guard, key, policy, admission)
         return self._attempt
 
     async def __aexit__(
@@ -178,11 +180,16 @@ class Guard:
     # A breaker is remembered only from its first failure until it settles again (closed,
     # no failures): the many runs that never fail cost no memory at all.
 
-    def attempt(self, key: BreakerKey, policy: Policy) -> Attempting:
+    def attempt(self, key: BreakerKey, policy: Policy, at: float | None = None) -> Attempting:
         """``async with guard.attempt(key, policy) as attempt``: admitted or refused by the
         breaker; a ProviderTrouble out of the body is a failure, leaving having reached the
-        provider a success, anything else (cancelled, refused early) gives the slot back."""
-        return Attempting(self, key, policy)
+        provider a success, anything else (cancelled, refused early) gives the slot back.
+
+        ``at``: when the operation started (its events carry that time). A move the admission
+        makes (half-open: this call is the probe) is written at that time too, so that the run
+        report lists it before the poll or claim it let through, not after.
+        """
+        return Attempting(self, key, policy, at)
 
     async def failure(self, key: BreakerKey, policy: Policy, cause: str) -> None:
         """A failure outside an attempt's provider call (the caller named the wrong run)."""
@@ -252,7 +259,7 @@ class Guard:
 
     # -- the breaker's bookkeeping ------------------------------------------------------
 
-    async def _admit(self, key: BreakerKey, policy: Policy) -> Admission:
+    async def _admit(self, key: BreakerKey, policy: Policy, at: float | None) -> Admission:
         if self._fleet is not None:
             try:
                 # The probe's slot is held at most this long by a replica that died with it.
@@ -263,7 +270,7 @@ class Guard:
             except _FleetAway:
                 pass  # the database is away: this replica decides alone, from memory
             else:
-                await self._note(key, shared.transition, None)
+                await self._note(key, shared.transition, None, at)
                 return shared
         now = self._clock.monotonic()
         self.breakers.forget_idle(now)
@@ -271,7 +278,7 @@ class Guard:
         if breaker is None:
             return _CLOSED
         admission = breaker.admit(now)
-        await self._note(key, admission.transition, None)
+        await self._note(key, admission.transition, None, at)
         return admission
 
     async def _success(self, key: BreakerKey) -> None:
@@ -295,9 +302,14 @@ class Guard:
                 await _shared(self._fleet.breaker_abandon(key))
 
     async def _note(
-        self, key: BreakerKey, transition: Transition | None, cause: str | None
+        self,
+        key: BreakerKey,
+        transition: Transition | None,
+        cause: str | None,
+        at: float | None = None,
     ) -> None:
-        """A breaker moved: count it, log it and write it to the run's events."""
+        """A breaker moved: count it, log it and write it to the run's events (at ``at``,
+        else now)."""
         if transition is None:
             return
         event = _TRANSITION_EVENTS.get(transition.to_state.value)
@@ -309,7 +321,7 @@ class Guard:
         moved = Event(
             run_id=run_id,
             type=event,
-            at=self._clock.now(),
+            at=self._clock.now() if at is None else at,
             inbox_id=inbox_id,
             detail={"operation": operation, "cause": cause, "cooldown_s": transition.cooldown_s},
         )

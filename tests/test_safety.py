@@ -88,9 +88,11 @@ def test_breaker_opens_blocks_and_closes_after_a_good_probe(server: Server) -> N
     assert probe["state"] == "waiting" and probe["attempt"] == 1
     types = [e["type"] for e in report["events"]]
     assert types.count("breaker_opened") == 1
+    # The probe's poll comes after the half-open move that let it through, before the close.
     assert (
         types.index("breaker_opened")
         < types.index("breaker_half_open")
+        < types.index("polled")
         < types.index("breaker_closed")
     )
 
