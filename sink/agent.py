@@ -72,6 +72,9 @@ from sink.waiters import Waiters
 # The store could not be read at all: retry this soon (the database may be back in a moment;
 # a second is what a 503 with Retry-After says too).
 UNREADABLE_RETRY_S = 1.0
+# Two times this close are one instant (a wait's deadline computed as start + (lease - start)
+# may differ from the lease in its last bits).
+_SAME_INSTANT_S = 1e-6
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,7 +339,12 @@ class Agent:
             attempt=after.polls_used,
             latency_ms=after.last_poll_latency_ms,
         )
-        return await self._describe(after, look.ended_at, trace_id)
+        answered_at = look.ended_at
+        if found is None and deadline >= inbox.expires_at - _SAME_INSTANT_S:
+            # The lease capped this wait and ran out with it (the loop's timer may fire a
+            # moment early): the answer is the expiry, not a "wait again" with no time left.
+            answered_at = max(answered_at, inbox.expires_at)
+        return await self._describe(after, answered_at, trace_id)
 
     async def _free_slot(self, inbox_id: str, until: float) -> None:
         """Hand a wait slot back (best effort: it lapses at ``until`` anyway)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -188,6 +189,20 @@ def test_lease_over_gives_expired_lease(server: Server) -> None:
             body = client.get(f"/v1/inboxes/{inbox['inbox_id']}").json()
     assert (body["state"], body["status"], body["reason"]) == ("expired", "blocked", "lease")
     assert body["next_action"] == "create_new_inbox"
+
+
+def test_a_wait_the_lease_cuts_short_answers_expired(server: Server) -> None:
+    """A long-poll capped by the lease ends with it: the answer is expired/lease, never a
+    "wait again" when no time is left (several at once: the loop's timers fire a moment
+    early now and then)."""
+    with server.http() as client:
+        inboxes = [create_inbox(client, ttl_s=1) for _ in range(6)]
+        with ThreadPoolExecutor(len(inboxes)) as pool:
+            answers = list(pool.map(lambda i: wait(client, i["inbox_id"], timeout_s=5), inboxes))
+    for answer in answers:
+        body = answer.json()
+        assert (body["state"], body["status"], body["reason"]) == ("expired", "blocked", "lease")
+        assert body["next_action"] == "create_new_inbox"
 
 
 def test_idempotency_conflict_on_another_body(server: Server) -> None:
