@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -33,6 +34,18 @@ _LDH = r"[A-Za-z0-9" + _UTF8 + "]"
 _LABEL = rf"{_LDH}(?:(?:{_LDH}|-){{0,61}}{_LDH})?"
 _DOMAIN = rf"(?:(?:{_LABEL}\.)*{_LABEL}|\[[\x21-\x5a\x5e-\x7e]+\])"
 _ADDRESS = re.compile(rf"({_LOCAL})@({_DOMAIN})")
+_DOT_ATOM = re.compile(rf"{_ATEXT}+(?:\.{_ATEXT}+)*")
+_QUOTED_PAIR = re.compile(r"\\(.)")
+
+
+def _unquoted(local: str) -> str:
+    """``"abc"`` is the local part ``abc`` (RFC 5322 3.4.1: the quoting is not part of the
+    mailbox) when what it quotes is a plain dot-atom; anything else stays as it is."""
+    if len(local) >= 2 and local[0] == local[-1] == '"':
+        inner = _QUOTED_PAIR.sub(r"\1", local[1:-1])
+        if _DOT_ATOM.fullmatch(inner):
+            return inner
+    return local
 
 
 class Verdict(StrEnum):
@@ -89,6 +102,7 @@ class Ingest:
         if not _valid_address(address):
             return Recipient(address, Verdict.BAD_ADDRESS)
         local, _, domain = address.rpartition("@")
+        local = _unquoted(local)
         route = None
         if self._settings.is_our_domain(domain):
             base = local.lower().split("+", 1)[0]
@@ -104,6 +118,16 @@ class Ingest:
         if declared_size is not None and declared_size > policy.max_message_bytes:
             return Recipient(address, Verdict.TOO_BIG, route)
         return Recipient(address, Verdict.ACCEPT, route)
+
+    def faults_apply(self, routes: Iterable[Route | None]) -> bool:
+        """Whether an injected SMTP fault may hit mail for these recipients: never when one
+        of them is under a policy without faults (``production``); caught mail (no route)
+        follows the default policy."""
+        for route in routes:
+            name = self._settings.default_policy if route is None else route.policy_name
+            if not self._settings.policy(name).allow_faults:
+                return False
+        return True
 
     async def deliver(self, mail_from: str, recipients: list[Recipient], raw: bytes) -> DataVerdict:
         """Store the message once, deliver it to each live inbox, then wake their waiters.

@@ -561,6 +561,24 @@ def test_plus_tag_and_case_reach_the_same_inbox(server: Server) -> None:
     assert body["state"] == "received" and body["message"]["subject"] == "tagged"
 
 
+def test_a_quoted_local_part_reaches_the_same_inbox(server: Server) -> None:
+    """RCPT TO:<"local+tag"@domain> is the mailbox local+tag@domain (RFC 5322 3.4.1: the
+    quotes are not part of it); a quoted part that is no dot-atom stays caught mail."""
+    with server.http() as client:
+        inbox = create_inbox(client)
+        local, domain = inbox["address"].split("@")
+        with server.smtp() as smtp:
+            smtp.ehlo()
+            smtp.mail("app@example.test")
+            code, text = smtp.rcpt(f'"{local}+quoted"@{domain}')
+            assert (code, b"caught" in text) == (250, False)
+            code, text = smtp.rcpt(f'"{local} x"@{domain}')
+            assert (code, b"caught" in text) == (250, True)
+            smtp.data(b"Subject: quoted\r\n\r\nbody\r\n")
+        body = wait(client, inbox["inbox_id"], timeout_s=5).json()
+    assert body["state"] == "received" and body["message"]["subject"] == "quoted"
+
+
 def test_trace_continues_from_header_or_inbox(server: Server) -> None:
     """A request's trace comes from traceparent or X-Trace-Id, else continues the inbox's trace."""
     parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

@@ -212,12 +212,26 @@ def test_fault_is_used_up_only_by_a_call_that_reaches_the_provider(server: Serve
 
 
 def test_faults_never_apply_under_production(server: Server) -> None:
-    """An inbox under the production policy ignores injected faults."""
+    """An inbox under the production policy ignores injected faults: its waits, and the SMTP
+    that delivers to it (RCPT and DATA are 250, the mail is stored)."""
     with server.http() as client:
         inbox = create_inbox(client, new_run_id("prod"), policy="production")
         _fault(client, target="wait", mode="error", run_id=inbox["run_id"])
         body = wait(client, inbox["inbox_id"]).json()
+        for target in ("smtp.rcpt", "smtp.data"):
+            _fault(client, target=target, mode="error", count=1, run_id=inbox["run_id"])
+        with server.smtp() as smtp:
+            smtp.ehlo()
+            smtp.mail("a@app.test")
+            assert smtp.rcpt(inbox["address"])[0] == 250
+            assert smtp.data(b"Subject: kept\r\n\r\nbody\r\n")[0] == 250
+        listed = client.get(f"/v1/inboxes/{inbox['inbox_id']}/messages").json()["messages"]
+        unused = [
+            f for f in client.get("/v1/faults").json()["faults"] if f["run_id"] == inbox["run_id"]
+        ]
     assert body["state"] == "waiting"
+    assert [m["subject"] for m in listed] == ["kept"]
+    assert sorted(f["target"] for f in unused if f["remaining"] == 1) == ["smtp.data", "smtp.rcpt"]
 
 
 def test_smtp_faults_answer_451(server: Server) -> None:

@@ -150,3 +150,16 @@ def test_the_end_marker_is_found_across_reads_and_only_there() -> None:
         ("until", b"\nmore\r\n.\r\n"),
     ]
     assert _read(over_the_cap, size_limit=50) == (b"", "552 5.3.4 Error: too much mail data")
+
+
+def test_the_size_limit_counts_the_last_read_too() -> None:
+    """A message whose reads end past the size limit is 552, the read holding the final dot
+    included (caught mail over EHLO's SIZE was stored). The limit is SIZE's count (RFC 1870):
+    CRLFs in, the final dot and the stuffed dots out."""
+    one_line = [("until", b"x" * 47 + b"\r"), ("until", b"\n.\r\n")]  # 49 octets
+    assert _read(one_line, size_limit=48) == (b"", "552 5.3.4 Error: too much mail data")
+    assert _read(one_line, size_limit=49) == (b"x" * 47 + b"\r\n", None)
+    # ".." is one dot: 1 + 2 + 44 + 2 = 49 octets, within a limit of 49.
+    stuffed = [("until", b"..\r"), ("until", b"\n" + b"x" * 44 + b"\r\n.\r\n")]
+    assert _read(stuffed, size_limit=49) == (b".\r\n" + b"x" * 44 + b"\r\n", None)
+    assert _read(stuffed, size_limit=48)[1] == "552 5.3.4 Error: too much mail data"

@@ -864,3 +864,32 @@ def test_a_multi_line_reply_leaves_in_one_write(server: Server) -> None:
         assert lines[-2] == "250 HELP"
         assert "250-PIPELINING" in lines and "250-ENHANCEDSTATUSCODES" in lines
         assert client.cmd("QUIT") == 221
+
+
+def test_caught_mail_over_the_advertised_size_is_552(tmp_path: Path) -> None:
+    """EHLO's SIZE (the largest max_message_bytes of all policies) holds for caught mail too,
+    which no inbox's policy checks: past it, 552 after the final dot and nothing stored, even
+    when the whole message arrives in one read; the connection goes on."""
+    policies = tmp_path / "small.toml"
+    policies.write_text(
+        "".join(
+            f"[policy.{name}]\nmax_message_bytes = 3000\n"
+            for name in ("ci", "preview", "production")
+        )
+    )
+    server = start_server(tmp_path, "--policy-file", str(policies))
+    try:
+        with server.smtp() as smtp:
+            assert smtp.ehlo()[0] == 250 and smtp.esmtp_features["size"] == "3000"
+            head = b"Subject: big\r\n\r\n"
+            for size, expected in ((3000, 250), (3001, 552), (200_000, 552)):
+                body = head + b"x" * (size - len(head) - 2) + b"\r\n"
+                assert len(body) == size
+                smtp.mail("app@example.test")
+                smtp.rcpt(f"nobody-{size}@elsewhere.example")
+                assert smtp.data(body)[0] == expected, size
+        with server.http() as http:
+            caught = http.get("/v1/unrouted").json()["messages"]
+        assert [m["size"] for m in caught] == [3000]
+    finally:
+        server.stop()

@@ -79,13 +79,15 @@ def tls_failures(server: Server, count: int) -> list[dict[str, Any]]:
 
 
 def test_no_starttls_without_a_certificate(server: Server) -> None:
-    """Without --tls-cert, EHLO offers no STARTTLS, STARTTLS is 454, and plaintext mail lands."""
+    """Without --tls-cert, EHLO offers no STARTTLS, STARTTLS is 502 (a command this server
+    does not have: permanent, not aiosmtpd's 454), and plaintext mail lands."""
     with server.http() as http:
         inbox = create_inbox(http)
     with server.smtp() as client:
         client.ehlo()
         assert "starttls" not in client.esmtp_features
-        assert client.docmd("STARTTLS")[0] == 454
+        code, text = client.docmd("STARTTLS")
+        assert (code, text) == (502, b"5.5.1 STARTTLS is not offered by this server")
         client.sendmail(SENDER, [inbox["address"]], mail(inbox["address"], "plain"))
     assert subjects(server, inbox["inbox_id"]) == ["plain"]
     assert "tls_certificate_generated" not in {line["event"] for line in server.log_lines()}
@@ -209,6 +211,7 @@ def test_no_starttls_flag_hides_starttls_but_keeps_smtps(
         with server.smtp() as client:
             client.ehlo()
             assert "starttls" not in client.esmtp_features
+            assert client.docmd("STARTTLS")[0] == 502
         assert server.smtps_port is not None
         with smtplib.SMTP_SSL(
             "127.0.0.1", server.smtps_port, context=trusting(cert), timeout=30

@@ -70,6 +70,7 @@ _RCPT_REPLIES = {
     Verdict.TOO_BIG: "552 5.3.4 Message size exceeds this inbox's limit",
 }
 _MAIL_SYNTAX = "501 5.5.4 Syntax: MAIL FROM:<address> [SP <mail-parameters>]"
+_TOO_MUCH_DATA = "552 5.3.4 Error: too much mail data"
 _RCPT_SYNTAX = "501 5.5.4 Syntax: RCPT TO:<address>"
 
 
@@ -239,7 +240,11 @@ class Handler:
         except Exception as exc:  # storage trouble: this RCPT may be tried again
             return self._trouble("rcpt", exc)
         fault_run = recipient.route.run_id if recipient.route else None
-        if self._faults_armed and await self._fault("smtp.rcpt", fault_run):
+        if (
+            self._faults_armed
+            and self._ingest.faults_apply([recipient.route])
+            and await self._fault("smtp.rcpt", fault_run)
+        ):
             return TEMPORARY
         if recipient.verdict is Verdict.UNKNOWN:
             self._metrics.message("rejected")
@@ -262,14 +267,18 @@ class Handler:
         return _RCPT_REPLIES[recipient.verdict]
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
-        if self._faults_armed and await self._fault("smtp.data", self._runs.get(envelope)):
+        recipients = self._recipients.get(envelope, [])
+        if (
+            self._faults_armed
+            and self._ingest.faults_apply(r.route for r in recipients)
+            and await self._fault("smtp.data", self._runs.get(envelope))
+        ):
             return TEMPORARY
         raw = envelope.original_content or b""
         limit = self.limits.max_header_fields
         if header_field_count(raw, stop_after=limit) > limit:
             self._metrics.message("rejected")
             return f"552 5.3.4 Too many header fields (the limit is {limit})"
-        recipients = self._recipients.get(envelope, [])
         try:
             verdict = await self._ingest.deliver(envelope.mail_from or "", recipients, raw)
         except Exception as exc:  # nothing was acknowledged: the sender sends it again
@@ -794,7 +803,7 @@ class RunsinkSMTP(LeanLoopSMTP):
                 too_much = True
                 pieces.clear()
         if too_much:
-            return b"", "552 5.3.4 Error: too much mail data"
+            return b"", _TOO_MUCH_DATA
         data = b"".join(pieces)  # one piece: that piece itself, no copy
         if len(data) > self.line_length_limit and _longest_line(data) > self.line_length_limit:
             return b"", "500 5.5.6 Line too long (see RFC 5321 4.5.3.1.6)"
@@ -802,6 +811,10 @@ class RunsinkSMTP(LeanLoopSMTP):
             data = data[1:]
         if b"\r\n." in data:
             data = data.replace(b"\r\n.", b"\r\n")
+        if size_limit and len(data) > size_limit:
+            # The whole message, the last read included (one read can hold all of it), as
+            # SIZE counts it (RFC 1870: CRLFs in, the final dot and the stuffed dots out).
+            return b"", _TOO_MUCH_DATA
         return data, None
 
     @syntax("STARTTLS", when="tls_context")
@@ -809,6 +822,11 @@ class RunsinkSMTP(LeanLoopSMTP):
         # aiosmtpd would start a second TLS layer inside the first (RFC 3207 4.2 forbids it).
         if self._tls_protocol is not None:
             await self.push("503 5.5.1 TLS already active")
+            return
+        if self.tls_context is None:
+            # Not offered (no certificate, or --smtp-no-starttls): a command this server does
+            # not have is 502 (aiosmtpd says 454, a temporary failure a client retries).
+            await self.push("502 5.5.1 STARTTLS is not offered by this server")
             return
         # aiosmtpd drops the plaintext pipelined after STARTTLS (RFC 3207 5, CVE-2011-0411)
         # by clearing its reader when the TLS connection is made.
