@@ -216,3 +216,26 @@ def test_bad_input_is_4xx_never_5xx(
     assert error["code"] == code
     if "query" in params and status == 422:
         assert error["message"].startswith("query:")
+
+
+def test_released_evidence_is_found_by_its_metadata_not_its_body(
+    server: Server, http: httpx.Client
+) -> None:
+    """One message to an inbox and to an unrouted address: once the run is released, its
+    evidence is found by subject only, not by the body the caught mail still keeps; the
+    caught mail is found by both. Both ways the index may drive (a narrowing filter, text)."""
+    tag = uuid.uuid4().hex[:10]
+    run_id = new_run_id("rel")
+    inbox = create_inbox(http, run_id)
+    _send(server, f"{inbox['address']}, nobody-{tag}@gmail.example", f"Mixed {tag}", f"body{tag}")
+    evidence = http.get(f"/v1/inboxes/{inbox['inbox_id']}/messages").json()["messages"]
+    assert http.delete(f"/v1/runs/{run_id}").status_code == 204
+    for extra in ("", " -is:claimed"):  # text first; then with a filter beside it
+        by_body = _search(http, f"body{tag}{extra}")
+        assert [item["caught"] for item in by_body] == [True], by_body
+        by_subject = _search(http, f"mixed {tag}{extra}")
+        assert sorted(item["caught"] for item in by_subject) == [False, True]
+    narrowed = _search(http, f"body{tag} run:{run_id}")  # the run's few entries drive
+    assert narrowed == []
+    (released,) = _search(http, f"subject:{tag} run:{run_id}")
+    assert released["message_id"] == evidence[0]["message_id"] and released["released"]

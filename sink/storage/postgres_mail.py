@@ -502,11 +502,14 @@ def _text_sql(text: Text, param: _Params) -> str:
 
 def _unreleased(text: Text, pattern: str, found: str) -> str:
     """``found``, with a released body's text left out (SQLite blanks its copy of it):
-    (others OR body) AND (others OR body kept), i.e. others OR (body AND kept)."""
+    (others OR body) AND (others OR body kept), i.e. others OR (body AND kept). Kept for this
+    entry: evidence of a released inbox has no body, even while the same message's caught
+    mail keeps it."""
     if "body" not in text.columns:
         return f"({found})"
     others = [f"{_COLUMNS[c]} LIKE {pattern}" for c in text.columns if c != "body"]
-    return f"({found}) AND ({' OR '.join([*others, 'm.raw IS NOT NULL'])})"
+    kept = "(m.raw IS NOT NULL AND i.released_at IS NULL)"
+    return f"({found}) AND ({' OR '.join([*others, kept])})"
 
 
 def _filter_sql(kind: str, value: Any, negated: bool, param: _Params) -> str:

@@ -17,6 +17,7 @@ import sqlite3
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from functools import partial
 from importlib import resources
 from pathlib import Path
@@ -922,12 +923,35 @@ class SQLiteStore:
                     )
                 }
                 entries = [
-                    e for e in entries if texts_match(query.texts, documents.get(e.position[0], {}))
+                    e
+                    for e in entries
+                    if texts_match(query.texts, _as_listed(e, documents.get(e.position[0], {})))
                 ]
             found += entries
             if len(found) >= want:
                 break
         return found[:want]
+
+    async def _bodiless_matches(self, query: Query, entries: list[Listed]) -> set[int]:
+        """Of the released entries' messages, those the positive texts match without a body
+        (released evidence keeps its metadata, not its text, even while the same message's
+        caught mail keeps the body)."""
+        pks = sorted({e.position[0] for e in entries if e.released})
+        if not pks:
+            return set()
+        texts = tuple(
+            replace(t, columns=tuple(c for c in t.columns if c != "body"))
+            for t in query.positive_texts
+        )
+        if any(not t.columns for t in texts):
+            return set()  # a text only a body could hold
+        holding, held = _holding(texts, every=True)
+        rows = await self._read(
+            f"SELECT rowid FROM message_text WHERE rowid IN ({','.join('?' * len(pks))}) "
+            f"AND {holding}",
+            (*pks, *held),
+        )
+        return {row[0] for row in rows}
 
     async def _text_first(
         self, query: Query, run_scope: str | None, before: tuple[int, int] | None, want: int
@@ -969,8 +993,11 @@ class SQLiteStore:
                 kept = [pk for pk in pks if pk not in excluded]
             if kept:
                 sql, params = _search_sql(query, run_scope, None, among=kept)
-                for row in await self._read(sql, params):
-                    listed = listed_from_row(row)
+                entries = [listed_from_row(row) for row in await self._read(sql, params)]
+                bodiless = await self._bodiless_matches(query, entries)
+                for listed in entries:
+                    if listed.released and listed.position[0] not in bodiless:
+                        continue  # it matched through a body this entry no longer has
                     if before is None or listed.position < before:
                         found.append(listed)
             if len(pks) < batch:
@@ -1343,6 +1370,11 @@ def _filter_sql(kind: str, value: Any) -> tuple[str, list[Any]]:
     if kind == "smaller":
         return "v.size < ?", [value]
     raise AssertionError(kind)  # pragma: no cover - sink.search names only these
+
+
+def _as_listed(entry: Listed, document: dict[str, str]) -> dict[str, str]:
+    """The texts an entry may be found by: released evidence has no body any more."""
+    return {**document, "body": ""} if entry.released else document
 
 
 def _holding(texts: tuple[Text, ...], every: bool) -> tuple[str, list[str]]:
