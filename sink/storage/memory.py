@@ -467,7 +467,14 @@ class MemoryStore:
         for item in query.filters:
             if self._passes(entry, item.kind, item.value) == item.negated:
                 return False
-        return texts_match(query.texts, _document(entry.message)) if query.texts else True
+        if not query.texts:
+            return True
+        document = _document(entry.message)
+        if self._released(entry):
+            # Released evidence is found by its metadata, never by the body that the same
+            # message's caught mail may still keep.
+            document = {**document, "body": ""}
+        return texts_match(query.texts, document)
 
     def _passes(self, entry: _Entry, kind: str, value: str | float | int) -> bool:
         message = entry.message
