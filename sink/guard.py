@@ -72,7 +72,7 @@ class Attempt:
         self._key = key
         self._policy = policy
         self.admission = admission
-        self.reached_provider = False
+        self.reached_provider = False  # also: an injected fault has had its one chance
 
     @property
     def refused(self) -> bool:
@@ -89,11 +89,14 @@ class Attempt:
         return self.admission.probe
 
     async def call(self, work: Callable[[], Awaitable[T]]) -> T:
-        """One provider call: the injected fault (if any), then the work, within the deadline."""
+        """One provider call, within the deadline. An injected fault hits the operation's
+        first call only: a wait makes several (its scans, its poll's record), and is still one
+        of the "next N matching calls" a fault counts, delayed once."""
         assert not self.refused, "a refused attempt must not reach the provider"
+        first = not self.reached_provider
         self.reached_provider = True
         run_id, _, operation = self._key
-        return await self._guard.call(operation, run_id, self._policy, work)
+        return await self._guard.call(operation, run_id, self._policy, work, fault=first)
 
 
 class Attempting:
@@ -233,18 +236,26 @@ class Guard:
         return self.faults.take(target, run_id)
 
     async def call(
-        self, operation: str, run_id: str, policy: Policy, work: Callable[[], Awaitable[T]]
+        self,
+        operation: str,
+        run_id: str,
+        policy: Policy,
+        work: Callable[[], Awaitable[T]],
+        fault: bool = True,
     ) -> T:
-        """One provider call: the injected fault (if any), then the work, within the deadline."""
-        fault = self.take_fault(operation, run_id, policy)
+        """One provider call: the injected fault (if any, and ``fault``), then the work,
+        within the deadline."""
+        injected = self.take_fault(operation, run_id, policy) if fault else None
         deadline = policy.provider_deadline_s
         timed_out = ProviderTimeout(f"the store did not answer {operation} within {deadline:g}s")
         held = 0.0
-        if fault is not None:
-            if fault.mode == "error":
-                raise ProviderError(f"injected fault {fault.fault_id}")
+        if injected is not None:
+            if injected.mode == "error":
+                raise ProviderError(f"injected fault {injected.fault_id}")
             # Held on the clock, so a fake clock acts a timeout out without sleeping.
-            held = deadline if fault.mode == "timeout" else min(fault.delay_s or 0.0, deadline)
+            held = (
+                deadline if injected.mode == "timeout" else min(injected.delay_s or 0.0, deadline)
+            )
             await pause(self._clock, held)
             if held >= deadline:
                 raise timed_out

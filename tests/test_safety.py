@@ -211,6 +211,26 @@ def test_fault_is_used_up_only_by_a_call_that_reaches_the_provider(server: Serve
     assert mine and mine[0]["remaining"] == 1
 
 
+def test_one_wait_is_one_call_for_a_fault(server: Server) -> None:
+    """A wait makes several store calls (its scan, its poll's record; a woken long-poll scans
+    again) and counts as one call for a fault: a delay is added once, a count goes down by
+    one."""
+    with server.http() as client:
+        inbox = _fragile(client)
+        fault = _fault(
+            client, target="wait", mode="delay", delay_s=0.05, count=3, run_id=inbox["run_id"]
+        )
+        server.send(inbox["address"], subject="Woken")  # the wait finds mail: scan and record
+        answer = wait(client, inbox["inbox_id"], timeout_s=0).json()
+        (after,) = [
+            f
+            for f in client.get("/v1/faults").json()["faults"]
+            if f["fault_id"] == fault["fault_id"]
+        ]
+    assert answer["state"] == "received"
+    assert (after["hits"], after["remaining"]) == (1, 2)
+
+
 def test_faults_never_apply_under_production(server: Server) -> None:
     """An inbox under the production policy ignores injected faults: its waits, and the SMTP
     that delivers to it (RCPT and DATA are 250, the mail is stored)."""
