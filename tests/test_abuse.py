@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from sink.client import Sink
 from tests.support import Server, create_inbox, new_run_id, start_server
 
 DEADLINE_S = 20.0
@@ -375,6 +376,41 @@ def test_long_polls_past_their_cap_are_503(tmp_path: Path, policy_file: str) -> 
     for thread in threads:
         thread.join(DEADLINE_S)
     assert answers == [200] * limit
+
+
+def test_expect_message_waits_out_a_full_long_poll_cap(tmp_path: Path, policy_file: str) -> None:
+    """The client's expect_message takes a wait's 503 over_capacity as "retry after
+    Retry-After" (it gave up at once): once the held long-polls end, it gets its message."""
+    server = start_server(tmp_path, "--policy-file", policy_file, "--http-max-connections", "12")
+    limit = next(e for e in server.log_lines() if e.get("event") == "connection_caps")[
+        "max_long_polls"
+    ]
+    try:
+        with server.http() as client:
+            held = [create_inbox(client, new_run_id()) for _ in range(limit)]
+
+        def hold(inbox_id: str) -> None:
+            with server.http() as own:
+                own.post(f"/v1/inboxes/{inbox_id}/wait", json={"timeout_s": 2})
+
+        threads = [threading.Thread(target=hold, args=(i["inbox_id"],)) for i in held]
+        for thread in threads:
+            thread.start()
+        end = time.monotonic() + DEADLINE_S
+        while _metric(server, "runsink_active_long_polls") < limit and time.monotonic() < end:
+            time.sleep(0.05)
+        with Sink(server.url) as sink:
+            inbox = sink.create_inbox(new_run_id(), "capped")
+            server.send(inbox.address, subject="Through at last")
+            assert inbox.expect_message(timeout_s=20).subject == "Through at last"
+        refusals = _metric(
+            server, "runsink_connection_refusals_total", reason="too_many_long_polls"
+        )
+        assert refusals >= 1  # it did meet the cap, and waited it out
+    finally:
+        server.stop()
+    for thread in threads:
+        thread.join(DEADLINE_S)
 
 
 # -- request lines ----------------------------------------------------------------------

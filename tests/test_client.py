@@ -19,6 +19,7 @@ from sink.client import (
     Envelope,
     ExpectationFailed,
     Match,
+    OwnershipRefused,
     ProtocolError,
     Sink,
     TransportFailed,
@@ -417,6 +418,19 @@ def test_a_read_that_stays_unavailable_fails_within_the_deadline() -> None:
     """A 503 on read is retried after Retry-After, unless that passes timeout_s: then it fails."""
     expectation = plan(timeout_s=3)
     busy = Unavailable(503, "provider_timeout", "slow store", retry_after=1.0)
-    assert expectation.after_unavailable("msg_1", busy, 101.0) == Pause(1.0)
+    assert expectation.after_unavailable(busy, 101.0, "msg_1") == Pause(1.0)
     with pytest.raises(ExpectationFailed, match=r"msg_1 .* was found but could not be read"):
-        expectation.after_unavailable("msg_1", busy, 102.5)
+        expectation.after_unavailable(busy, 102.5, "msg_1")
+    full = Unavailable(503, "over_capacity", "4 waits are already in progress", retry_after=1.0)
+    assert expectation.after_unavailable(full, 101.0) == Pause(1.0)
+    with pytest.raises(ExpectationFailed, match=r"could not be waited on") as failed:
+        expectation.after_unavailable(full, 102.5)
+    assert failed.value.next_action == "wait_then_retry"
+
+
+def test_a_refused_run_fails_naming_the_reason_and_stop() -> None:
+    """wrong_run or claimed_by_other_run inside expect_message: ExpectationFailed, stop."""
+    refused = OwnershipRefused(403, "wrong_run", "run 'x' does not own this inbox")
+    failure = plan(timeout_s=3).refused(refused)
+    assert (failure.reason, failure.next_action) == ("wrong_run", "stop")
+    assert "next_action=stop" in str(failure) and "does not own" in str(failure)

@@ -9,7 +9,10 @@ rules:
   (the long-poll itself does the waiting, so this is usually 0);
 - ``wait_then_retry`` (too early, circuit open, provider trouble) -> sleep ``retry_after``;
 - ``expired``, ``stop``, ``create_new_inbox``, or ``blocked`` with no ``retry_after``
-  -> raise ``ExpectationFailed`` (never silently create another inbox);
+  -> raise ``ExpectationFailed`` (never silently create another inbox); so does a refusal of
+  the run (``wrong_run``, ``claimed_by_other_run``: next action ``stop``);
+- a 503 with ``Retry-After`` (the server at its long-poll cap; provider trouble on read)
+  -> sleep that long and call again;
 - the caller's ``timeout_s`` is a hard deadline: a pause that would pass it fails at once
   instead of sleeping for nothing.
 """
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sink.client.errors import ExpectationFailed, Unavailable
+from sink.client.errors import ExpectationFailed, OwnershipRefused, Unavailable
 from sink.client.models import Envelope, Match
 from sink.vocabulary import NextAction, Reason, State, Status
 
@@ -133,16 +136,22 @@ class Expectation:
             return self._pause(envelope, now)
         raise self.failure(envelope)
 
-    def after_unavailable(self, message_id: str, error: Unavailable, now: float) -> Pause:
-        """A 503 on read (provider trouble, circuit open): retry within the deadline."""
+    def after_unavailable(
+        self, error: Unavailable, now: float, message_id: str | None = None
+    ) -> Pause:
+        """A 503 (the server at its long-poll cap, provider trouble or an open circuit on
+        read): retry after its Retry-After, within the deadline."""
         delay = 1.0 if error.retry_after is None else error.retry_after
         if now + delay >= self.deadline:
-            text = (
+            what = (
                 f"message {message_id} in inbox {self.inbox_id} (run {self.run_id}) was found "
-                f"but could not be read within timeout_s={self.timeout_s:g}: {error}"
+                "but could not be read"
+                if message_id is not None
+                else f"inbox {self.inbox_id} (run {self.run_id}) could not be waited on"
             )
+            text = f"{what} within timeout_s={self.timeout_s:g}: {error}"
             raise ExpectationFailed(
-                text,
+                text + "\n  next: " + _ACTIONS["wait_then_retry"],
                 reason=error.code,
                 next_action="wait_then_retry",
                 envelope=self.last,
@@ -150,6 +159,22 @@ class Expectation:
                 mismatch=self.mismatch,
             )
         return Pause(delay)
+
+    def refused(self, error: OwnershipRefused) -> ExpectationFailed:
+        """The server refused the run (wrong_run, claimed_by_other_run): nothing to retry."""
+        lines = [
+            self._head() + f": reason={error.reason}, next_action={error.next_action}",
+            f"reason: {_REASONS.get(error.reason, error.reason)}",
+            f"next: {_ACTIONS['stop']}",
+            f"the server said: {error}",
+        ]
+        return ExpectationFailed(
+            "\n  ".join(lines),
+            reason=error.reason,
+            next_action=error.next_action,
+            envelope=self.last,
+            mismatch=self.mismatch,
+        )
 
     def _pause(self, envelope: Envelope, now: float) -> Pause:
         if envelope.status == Status.BLOCKED and envelope.retry_after is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from sink.client.base import AsyncSinkApi, SinkApi
-from sink.client.errors import Unavailable
+from sink.client.errors import OwnershipRefused, Unavailable
 from sink.client.expect import Expectation, Found, Pause
 from sink.client.models import Envelope, Match, Message, MessagePage, RunReport
 
@@ -154,37 +154,48 @@ class Inbox(_Handle):
     ) -> Message:
         """Wait for a matching message, claim it (unless ``claim=False``) and return it, read.
 
-        Follows the server's ``next_action`` and ``retry_after``; raises ``ExpectationFailed``
-        naming the reason and the next action on a terminal answer (expired, stop,
-        create_new_inbox) or when ``timeout_s`` runs out.
+        Follows the server's ``next_action`` and ``retry_after`` (and a 503's Retry-After);
+        raises ``ExpectationFailed`` naming the reason and the next action on a terminal
+        answer (expired, stop, create_new_inbox, a refused run) or when ``timeout_s`` runs out.
         """
         clock = self._sink.clock
         match = _match(subject_contains, from_contains, body_contains, max_age_s)
         plan = self._expectation(match, timeout_s, long_poll_s, clock.monotonic())
-        while True:
-            self.wait(
-                timeout_s=plan.wait_timeout(clock.monotonic()),
-                subject_contains=subject_contains,
-                from_contains=from_contains,
-                body_contains=body_contains,
-                max_age_s=max_age_s,
-            )
-            step = plan.after_wait(self.envelope, clock.monotonic())
-            if isinstance(step, Found):
-                break
-            clock.sleep(step.delay_s)
-        message_id = step.message_id
-        while claim:
-            claimed = plan.after_claim(self.claim(message_id), clock.monotonic())
-            if not isinstance(claimed, Pause):
-                break
-            clock.sleep(claimed.delay_s)
-        while True:
-            try:
-                return self.read(message_id)
-            except Unavailable as exc:
-                pause = plan.after_unavailable(message_id, exc, clock.monotonic())
-                clock.sleep(pause.delay_s)
+        try:
+            while True:
+                try:
+                    self.wait(
+                        timeout_s=plan.wait_timeout(clock.monotonic()),
+                        subject_contains=subject_contains,
+                        from_contains=from_contains,
+                        body_contains=body_contains,
+                        max_age_s=max_age_s,
+                    )
+                except Unavailable as exc:  # the server at its long-poll cap: 503
+                    clock.sleep(plan.after_unavailable(exc, clock.monotonic()).delay_s)
+                    continue
+                step = plan.after_wait(self.envelope, clock.monotonic())
+                if isinstance(step, Found):
+                    break
+                clock.sleep(step.delay_s)
+            message_id = step.message_id
+            while claim:
+                try:
+                    answer = self.claim(message_id)
+                except Unavailable as exc:
+                    clock.sleep(plan.after_unavailable(exc, clock.monotonic(), message_id).delay_s)
+                    continue
+                claimed = plan.after_claim(answer, clock.monotonic())
+                if not isinstance(claimed, Pause):
+                    break
+                clock.sleep(claimed.delay_s)
+            while True:
+                try:
+                    return self.read(message_id)
+                except Unavailable as exc:
+                    clock.sleep(plan.after_unavailable(exc, clock.monotonic(), message_id).delay_s)
+        except OwnershipRefused as exc:
+            raise plan.refused(exc) from exc
 
 
 class AsyncInbox(_Handle):
@@ -255,27 +266,42 @@ class AsyncInbox(_Handle):
         clock = self._sink.clock
         match = _match(subject_contains, from_contains, body_contains, max_age_s)
         plan = self._expectation(match, timeout_s, long_poll_s, clock.monotonic())
-        while True:
-            await self.wait(
-                timeout_s=plan.wait_timeout(clock.monotonic()),
-                subject_contains=subject_contains,
-                from_contains=from_contains,
-                body_contains=body_contains,
-                max_age_s=max_age_s,
-            )
-            step = plan.after_wait(self.envelope, clock.monotonic())
-            if isinstance(step, Found):
-                break
-            await clock.sleep(step.delay_s)
-        message_id = step.message_id
-        while claim:
-            claimed = plan.after_claim(await self.claim(message_id), clock.monotonic())
-            if not isinstance(claimed, Pause):
-                break
-            await clock.sleep(claimed.delay_s)
-        while True:
-            try:
-                return await self.read(message_id)
-            except Unavailable as exc:
-                pause = plan.after_unavailable(message_id, exc, clock.monotonic())
-                await clock.sleep(pause.delay_s)
+        try:
+            while True:
+                try:
+                    await self.wait(
+                        timeout_s=plan.wait_timeout(clock.monotonic()),
+                        subject_contains=subject_contains,
+                        from_contains=from_contains,
+                        body_contains=body_contains,
+                        max_age_s=max_age_s,
+                    )
+                except Unavailable as exc:  # the server at its long-poll cap: 503
+                    await clock.sleep(plan.after_unavailable(exc, clock.monotonic()).delay_s)
+                    continue
+                step = plan.after_wait(self.envelope, clock.monotonic())
+                if isinstance(step, Found):
+                    break
+                await clock.sleep(step.delay_s)
+            message_id = step.message_id
+            while claim:
+                try:
+                    answer = await self.claim(message_id)
+                except Unavailable as exc:
+                    await clock.sleep(
+                        plan.after_unavailable(exc, clock.monotonic(), message_id).delay_s
+                    )
+                    continue
+                claimed = plan.after_claim(answer, clock.monotonic())
+                if not isinstance(claimed, Pause):
+                    break
+                await clock.sleep(claimed.delay_s)
+            while True:
+                try:
+                    return await self.read(message_id)
+                except Unavailable as exc:
+                    await clock.sleep(
+                        plan.after_unavailable(exc, clock.monotonic(), message_id).delay_s
+                    )
+        except OwnershipRefused as exc:
+            raise plan.refused(exc) from exc
