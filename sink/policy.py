@@ -97,6 +97,26 @@ _FLOAT_KEYS = {
 }
 _KEYS = {f.name for f in fields(Policy)} - {"name", "allow_faults"}
 
+# Past these the arithmetic leaves what the store and the clock can hold (a lease or a
+# retention past the year 9999 is no time at all): refused at start-up, not a 500 later.
+_TEN_YEARS_S = 10 * 365 * 86400
+_MILLION = 1_000_000
+_MAXIMUM: dict[str, int] = {
+    "ttl_default_s": _TEN_YEARS_S,
+    "ttl_max_s": _TEN_YEARS_S,
+    "retention_s": _TEN_YEARS_S,
+    "catch_all_retention_s": _TEN_YEARS_S,
+    "long_poll_max_s": _TEN_YEARS_S,
+    "provider_deadline_s": _TEN_YEARS_S,
+    "breaker_cooldown_s": _TEN_YEARS_S,
+    "breaker_cooldown_max_s": _TEN_YEARS_S,
+    "poll_interval_s": _TEN_YEARS_S,
+    "poll_budget": _MILLION,
+    "breaker_failure_threshold": _MILLION,
+    "inboxes_per_purpose": _MILLION,
+    "max_message_bytes": 1_000_000_000,  # SQLite's largest value (SQLITE_MAX_LENGTH)
+}
+
 
 def load_policies(path: Path | None) -> dict[str, Policy]:
     """The built-ins, overlaid with the policies of ``path`` (when given)."""
@@ -143,6 +163,15 @@ def _policy_from_table(path: Path, name: str, table: Any) -> Policy:
 
 
 def _checked(where: str, key: str, value: Any) -> Any:
+    checked = _typed(where, key, value)
+    limit = _MAXIMUM.get(key)
+    largest = max(checked) if isinstance(checked, tuple) else checked
+    if limit is not None and largest > limit:
+        raise ConfigError(f"{where}: key '{key}' must be at most {limit:,}, got {value!r}")
+    return checked
+
+
+def _typed(where: str, key: str, value: Any) -> Any:
     if key in _INT_KEYS:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{where}: key '{key}' must be an integer >= 1, got {value!r}")

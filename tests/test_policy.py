@@ -93,6 +93,12 @@ def test_caller_values_are_capped_never_raised() -> None:
         ),
         ("[policy.x]\nretention = 5\n", "retention"),
         ("[policy.x]\nttl_max_s = true\n", "ttl_max_s"),
+        # Past what a time can hold: refused here, never a 500 at the first inbox.
+        ("[policy.x]\nttl_max_s = 99999999999999999\n", "ttl_max_s"),
+        ("[policy.x]\nretention_s = 9223372036854775807\n", "retention_s"),
+        ("[policy.x]\npoll_interval_s = [1, 1e12]\n", "poll_interval_s"),
+        ("[policy.x]\nbreaker_cooldown_max_s = 1e300\n", "breaker_cooldown_max_s"),
+        ("[policy.x]\npoll_budget = 10000001\n", "poll_budget"),
     ],
 )
 def test_bad_values_name_file_policy_and_key(tmp_path: Path, text: str, named: str) -> None:
