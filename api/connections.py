@@ -46,6 +46,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
 from api import hangup
+from sink import ids
 
 MAX_TARGET_BYTES = 8 * 1024
 """The longest request target (path and query) answered; RFC 9112 3 recommends at least
@@ -131,9 +132,11 @@ class LongPollGate:
 
 
 @functools.lru_cache(maxsize=64)
-def _answer(status: int, code: str, message: str, headers: tuple[tuple[str, str], ...]) -> bytes:
-    """A whole JSON error response, built once per distinct answer (a wave of timeouts
-    writes thousands of the same one)."""
+def _answer(
+    status: int, code: str, message: str, headers: tuple[tuple[str, str], ...]
+) -> tuple[bytes, bytes]:
+    """A whole JSON error response but its trace header, as (head, end and body): built once
+    per distinct answer (a wave of timeouts writes thousands of the same one)."""
     body = json.dumps({"error": {"code": code, "message": message, "details": {}}}).encode()
     lines = [
         f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
@@ -144,7 +147,7 @@ def _answer(status: int, code: str, message: str, headers: tuple[tuple[str, str]
         "x-content-type-options: nosniff",
         *(f"{name}: {value}" for name, value in headers),
     ]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+    return ("\r\n".join(lines) + "\r\n").encode("latin-1"), b"\r\n" + body
 
 
 class _Linger:
@@ -409,7 +412,10 @@ class GuardedH11Protocol(H11Protocol):
         transport = self.transport
         if transport.is_closing():
             return
-        transport.write(_answer(status, code, message, tuple(headers or ())))
+        head, rest = _answer(status, code, message, tuple(headers or ()))
+        # Every response carries a trace (the contract), this one too: a new one, since the
+        # request never got far enough to name its own.
+        transport.write(head + b"x-trace-id: " + ids.new_trace_id().encode() + b"\r\n" + rest)
         # Many refusals lingering at once (a flood) would hold descriptors: then close now.
         if not linger or self.table.lingering >= 256 or not transport.can_write_eof():
             transport.close()

@@ -18,7 +18,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import OPEN_PATHS, Authority, Refused
-from api.connections import MAX_TARGET_BYTES
+from api.connections import MAX_HEAD_BYTES, MAX_TARGET_BYTES
 from api.context import KEY as CONTEXT
 from api.context import RequestContext
 from api.errors import error_response, runsink_error
@@ -110,6 +110,16 @@ class EdgeMiddleware:
         try:
             query = scope["query_string"]
             target_bytes = len(scope.get("raw_path") or b"") + (len(query) + 1 if query else 0)
+            head_bytes = sum(len(name) + len(value) + 4 for name, value in scope["headers"])
+            if head_bytes > MAX_HEAD_BYTES:
+                # h11 refuses a head over its buffer only while the head is incomplete; one
+                # that arrives whole in a single read is measured here (api/connections.py).
+                self.metrics.refused("http", "header_too_large")
+                response = error_response(
+                    431, "header_too_large", f"the request head is over {MAX_HEAD_BYTES} bytes"
+                )
+                await response(scope, receive, send_wrapped)
+                return
             if target_bytes > MAX_TARGET_BYTES:
                 self.metrics.refused("http", "uri_too_long")
                 # Longer targets than h11's buffer are answered in api/connections.py.

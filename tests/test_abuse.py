@@ -446,6 +446,26 @@ def test_an_oversized_head_is_431(server: Server) -> None:
                 sock.sendall(fields[start : start + 2048])
         except OSError:
             pass
-        status, _, body, _ = _read_response(sock)
+        status, headers, body, _ = _read_response(sock)
     assert status == 431
     assert re.search(rb'"code": ?"header_too_large"', body)
+    assert re.fullmatch(r"[0-9a-f]{32}", headers["x-trace-id"])  # every answer has a trace
+
+
+def test_a_whole_oversized_head_in_one_read_is_431_too(server: Server) -> None:
+    """A head over 16 KiB that arrives at once (one 70 KB field) is 431 as well: h11 limits
+    only a head still incomplete."""
+    with _connect(server.http_port) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 70_000 + b"\r\n\r\n")
+        status, headers, body, _ = _read_response(sock)
+    assert status == 431
+    assert re.search(rb'"code": ?"header_too_large"', body) and headers["x-trace-id"]
+
+
+def test_a_malformed_request_is_400_with_a_trace(server: Server) -> None:
+    """A request h11 cannot parse gets the JSON 400, and an X-Trace-Id like every answer."""
+    with _connect(server.http_port) as sock:
+        sock.sendall(b"GARBAGE\r\n\r\n")
+        status, headers, body, _ = _read_response(sock)
+    assert status == 400 and b"invalid_request" in body
+    assert re.fullmatch(r"[0-9a-f]{32}", headers["x-trace-id"])
