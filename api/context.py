@@ -25,6 +25,7 @@ class RequestContext:
     trace_id: str | None = None
     run_id: str | None = None
     inbox_id: str | None = None
+    message_id: str | None = None
     grant: Grant | None = None
     """Who the request is (its token's name and scope: api/auth.py); None on open paths."""
 
@@ -33,13 +34,20 @@ class RequestContext:
         return self.trace_id or self.fallback_trace
 
     def note(
-        self, *, run_id: str | None = None, inbox_id: str | None = None, trace_id: str | None = None
+        self,
+        *,
+        run_id: str | None = None,
+        inbox_id: str | None = None,
+        message_id: str | None = None,
+        trace_id: str | None = None,
     ) -> None:
         """What the answer is about (each given value replaces the one noted before)."""
         if run_id is not None:
             self.run_id = run_id
         if inbox_id is not None:
             self.inbox_id = inbox_id
+        if message_id is not None:
+            self.message_id = message_id
         if trace_id is not None:
             self.trace_id = trace_id
 

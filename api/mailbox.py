@@ -11,6 +11,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from api.auth import grant_of, implied_run
+from api.context import context_of
 from api.routes import (
     _attachment_index,
     _caller_run,
@@ -33,13 +34,19 @@ async def list_caught(request: Request) -> Response:
     return _model_response(unrouted_out(page))
 
 
+def _caught_id(request: Request) -> str:
+    caught_id: str = request.path_params["caught_id"]
+    context_of(request.scope).note(message_id=caught_id[:64])  # the access log names it
+    return caught_id
+
+
 async def read_caught(request: Request) -> Response:
-    read = await _mailbox(request).caught(request.path_params["caught_id"])
+    read = await _mailbox(request).caught(_caught_id(request))
     return _model_response(caught_message_out(read))
 
 
 async def raw_caught(request: Request) -> Response:
-    caught_id = request.path_params["caught_id"]
+    caught_id = _caught_id(request)
     raw = await _mailbox(request).caught_raw(caught_id)
     return Response(
         raw,
@@ -50,7 +57,7 @@ async def raw_caught(request: Request) -> Response:
 
 async def caught_attachment(request: Request) -> Response:
     index = _attachment_index(request)
-    raw = await _mailbox(request).caught_raw(request.path_params["caught_id"])
+    raw = await _mailbox(request).caught_raw(_caught_id(request))
     return await attachment_response(raw, index)
 
 

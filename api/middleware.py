@@ -192,6 +192,7 @@ def record(
         trace_id=context.trace,
         run_id=context.run_id,
         inbox_id=context.inbox_id,
+        message_id=context.message_id,
         auth=_token_name(context),
     )
 

@@ -85,6 +85,7 @@ def _message_id(request: Request) -> str:
     message_id: str = request.path_params["message_id"]
     if not _MESSAGE_ID.fullmatch(message_id):
         raise NotFound(f"no message {message_id[:64]!r}")
+    context_of(request.scope).note(message_id=message_id)
     return message_id
 
 

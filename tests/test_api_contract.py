@@ -621,6 +621,20 @@ def test_reads_of_an_inbox_and_its_mail_continue_the_inbox_trace(server: Server)
             assert continued.headers["x-trace-id"] == inbox["trace_id"], path
             explicit = client.get(path, headers={"X-Trace-Id": "my-own-trace"})
             assert explicit.headers["x-trace-id"] == "my-own-trace", path
+    # The access log line of a message's read names the message, under the inbox's trace.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        logged = [
+            line
+            for line in server.log_lines()
+            if line.get("event") == "http_request"
+            and line.get("route") == "/v1/messages/{message_id}/raw"
+            and line.get("message_id") == message_id
+        ]
+        if logged:
+            break
+        time.sleep(0.05)
+    assert logged and logged[0]["trace_id"] == inbox["trace_id"]
 
 
 @pytest.mark.parametrize(
