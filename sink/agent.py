@@ -329,6 +329,8 @@ class Agent:
                 await self._free_slot(inbox_id, slot_until)
         found = look.scan.found
         self._metrics.polled(inbox, after, found is not None)
+        if after.state is State.EXPIRED and inbox.state is not State.EXPIRED:
+            self._metrics.expired(after.reason or "timeout")  # its last poll, without evidence
         log(
             "polled",
             run_id=inbox.run_id,

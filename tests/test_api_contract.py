@@ -145,15 +145,24 @@ def test_budget_spent_without_evidence_expires_timeout(server: Server) -> None:
     """The last poll without evidence expires the inbox (timeout); the policy allows another."""
     run_id = new_run_id()
     with server.http() as client:
+        expired_before = _expired_count(client, "timeout")
         inbox = create_inbox(client, run_id, poll_budget=2)
         wait(client, inbox["inbox_id"])
         last = wait(client, inbox["inbox_id"]).json()
         after = wait(client, inbox["inbox_id"]).json()
+        expired_after = _expired_count(client, "timeout")
     assert (last["state"], last["status"], last["next_action"], last["reason"]) == (
         "expired", "blocked", "create_new_inbox", "timeout",
     )  # fmt: skip
     assert last["retry_after"] is None and last["remaining_attempts"] == 0
     assert after["state"] == "expired" and after["attempt"] == 2
+    assert expired_after == expired_before + 1  # counted once, by the poll that spent it
+
+
+def _expired_count(client: httpx.Client, reason: str) -> float:
+    wanted = f'runsink_inboxes_expired_total{{reason="{reason}"}} '
+    lines = client.get("/metrics").text.splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(wanted))
 
 
 def test_expired_with_no_inbox_left_says_stop(server: Server) -> None:
