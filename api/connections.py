@@ -64,6 +64,15 @@ class HttpLimits:
     header_timeout_s: float
     keepalive_timeout_s: float
     retry_after_s: int = 1
+    overflow: int = 16
+    """Connections past the cap still read, to answer /healthz and /readyz (any other request
+    on them is 503): the health check answers while slow clients hold every connection."""
+    max_lingering: int = 256
+    """Refused connections drained at once before closing (each holds a descriptor)."""
+
+
+REFUSED, ADMITTED, OVERFLOW = 0, 1, 2  # a connection's place (GuardedH11Protocol._admitted)
+OVERFLOW_SCOPE_KEY = "runsink.overflow"  # in a request's scope: it came past the cap
 
 
 class ConnectionTable:
@@ -81,23 +90,31 @@ class ConnectionTable:
     ) -> None:
         self.limits = limits
         self.open = 0
+        self.overflowing = 0
         self.lingering = 0
         self._idle: OrderedDict[GuardedH11Protocol, None] = OrderedDict()
         self._on_refusal = on_refusal
         self._on_count = on_count
 
-    def admit(self) -> bool:
+    def admit(self) -> int:
+        """ADMITTED, OVERFLOW (past the cap: read only to answer a health check) or REFUSED."""
         if self.open < self.limits.max_connections:
             self.open += 1
             self._on_count(self.open)
-            return True
+            return ADMITTED
         while self._idle:
             victim, _ = self._idle.popitem(last=False)
             if victim.give_up_slot():
-                return True  # the victim's slot passes to the newcomer
-        return False
+                return ADMITTED  # the victim's slot passes to the newcomer
+        if self.overflowing < self.limits.overflow:
+            self.overflowing += 1
+            return OVERFLOW
+        return REFUSED
 
-    def leave(self) -> None:
+    def leave(self, admitted: int) -> None:
+        if admitted == OVERFLOW:
+            self.overflowing -= 1
+            return
         self.open -= 1
         self._on_count(self.open)
 
@@ -218,7 +235,7 @@ class GuardedH11Protocol(H11Protocol):
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        self._admitted = False
+        self._admitted = REFUSED  # or ADMITTED, OVERFLOW
         self._head_timer: asyncio.TimerHandle | None = None
         # Few attributes of our own: uvicorn's protocol has 25, and past 30 an instance's
         # dict stops sharing its keys with the class's other instances (CPython 3.11's
@@ -231,7 +248,8 @@ class GuardedH11Protocol(H11Protocol):
         self, transport: asyncio.Transport
     ) -> None:
         # (uvloop's transports do not subclass asyncio's: no isinstance check here.)
-        if not self.table.admit():
+        self._admitted = self.table.admit()
+        if self._admitted == REFUSED:
             self.transport = transport
             self.table.refused("over_capacity")
             self._answer_and_close(
@@ -241,7 +259,6 @@ class GuardedH11Protocol(H11Protocol):
                 [("retry-after", str(self.table.limits.retry_after_s))],
             )
             return
-        self._admitted = True
         super().connection_made(transport)
         flow: Any = self.flow
         if type(getattr(flow, "_is_writable_event", None)) is asyncio.Event:
@@ -258,17 +275,29 @@ class GuardedH11Protocol(H11Protocol):
             self._linger = None
             self.table.lingering -= 1
         self.table.busy(self)
-        if self._admitted:
-            self._admitted = False
-            self.table.leave()
+        if self._admitted != REFUSED:
+            self.table.leave(self._admitted)
+            self._admitted = REFUSED
         super().connection_lost(exc)
 
     def give_up_slot(self) -> bool:
         """Close this idle connection so a newcomer can have its slot."""
-        if not self._admitted or self.transport is None or self.transport.is_closing():
+        if self._admitted != ADMITTED or self.transport is None or self.transport.is_closing():
             return False
-        self._admitted = False
+        self._admitted = REFUSED
         self.table.refused("evicted")
+        if self.cycle is None:
+            # It has asked nothing yet, but its request may be on its way (a burst of
+            # newcomers, each making room for the next before any is read): it gets the
+            # cap's answer, never silence.
+            self._answer_and_close(
+                503,
+                "over_capacity",
+                "too many open connections; retry shortly",
+                [("retry-after", str(self.table.limits.retry_after_s))],
+            )
+            return True
+        # Between requests (kept alive): closed as HTTP lets a server close an idle one.
         self._cancel_head_timer()
         self._unset_keepalive_if_required()
         self.transport.close()
@@ -290,6 +319,8 @@ class GuardedH11Protocol(H11Protocol):
             # A request it began (its task starts on the loop's next turn) learns that this
             # protocol tells it when the client hangs up, and waits on a lean event.
             hangup.mark(cast("dict[str, Any]", cycle.scope))
+            if self._admitted == OVERFLOW:
+                cycle.scope[OVERFLOW_SCOPE_KEY] = True  # type: ignore[literal-required]
             # uvicorn keeps the request's header list here too (read again only for a
             # WebSocket upgrade, decided above): the scope's copy is the one that counts.
             self.headers = []
@@ -324,7 +355,8 @@ class GuardedH11Protocol(H11Protocol):
             if not self.cycle.more_body:
                 self._cancel_head_timer()
             return
-        self.table.idle(self)
+        if self._admitted == ADMITTED:
+            self.table.idle(self)
         if self._head_started() or self.cycle is None:
             # A head on its way, or a new connection that has asked nothing yet: the
             # deadline runs from its first byte (or the connection), and is not moved by
@@ -417,7 +449,8 @@ class GuardedH11Protocol(H11Protocol):
         # request never got far enough to name its own.
         transport.write(head + b"x-trace-id: " + ids.new_trace_id().encode() + b"\r\n" + rest)
         # Many refusals lingering at once (a flood) would hold descriptors: then close now.
-        if not linger or self.table.lingering >= 256 or not transport.can_write_eof():
+        lingering_full = self.table.lingering >= self.table.limits.max_lingering
+        if not linger or lingering_full or not transport.can_write_eof():
             transport.close()
             return
         transport.write_eof()

@@ -18,7 +18,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import OPEN_PATHS, Authority, Refused
-from api.connections import MAX_HEAD_BYTES, MAX_TARGET_BYTES
+from api.connections import MAX_HEAD_BYTES, MAX_TARGET_BYTES, OVERFLOW_SCOPE_KEY
 from api.context import KEY as CONTEXT
 from api.context import RequestContext
 from api.errors import error_response, runsink_error
@@ -100,14 +100,29 @@ class EdgeMiddleware:
         scope[CONTEXT] = context
         status_seen = {"status": 500}
 
+        overflow = bool(scope.get(OVERFLOW_SCOPE_KEY))
+
         async def send_wrapped(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status_seen["status"] = message["status"]
                 outgoing(message, context.trace)
+                if overflow:  # past the cap: this connection is not kept for another request
+                    MutableHeaders(scope=message)["connection"] = "close"
             await send(message)
 
         path: str = scope["path"]
         try:
+            if overflow and path not in OPEN_PATHS:
+                # A connection past the cap, read only so that health checks still answer.
+                self.metrics.refused("http", "over_capacity")
+                response = error_response(
+                    503,
+                    "over_capacity",
+                    "too many open connections; retry shortly",
+                    headers={"Retry-After": "1", "Connection": "close"},
+                )
+                await response(scope, receive, send_wrapped)
+                return
             query = scope["query_string"]
             target_bytes = len(scope.get("raw_path") or b"") + (len(query) + 1 if query else 0)
             head_bytes = sum(len(name) + len(value) + 4 for name, value in scope["headers"])
@@ -116,7 +131,10 @@ class EdgeMiddleware:
                 # that arrives whole in a single read is measured here (api/connections.py).
                 self.metrics.refused("http", "header_too_large")
                 response = error_response(
-                    431, "header_too_large", f"the request head is over {MAX_HEAD_BYTES} bytes"
+                    431,
+                    "header_too_large",
+                    f"the request head is over {MAX_HEAD_BYTES} bytes",
+                    headers={"Connection": "close"},
                 )
                 await response(scope, receive, send_wrapped)
                 return
@@ -124,7 +142,10 @@ class EdgeMiddleware:
                 self.metrics.refused("http", "uri_too_long")
                 # Longer targets than h11's buffer are answered in api/connections.py.
                 response = error_response(
-                    414, "uri_too_long", f"the request target is over {MAX_TARGET_BYTES} bytes"
+                    414,
+                    "uri_too_long",
+                    f"the request target is over {MAX_TARGET_BYTES} bytes",
+                    headers={"Connection": "close"},
                 )
                 await response(scope, receive, send_wrapped)
                 return

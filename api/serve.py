@@ -96,6 +96,9 @@ async def serve(
                 max_connections=runtime.capacity.http_connections,
                 header_timeout_s=settings.http_header_timeout,
                 keepalive_timeout_s=settings.http_keepalive_timeout,
+                # Both hold descriptors beyond the caps: from the reserve, a quarter each.
+                overflow=min(16, runtime.capacity.reserved // 4),
+                max_lingering=min(256, runtime.capacity.reserved // 4),
             ),
             on_refusal=partial(runtime.metrics.refused, "http"),
             on_count=runtime.metrics.http_connections.set,

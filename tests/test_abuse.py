@@ -278,8 +278,10 @@ def test_silent_smtp_connections_at_the_cap_make_room_for_mail(
 def test_busy_connections_at_the_cap_get_503_with_retry_after(
     tmp_path: Path, held: list[socket.socket]
 ) -> None:
-    """When every connection under --http-max-connections has a request in progress, a
-    newcomer gets 503 with Retry-After (and gets in again once they leave)."""
+    """When every connection under --http-max-connections has a request in progress (slow
+    bodies), a newcomer's request gets 503 with Retry-After, but /healthz still answers
+    (contract: "/healthz keeps answering while idle or slow clients hold connections"); once
+    they leave, requests get in again."""
     server = start_server(tmp_path, "--http-max-connections", "10", "--http-header-timeout", "60")
 
     def busy() -> socket.socket:  # a body that never finishes: a request in progress
@@ -294,26 +296,46 @@ def test_busy_connections_at_the_cap_get_503_with_retry_after(
         held.extend(busy() for _ in range(10))
         end = time.monotonic() + DEADLINE_S
         while True:
-            status, headers, body = _healthz(server)
+            status, headers, body = _get(server, "/openapi.json")
             if status == 503 or time.monotonic() > end:
                 break
-            # A connection not yet read when /healthz came was still idle and made room:
-            # replace the ones the server closed, until all ten are busy.
+            # A connection not yet read when the probe came was still idle and made room:
+            # replace the ones the server answered and closed, until all ten are busy.
             for index, sock in enumerate(held):
                 if _closed_now(sock):
                     sock.close()
                     held[index] = busy()
         assert status == 503
-        assert headers["retry-after"] == "1"
+        assert headers["retry-after"] == "1" and headers["x-trace-id"]
         assert re.search(rb'"code": ?"over_capacity"', body)
+        assert _healthz(server)[0] == 200  # read past the cap: health checks still answer
         for sock in held:
             sock.close()
         held.clear()
         end = time.monotonic() + DEADLINE_S
-        while _healthz(server)[0] != 200 and time.monotonic() < end:
+        while _get(server, "/openapi.json")[0] != 200 and time.monotonic() < end:
             time.sleep(0.05)
-        assert _healthz(server)[0] == 200
+        assert _get(server, "/openapi.json")[0] == 200
         assert _metric(server, "runsink_connection_refusals_total", reason="over_capacity") >= 1
+    finally:
+        server.stop()
+
+
+def test_a_burst_past_the_cap_is_answered_never_closed_silently(tmp_path: Path) -> None:
+    """Thirty complete requests at once against a cap of ten: every one gets an HTTP answer
+    (200, or 503 with Retry-After), none a connection closed without a word."""
+    server = start_server(tmp_path, "--http-max-connections", "10")
+    try:
+        socks = [_connect(server.http_port) for _ in range(30)]
+        for sock in socks:
+            sock.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        statuses = []
+        for sock in socks:
+            with sock:
+                status, headers, _, _ = _read_response(sock)
+            statuses.append(status)
+            assert status == 200 or headers["retry-after"] == "1", status
+        assert set(statuses) <= {200, 503} and 200 in statuses
     finally:
         server.stop()
 
@@ -331,8 +353,12 @@ def _closed_now(sock: socket.socket) -> bool:
 
 
 def _healthz(server: Server) -> tuple[int, dict[str, str], bytes]:
+    return _get(server, "/healthz")
+
+
+def _get(server: Server, path: str) -> tuple[int, dict[str, str], bytes]:
     with _connect(server.http_port) as sock:
-        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.sendall(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode())
         status, headers, body, _ = _read_response(sock)
     return status, headers, body
 
