@@ -24,7 +24,7 @@ def parse_json(raw: bytes, required: bool = True) -> Any:
             raise InvalidRequest("a JSON object body is required")
         return {}
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_float=_float)
     except RecursionError as exc:
         # 1,000 nested brackets (2 KB) reach the interpreter's recursion limit.
         raise InvalidRequest("the JSON nests too deeply", {"problem": "json_too_deep"}) from exc
@@ -35,6 +35,16 @@ def parse_json(raw: bytes, required: bool = True) -> Any:
         raise InvalidRequest(
             "a number in the JSON has too many digits", {"problem": "json_number_too_long"}
         ) from exc
+
+
+def _float(text: str) -> float:
+    # As for integers (the interpreter's limit): a number of over 4,300 characters is refused.
+    if len(text) > _MAX_NUMBER_CHARS:
+        raise ValueError("a number with too many digits")
+    return float(text)
+
+
+_MAX_NUMBER_CHARS = 4300
 
 
 def model(model: type[M], body: Any) -> M:

@@ -16,7 +16,7 @@ from api.auth import Authority, grant_of, route_op
 from api.context import context_of
 from api.errors import error_response
 from api.inputs import model, named_run, parse_json, run_id_param
-from api.middleware import BodyTooLarge
+from api.middleware import MAX_BODY_BYTES, BodyTooLarge
 from api.openapi import openapi_document
 from api.replies import envelope_response
 from api.schemas import (
@@ -37,7 +37,7 @@ from api.views import (
 from sink import clock, ids, run_tokens
 from sink.agent import Agent
 from sink.envelope import Envelope
-from sink.errors import FaultsDisabled, InvalidRequest, NotFound, StorageError
+from sink.errors import FaultsDisabled, InvalidRequest, NotFound, RequestTooLarge, StorageError
 from sink.faults import FaultSpec
 from sink.runtime import Runtime
 
@@ -191,7 +191,7 @@ async def _raw(request: Request) -> bytes:
     try:
         return await request.body()
     except BodyTooLarge as exc:
-        raise InvalidRequest("the request body is too large") from exc
+        raise RequestTooLarge(f"the request body is over {MAX_BODY_BYTES} bytes") from exc
 
 
 async def list_messages(request: Request) -> Response:

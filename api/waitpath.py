@@ -41,7 +41,7 @@ from api.schemas import WaitIn
 from api.views import wait_request
 from sink import ids, scopes
 from sink.agent import Agent, WaitRequest
-from sink.errors import InvalidRequest, NotFound, RunsinkError
+from sink.errors import NotFound, RequestTooLarge, RunsinkError
 from sink.metrics import Metrics
 
 ROUTE = "/v1/inboxes/{inbox_id}/wait"
@@ -211,7 +211,7 @@ class _Body:
             if message["type"] == "http.disconnect":
                 raise _ClientGone()
             chunks += message.get("body", b"")
-            if len(chunks) > MAX_BODY_BYTES:  # Content-Length said otherwise
-                raise InvalidRequest("the request body is too large")
+            if len(chunks) > MAX_BODY_BYTES:  # Content-Length said otherwise, or none (chunked)
+                raise RequestTooLarge(f"the request body is over {MAX_BODY_BYTES} bytes")
             if not message.get("more_body", False):
                 return bytes(chunks)

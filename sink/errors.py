@@ -51,6 +51,10 @@ class InvalidRequest(RunsinkError):
     """The request breaks the contract's input rules."""
 
 
+class RequestTooLarge(InvalidRequest):
+    """The request body is over the limit (413, however it was sent: chunked too)."""
+
+
 class InvalidCursor(InvalidRequest):
     """The cursor is not one this server issued for this inbox."""
 
@@ -164,6 +168,7 @@ class CircuitOpen(ProviderTrouble):
 STATUS_AND_CODE: list[tuple[type[RunsinkError], int, str]] = [
     (InvalidCursor, 400, "invalid_cursor"),
     (UnknownPolicy, 400, "unknown_policy"),
+    (RequestTooLarge, 413, "invalid_request"),
     (InvalidRequest, 422, "invalid_request"),
     (NotFound, 404, "not_found"),
     (FaultsDisabled, 404, "not_found"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -76,6 +78,9 @@ CRAFTED_JSON = {
     "long_negative_integer": b'{"timeout_s": -' + b"1" * 5000 + b"}",
     "long_integer_alone": b"7" * 5000,
     "huge_exponent": b'{"run_id": "r1", "purpose": "p", "ttl_s": 1e999999}',
+    # Numbers too long are 422 (the contract), decimals as integers: 60.000...0 was taken.
+    "long_decimal": b'{"run_id": "r1", "purpose": "p", "ttl_s": 60.' + b"0" * 5000 + b"}",
+    "long_decimal_wait": b'{"timeout_s": 1.' + b"1" * 100_000 + b"}",
 }
 
 
@@ -307,3 +312,18 @@ def test_whole_number_floats_are_integers(server: Server) -> None:
         )
     assert ok.status_code == 201
     _assert_error(text, 422, "invalid_request")
+
+
+@pytest.mark.parametrize("path", ["/v1/inboxes", "/v1/inboxes/ib_aaaaaaaaaaaaaaaaaaaa/wait"])
+def test_a_chunked_body_over_the_limit_is_413(server: Server, path: str) -> None:
+    """Over 1 MiB without a Content-Length (chunked) is 413, as with one; not 422."""
+
+    def chunks() -> Iterator[bytes]:
+        yield b'{"run_id": "r1", "purpose": "'
+        for _ in range(24):
+            yield b"p" * 65536
+        yield b'"}'
+
+    with server.http() as client:
+        response = client.post(path, content=chunks(), headers={"Content-Type": "application/json"})
+    _assert_error(response, 413, "invalid_request")
