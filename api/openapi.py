@@ -167,6 +167,13 @@ _RUN_HEADER = {
     "description": "The calling run; a run that does not own the resource gets 403 wrong_run.",
     "schema": {"type": "string", "pattern": ids.anchored(ids.RUN_ID)},
 }
+_RUN_QUERY = {
+    "name": "run_id",
+    "in": "query",
+    "required": False,
+    "description": "The calling run, as X-Run-Id (naming it both ways differently is 422).",
+    "schema": {"type": "string", "pattern": ids.anchored(ids.RUN_ID)},
+}
 _TRACE_HEADERS = [
     {"name": "traceparent", "in": "header", "required": False, "schema": {"type": "string"}},
     {"name": "X-Trace-Id", "in": "header", "required": False, "schema": {"type": "string"}},
@@ -318,7 +325,7 @@ def _paths() -> dict[str, Any]:
             "post": {
                 "operationId": "wait_for_message",
                 "summary": "Long-poll for a matching message beyond the cursor (spends one poll)",
-                "parameters": [_INBOX, _RUN_HEADER, *_TRACE_HEADERS],
+                "parameters": [_INBOX, _RUN_HEADER, _RUN_QUERY, *_TRACE_HEADERS],
                 "requestBody": _body(
                     "WaitIn",
                     {"timeout_s": 30, "match": {"subject_contains": "reset"}},
@@ -337,6 +344,7 @@ def _paths() -> dict[str, Any]:
                 "parameters": [
                     _INBOX,
                     _RUN_HEADER,
+                    _RUN_QUERY,
                     {
                         "name": "after",
                         "in": "query",
@@ -361,7 +369,7 @@ def _paths() -> dict[str, Any]:
             "get": {
                 "operationId": "read_message",
                 "summary": "Read a message (consumes nothing)",
-                "parameters": [_MESSAGE, _RUN_HEADER, *_TRACE_HEADERS],
+                "parameters": [_MESSAGE, _RUN_HEADER, _RUN_QUERY, *_TRACE_HEADERS],
                 "responses": {
                     "200": _json("MessageOut", "the message; bodies are null after release"),
                     **refusal,
@@ -373,7 +381,7 @@ def _paths() -> dict[str, Any]:
             "get": {
                 "operationId": "raw_message",
                 "summary": "The exact bytes received (after dot-unstuffing)",
-                "parameters": [_MESSAGE, _RUN_HEADER],
+                "parameters": [_MESSAGE, _RUN_HEADER, _RUN_QUERY],
                 "responses": {
                     "200": {
                         "description": "the raw message",
@@ -386,7 +394,9 @@ def _paths() -> dict[str, Any]:
         },
         "/v1/messages/{message_id}/attachments/{index}": {
             "get": _attachment_download(
-                "download_attachment", [_MESSAGE, _ATTACHMENT_INDEX, _RUN_HEADER], refusal
+                "download_attachment",
+                [_MESSAGE, _ATTACHMENT_INDEX, _RUN_HEADER, _RUN_QUERY],
+                refusal,
             )
         },
         "/v1/messages/{message_id}/claim": {
@@ -517,6 +527,7 @@ def _paths() -> dict[str, Any]:
                     _LIMIT,
                     _CURSOR,
                     _RUN_HEADER,
+                    _RUN_QUERY,
                 ],
                 "responses": {
                     "200": _json("SearchOut", "the matching messages"),
