@@ -112,41 +112,10 @@ class EdgeMiddleware:
 
         path: str = scope["path"]
         try:
-            if overflow and path not in OPEN_PATHS:
-                # A connection past the cap, read only so that health checks still answer.
-                self.metrics.refused("http", "over_capacity")
-                response = error_response(
-                    503,
-                    "over_capacity",
-                    "too many open connections; retry shortly",
-                    headers={"Retry-After": "1", "Connection": "close"},
-                )
-                await response(scope, receive, send_wrapped)
-                return
-            query = scope["query_string"]
-            target_bytes = len(scope.get("raw_path") or b"") + (len(query) + 1 if query else 0)
-            head_bytes = sum(len(name) + len(value) + 4 for name, value in scope["headers"])
-            if head_bytes > MAX_HEAD_BYTES:
-                # h11 refuses a head over its buffer only while the head is incomplete; one
-                # that arrives whole in a single read is measured here (api/connections.py).
-                self.metrics.refused("http", "header_too_large")
-                response = error_response(
-                    431,
-                    "header_too_large",
-                    f"the request head is over {MAX_HEAD_BYTES} bytes",
-                    headers={"Connection": "close"},
-                )
-                await response(scope, receive, send_wrapped)
-                return
-            if target_bytes > MAX_TARGET_BYTES:
-                self.metrics.refused("http", "uri_too_long")
-                # Longer targets than h11's buffer are answered in api/connections.py.
-                response = error_response(
-                    414,
-                    "uri_too_long",
-                    f"the request target is over {MAX_TARGET_BYTES} bytes",
-                    headers={"Connection": "close"},
-                )
+            early = _early_refusal(scope, path, overflow)
+            if early is not None:
+                reason, response = early
+                self.metrics.refused("http", reason)
                 await response(scope, receive, send_wrapped)
                 return
             if self.authority is not None and not path.startswith(OPEN_PATHS):
@@ -177,6 +146,35 @@ class EdgeMiddleware:
     ) -> Response | None:
         assert self.authority is not None
         return await authorise(self.authority, scope, headers, context)
+
+
+def _early_refusal(scope: Scope, path: str, overflow: bool) -> tuple[str, Response] | None:
+    """(metric reason, answer) for a request refused before the app sees it: one that came
+    past the connection cap (health checks aside), a head or a target too long."""
+    if overflow and path not in OPEN_PATHS:
+        # A connection past the cap, read only so that health checks still answer.
+        message = "too many open connections; retry shortly"
+        return "over_capacity", _closing(503, "over_capacity", message, {"Retry-After": "1"})
+    head_bytes = sum(len(name) + len(value) + 4 for name, value in scope["headers"])
+    if head_bytes > MAX_HEAD_BYTES:
+        # h11 refuses a head over its buffer only while the head is incomplete; one that
+        # arrives whole in a single read is measured here (api/connections.py).
+        message = f"the request head is over {MAX_HEAD_BYTES} bytes"
+        return "header_too_large", _closing(431, "header_too_large", message)
+    query = scope["query_string"]
+    target_bytes = len(scope.get("raw_path") or b"") + (len(query) + 1 if query else 0)
+    if target_bytes > MAX_TARGET_BYTES:
+        # Longer targets than h11's buffer are answered in api/connections.py.
+        message = f"the request target is over {MAX_TARGET_BYTES} bytes"
+        return "uri_too_long", _closing(414, "uri_too_long", message)
+    return None
+
+
+def _closing(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> Response:
+    """An error answer after which the connection closes."""
+    return error_response(status, code, message, headers={**(headers or {}), "Connection": "close"})
 
 
 def begin(headers: Headers) -> RequestContext:
