@@ -57,3 +57,10 @@ def context_of(scope: Mapping[str, Any]) -> RequestContext:
     context = scope[KEY]
     assert isinstance(context, RequestContext), "EdgeMiddleware sets the request context"
     return context
+
+
+def continue_trace(scope: Mapping[str, Any], inbox_trace: str) -> None:
+    """A request on an inbox (or its mail) that sent no trace continues the inbox's."""
+    context = context_of(scope)
+    if context.explicit_trace is None:
+        context.note(trace_id=inbox_trace)

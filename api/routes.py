@@ -13,7 +13,7 @@ from starlette.routing import Route
 
 from api import live
 from api.auth import Authority, grant_of, route_op
-from api.context import context_of
+from api.context import context_of, continue_trace
 from api.errors import error_response
 from api.inputs import model, named_run, parse_json, run_id_param
 from api.middleware import MAX_BODY_BYTES, BodyTooLarge
@@ -141,10 +141,7 @@ def _explicit_trace(request: Request) -> str | None:
 
 
 def _continue_trace(request: Request, inbox_trace: str) -> None:
-    """A request on an inbox (or its mail) that sent no trace continues the inbox's."""
-    context = context_of(request.scope)
-    if context.explicit_trace is None:
-        context.note(trace_id=inbox_trace)
+    continue_trace(request.scope, inbox_trace)
 
 
 # -- inboxes -----------------------------------------------------------------------

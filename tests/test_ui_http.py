@@ -73,8 +73,10 @@ def test_mail_html_is_served_sandboxed(server: Server) -> None:
 def test_message_page_shows_hidden_characters(server: Server) -> None:
     """Bidi and zero-width characters in subject, name and filenames are shown as escapes."""
     with server.http() as client:
-        _, message_id = _hostile(server, client)
-        page = client.get(f"/messages/{message_id}").text
+        inbox, message_id = _hostile(server, client)
+        answer = client.get(f"/messages/{message_id}")
+        assert answer.headers["x-trace-id"] == inbox["trace_id"]  # the inbox's, as on the API
+        page = answer.text
         assert "\u202e" not in page and "\u200b" not in page
         text = re.sub(r"<[^>]+>", "", page)
         assert "invoice⟨U+202E⟩fdp.exe" in text and "pic⟨U+200B⟩.svg" in text

@@ -22,6 +22,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from api.context import continue_trace
 from api.errors import TABLE
 from api.live import download_type
 from api.ui import access
@@ -192,6 +193,7 @@ async def message(request: Request) -> Response:
     if not ids.MESSAGE_ID.fullmatch(message_id):
         raise NotFound("no such message")
     result = await _agent(request).read(message_id, None, None)
+    continue_trace(request.scope, result.trace_id)  # as the API's read: the inbox's trace
     raw = result.stored.raw
     parts = await asyncio.to_thread(attachment_parts, raw) if raw is not None else ()
     shown_raw = None
@@ -218,6 +220,7 @@ async def message_html(request: Request) -> Response:
     if not ids.MESSAGE_ID.fullmatch(message_id):
         raise NotFound("no such message")
     result = await _agent(request).read(message_id, None, None)
+    continue_trace(request.scope, result.trace_id)
     parsed = result.parsed
     if parsed is None:
         raise EvidenceReleased("the message's body was released")
