@@ -27,7 +27,7 @@ EXPOSE 1025 8025
 
 # No curl in the image: Python's standard library asks /healthz.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
-    CMD ["python", "-c", "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8025/healthz', timeout=2).status == 200 else 1)"]
+    CMD ["python", "-c", "import os, sys, urllib.request; port = os.environ.get('RUNSINK_HTTP_PORT', '8025'); sys.exit(0 if urllib.request.urlopen(f'http://127.0.0.1:{port}/healthz', timeout=2).status == 200 else 1)"]
 
 STOPSIGNAL SIGTERM
 CMD ["runsink", "serve"]

@@ -25,6 +25,7 @@ from starlette.routing import Route
 from api.routes import _json_body, _runtime
 from sink import __version__, clock
 from sink.errors import EvidenceReleased, InvalidRequest, NotFound
+from sink.extract import html_to_text
 from sink.mailbox import Mailbox
 from sink.message import ParsedMessage, attachment_parts, parse
 from sink.search import Filter, Query
@@ -49,8 +50,9 @@ def _whole(request: Request, name: str, default: int, high: int) -> int:
     return int(text)
 
 
-def _address(address: str, name: str = "") -> dict[str, str]:
-    return {"Name": name, "Address": address}
+def _address(address: str | None, name: str = "") -> dict[str, str]:
+    # Always the object, as Mailpit: a missing or unparsable From is {Name: "", Address: ""}.
+    return {"Name": name or "", "Address": address or ""}
 
 
 def _tags(entry: Listed) -> list[str]:
@@ -63,7 +65,7 @@ def _summary(entry: Listed) -> dict[str, Any]:
         "ID": entry.id,
         "MessageID": "",
         "Read": entry.claimed,
-        "From": _address(entry.from_addr) if entry.from_addr else None,
+        "From": _address(entry.from_addr),
         "To": [_address(a) for a in entry.to],
         "Cc": [_address(a) for a in entry.cc],
         "Bcc": [],
@@ -177,7 +179,7 @@ def _message(entry: Listed, raw: bytes) -> dict[str, Any]:
     return {
         "ID": entry.id,
         "MessageID": _first(parsed, "message-id").strip().strip("<>"),
-        "From": _address(entry.from_addr, sender[0]) if entry.from_addr else None,
+        "From": _address(entry.from_addr, sender[0]),
         "To": _named(parsed, "to"),
         "Cc": _named(parsed, "cc"),
         # Mailpit's Bcc: envelope recipients the headers do not show.
@@ -194,7 +196,8 @@ def _message(entry: Listed, raw: bytes) -> dict[str, Any]:
         "Date": _date(parsed, entry),
         "Tags": _tags(entry),
         "Username": "",
-        "Text": parsed.text or "",
+        # As Mailpit (enmime): an HTML-only message's text is its HTML rendered as text.
+        "Text": parsed.text or (html_to_text(parsed.html) if parsed.html else ""),
         "HTML": parsed.html or "",
         "Size": entry.size,
         "Inline": [],

@@ -137,7 +137,8 @@ _HELP: dict[str, str] = {
     "http-host": "address the HTTP API binds; not loopback needs --api-token or --tokens-file "
     "(default: 127.0.0.1)",
     "http-port": "HTTP API port; 0 picks any free port (default: 8025)",
-    "db": "SQLite database file, created if missing (default: ./runsink.db)",
+    "db": "SQLite database file, created if missing (default: ./runsink.db), or a "
+    "postgresql://user[:password]@host:port/dbname URL",
     "domain": "a mail domain whose addresses route to inboxes; repeatable, *.example.test "
     "wildcards too; inbox addresses use the first plain one; the environment variable takes "
     "a comma-separated list (default: sink.test)",

@@ -208,6 +208,9 @@ _KEY = re.compile(r"([A-Za-z][A-Za-z-]{0,15}):(?=\S)")
 
 def _term(negated: bool, key: str | None, value: str, quoted: bool) -> Text | Filter:
     shown = f"{'-' if negated else ''}{key + ':' if key else ''}{value}"
+    if key in _NOT_SEARCHED:
+        # Mailpit's terms for what runsink does not keep: an error, not an empty answer.
+        raise SearchSyntaxError(f"{shown!r}: {key}: is not searchable here ({_NOT_SEARCHED[key]})")
     if key is not None and key not in _TEXT_KEYS and key not in _FILTER_KEYS:
         # Not one of ours: the whole token is text (a URL, a time "10:30", "re:").
         value = f"{key}:{value}" if not quoted else f'{key}:"{value}"'
@@ -221,6 +224,13 @@ def _term(negated: bool, key: str | None, value: str, quoted: bool) -> Text | Fi
             )
         return Text(columns, value, negated)
     return _filter(key, value, negated, shown)
+
+
+_NOT_SEARCHED = {
+    "tag": "runsink has no tags; run: and is:caught say what a tag would",
+    "message-id": "the Message-ID header is not indexed; search its subject or text",
+    "reply-to": "the Reply-To header is not indexed; search from: or to:",
+}
 
 
 def _filter(key: str, value: str, negated: bool, shown: str) -> Filter:

@@ -190,3 +190,22 @@ def test_active_parts_are_served_as_bytes(server: Server) -> None:
     assert part.headers["content-type"] == "application/octet-stream"
     assert part.headers["x-content-type-options"] == "nosniff"
     assert part.headers["content-disposition"].startswith("attachment")
+
+
+def test_a_missing_from_is_an_empty_address_and_html_only_mail_has_text(server: Server) -> None:
+    """As Mailpit: From is always {Name, Address} (empty when the header is missing), and an
+    HTML-only message's Text is its HTML rendered as text."""
+    tag = uuid.uuid4().hex[:10]
+    raw = (
+        f"To: someone@gmail.com\r\nSubject: Bare {tag}\r\nMIME-Version: 1.0\r\n"
+        "Content-Type: text/html; charset=utf-8\r\n\r\n<p>Your <b>code</b> is 4711</p>\r\n"
+    )
+    with server.smtp() as smtp:
+        smtp.sendmail("app@example.test", ["someone@gmail.com"], raw.encode())
+    with server.http() as client:
+        found = client.get("/api/v1/search", params={"query": f"subject:{tag}"}).json()
+        (summary,) = found["messages"]
+        assert summary["From"] == {"Name": "", "Address": ""}
+        message = client.get(f"/api/v1/message/{summary['ID']}").json()
+    assert message["From"] == {"Name": "", "Address": ""}
+    assert "code" in message["Text"] and "4711" in message["Text"] and "<b>" not in message["Text"]
