@@ -37,7 +37,7 @@ from api.views import (
 from sink import clock, ids, run_tokens
 from sink.agent import Agent
 from sink.envelope import Envelope
-from sink.errors import FaultsDisabled, InvalidRequest, NotFound, RequestTooLarge, StorageError
+from sink.errors import FaultsDisabled, InvalidRequest, NotFound, RequestTooLarge
 from sink.faults import FaultSpec
 from sink.runtime import Runtime
 
@@ -351,9 +351,7 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    try:
-        await asyncio.wait_for(_runtime(request).store.ping(), 2.0)
-    except (StorageError, TimeoutError):
+    if not await _runtime(request).store_answers(within_s=2.0):
         return JSONResponse({"status": "unavailable", "store": "unavailable"}, status_code=503)
     if _runtime(request).stopping.is_set():
         return JSONResponse({"status": "unavailable", "store": "ok"}, status_code=503)

@@ -86,6 +86,7 @@ class Runtime:
         self._sweeper: asyncio.Task[None] | None = None
         self._over_cap = False
         self.stopping = asyncio.Event()
+        self._ping: asyncio.Future[None] | None = None  # the readiness probe in flight
 
     async def start(self) -> None:
         # What can still fail on a bad setting (the certificate) comes before anything opens.
@@ -149,6 +150,19 @@ class Runtime:
         )
         self.capacity = sized
         return sized
+
+    async def store_answers(self, within_s: float) -> bool:
+        """Whether the store commits within ``within_s`` (``/readyz``).
+
+        One probe at a time, shared by every caller meanwhile. One the store does not answer
+        is left to end by itself, never waited for past the deadline: cancelling a call to
+        a database that hangs waits on that database too (asyncpg sends it a cancel request).
+        """
+        if self._ping is None or self._ping.done():
+            self._ping = asyncio.ensure_future(self.store.ping())
+            self._ping.add_done_callback(_retrieved)
+        done, _ = await asyncio.wait({self._ping}, timeout=within_s)
+        return bool(done) and not self._ping.cancelled() and self._ping.exception() is None
 
     def begin_shutdown(self) -> None:
         """Stop accepting mail and answer every wait in progress (called from a signal)."""
@@ -253,3 +267,9 @@ def listen_error(flag: str, host: str, port: int, exc: OSError) -> str:
             f"MailHog?); choose another {flag}, or {flag} 0 for any free port"
         )
     return f"{flag} {port} on {host}: cannot listen ({exc.strerror or exc})"
+
+
+def _retrieved(probe: asyncio.Future[None]) -> None:
+    """A probe that ended with nobody waiting: its failure is the next probe's business."""
+    if not probe.cancelled():
+        probe.exception()

@@ -3,6 +3,7 @@ by itself once space is free. A real full disk: a small tmpfs (needs root to mou
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import os
@@ -14,9 +15,11 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from sink.runtime import Runtime
 from tests.pg_cluster import Cluster
 from tests.support import Server, need, new_run_id, start_server
 
@@ -160,3 +163,32 @@ def test_postgres_readyz_follows_whether_the_tablespace_has_space(
     assert create.status_code == 503 and create.headers["Retry-After"] == "1"
     assert create.json()["next_action"] == "wait_then_retry"
     assert after == 250 and again.status_code == 201
+
+
+def test_a_store_that_hangs_is_unready_within_the_deadline() -> None:
+    """A store that neither answers nor fails (a frozen database) makes /readyz 503 within
+    its deadline: the probe is not waited for past it (cancelling a call to a hung database
+    waits on that database too), and callers meanwhile share the one probe in flight."""
+
+    class HungStore:
+        def __init__(self) -> None:
+            self.pings = 0
+            self.thawed = asyncio.Event()
+
+        async def ping(self) -> None:
+            self.pings += 1
+            await self.thawed.wait()
+
+    async def scenario() -> tuple[list[bool], int, bool]:
+        runtime = SimpleNamespace(store=HungStore(), _ping=None)
+        answers = await asyncio.gather(
+            *(Runtime.store_answers(runtime, within_s=0.05) for _ in range(3))  # type: ignore[arg-type]
+        )
+        pings = runtime.store.pings
+        runtime.store.thawed.set()
+        await asyncio.sleep(0)  # the probe ends
+        return list(answers), pings, await Runtime.store_answers(runtime, within_s=1.0)  # type: ignore[arg-type]
+
+    answers, pings, later = asyncio.run(scenario())
+    assert answers == [False, False, False] and pings == 1
+    assert later is True
