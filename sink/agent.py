@@ -302,7 +302,10 @@ class Agent:
                     if retry_at is not None:  # a wait on another replica holds the inbox
                         self._metrics.blocked("wait", "too_early")
                         view = await self._describe(inbox, started, trace_id)
-                        return blocked(view, Reason.TOO_EARLY, max(0.1, retry_at - started))
+                        # The slot outlives its wait by the provider deadline (a replica that
+                        # died with it); the time left in that wait is what the caller needs.
+                        left = retry_at - policy.provider_deadline_s - started
+                        return blocked(view, Reason.TOO_EARLY, max(0.1, left))
                     slot_until = until
                 look = await self._polls.look(inbox, match, position, deadline, attempt)
                 if look.ending is Ending.ENDED:

@@ -139,7 +139,9 @@ def test_two_waits_at_once_on_two_replicas_one_is_too_early(pair: tuple[Server, 
         waiter.join(15)
         after = on_b.get(f"/v1/inboxes/{inbox['inbox_id']}").json()
     assert (second["status"], second["reason"]) == ("blocked", "too_early")
-    assert 0 < second["retry_after"] <= 3 + 2 + 0.1  # the wait, and its deadline to record
+    # The time left in A's wait, as on one replica (not also the slot's margin for a
+    # replica that dies holding it).
+    assert 0 < second["retry_after"] <= 3 + 0.1
     assert answer["attempt"] == 1 and after["attempt"] == 1
 
 
