@@ -663,6 +663,13 @@ class FailingStore:
         raise StorageError("database disk image is malformed")
 
 
+class HungStore(FailingStore):
+    """A real SQLite store whose saves never answer (a database that hangs)."""
+
+    async def save_message(self, incoming: Incoming) -> None:
+        await asyncio.Event().wait()
+
+
 async def poll(done: Callable[[], bool]) -> None:
     """Wait, with a deadline, for the listener's own count to change (it has no event)."""
     async with asyncio.timeout(10):
@@ -678,12 +685,14 @@ class Listening:
 
 
 @contextlib.asynccontextmanager
-async def listener(folder: Path, limits: Limits, failing: bool = False) -> AsyncIterator[Listening]:
+async def listener(
+    folder: Path, limits: Limits, failing: bool = False, hung: bool = False
+) -> AsyncIterator[Listening]:
     """The production listener (smtp_factory + Handler + Ingest + SQLite) on a free port."""
     settings = Settings(db=folder / "runsink.db")
     store = SQLiteStore(settings.db)
     await store.open()
-    used: Any = FailingStore(store) if failing else store
+    used: Any = FailingStore(store) if failing else HungStore(store) if hung else store
     handler = Handler(Ingest(used, Waiters(), settings, Metrics()), Metrics(), None, False, limits)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
@@ -818,6 +827,30 @@ def test_storage_trouble_is_451_never_500(tmp_path: Path) -> None:
     replies = asyncio.run(scenario())
     assert [r[:3] for r in replies] == ["250", "250", "354", "451", "250"]
     assert "Error" not in replies[3] and "StorageError" not in replies[3]
+
+
+def test_a_store_that_hangs_is_451_at_the_idle_timeout(tmp_path: Path) -> None:
+    """A store that never answers the save: when the idle window runs out the sender hears
+    451 (storage trouble: send again later), not the 421 of a silent client."""
+
+    async def scenario() -> tuple[list[str], str]:
+        async with listener(tmp_path, Limits(idle_timeout_s=0.3), hung=True) as listening:
+            client = await Client.connect(listening.port)
+            await client.line()
+            await client.cmd("EHLO client.example.test")
+            replies = [
+                await client.cmd(f"MAIL FROM:<{SENDER}>"),
+                await client.cmd("RCPT TO:<nobody@sink.test>"),
+                await client.cmd("DATA"),
+                await client.cmd("Subject: x\r\n\r\nbody\r\n."),
+            ]
+            after = (await client.reader.read()).decode()  # then the connection closes
+            await client.close()
+            return replies, after
+
+    replies, after = asyncio.run(scenario())
+    assert [r[:3] for r in replies] == ["250", "250", "354", "451"]
+    assert replies[3].startswith("451 4.3.0") and after == ""
 
 
 def test_many_real_connections_then_421(server: Server) -> None:

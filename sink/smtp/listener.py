@@ -455,6 +455,7 @@ class RunsinkSMTP(LeanLoopSMTP):
         self._greeting_reply = False
         self._handshake: asyncio.Future[None] | None = None
         self._reply_lines: list[bytes] = []  # a multi-line reply's lines before its last
+        self._storing = False  # DATA ended and the store has not answered yet
 
     # -- connection life ----------------------------------------------------------
 
@@ -558,6 +559,14 @@ class RunsinkSMTP(LeanLoopSMTP):
         await super()._handle_client()
 
     def _timeout_cb(self) -> None:
+        if self._storing:
+            # The store has not answered for the whole idle window (a database that hangs):
+            # nothing was acknowledged, so this is storage trouble (451), not the client's
+            # silence. (The store may still commit it later: a sender that sends it again
+            # may leave two copies, never none.)
+            self.event_handler.refused("store_timeout")
+            self._hang_up(TEMPORARY)
+            return
         # aiosmtpd closes silently on timeout; RFC 5321 4.2.3 has a 421 for this.
         self.event_handler.refused("timeout")
         self._hang_up(f"421 4.4.2 {self.hostname} Timeout exceeded, closing")
@@ -750,7 +759,11 @@ class RunsinkSMTP(LeanLoopSMTP):
             self.envelope.original_content = content
             # The final dot arrived: storing gets a fresh idle window, not DATA's leftover.
             self._reset_timeout()
-            reply = await self._handler.handle_DATA(self, self.session, self.envelope)
+            self._storing = True
+            try:
+                reply = await self._handler.handle_DATA(self, self.session, self.envelope)
+            finally:
+                self._storing = False
         self.envelope = self._create_envelope()  # aiosmtpd's post-DATA state
         if self._write_reply(reply):
             await self._writer.drain()
