@@ -805,21 +805,27 @@ def test_connections_past_the_limit_get_421_and_the_listener_goes_on(tmp_path: P
     asyncio.run(scenario())
 
 
+async def _one_message(client: Client) -> list[str]:
+    """Greeting, EHLO, then one message to caught mail: the replies to MAIL, RCPT, DATA and
+    the final dot."""
+    await client.line()
+    await client.cmd("EHLO client.example.test")
+    return [
+        await client.cmd(f"MAIL FROM:<{SENDER}>"),
+        await client.cmd("RCPT TO:<nobody@sink.test>"),
+        await client.cmd("DATA"),
+        await client.cmd("Subject: x\r\n\r\nbody\r\n."),
+    ]
+
+
 def test_storage_trouble_is_451_never_500(tmp_path: Path) -> None:
     """A store that fails at DATA gives 451 (send again later), not aiosmtpd's 500 Error."""
 
     async def scenario() -> list[str]:
         async with listener(tmp_path, Limits(), failing=True) as listening:
             client = await Client.connect(listening.port)
-            await client.line()
-            await client.cmd("EHLO client.example.test")
-            replies = [
-                await client.cmd(f"MAIL FROM:<{SENDER}>"),
-                await client.cmd("RCPT TO:<nobody@sink.test>"),
-                await client.cmd("DATA"),
-                await client.cmd("Subject: x\r\n\r\nbody\r\n."),
-                await client.cmd(f"MAIL FROM:<{SENDER}>"),  # the transaction was reset
-            ]
+            replies = await _one_message(client)
+            replies.append(await client.cmd(f"MAIL FROM:<{SENDER}>"))  # the transaction was reset
             await client.cmd("QUIT")
             await client.close()
             return replies
@@ -836,14 +842,7 @@ def test_a_store_that_hangs_is_451_at_the_idle_timeout(tmp_path: Path) -> None:
     async def scenario() -> tuple[list[str], str]:
         async with listener(tmp_path, Limits(idle_timeout_s=0.3), hung=True) as listening:
             client = await Client.connect(listening.port)
-            await client.line()
-            await client.cmd("EHLO client.example.test")
-            replies = [
-                await client.cmd(f"MAIL FROM:<{SENDER}>"),
-                await client.cmd("RCPT TO:<nobody@sink.test>"),
-                await client.cmd("DATA"),
-                await client.cmd("Subject: x\r\n\r\nbody\r\n."),
-            ]
+            replies = await _one_message(client)
             after = (await client.reader.read()).decode()  # then the connection closes
             await client.close()
             return replies, after
