@@ -7,6 +7,7 @@ Shared by the Starlette routes (``api/routes.py``) and the wait endpoint's lean 
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -38,13 +39,11 @@ def parse_json(raw: bytes, required: bool = True) -> Any:
 
 
 def _float(text: str) -> float:
-    # As for integers (the interpreter's limit): a number of over 4,300 characters is refused.
-    if len(text) > _MAX_NUMBER_CHARS:
+    # As for integers (the interpreter's limit, 4,300 digits by default): a longer decimal
+    # is refused too.
+    if len(text) > sys.get_int_max_str_digits():
         raise ValueError("a number with too many digits")
     return float(text)
-
-
-_MAX_NUMBER_CHARS = 4300
 
 
 def model(model: type[M], body: Any) -> M:

@@ -263,14 +263,15 @@ async def delete_messages(request: Request) -> Response:
     # Field names match whatever their case, as Go's JSON decoding in Mailpit does ("ids" is
     # IDs). Any other field is refused: Mailpit ignores it and deletes everything, which a
     # caller who misspelt IDs never meant.
-    unknown = [key for key in body if key.lower() != "ids"]
-    if unknown or len(body) > 1:
+    fields = list(body)
+    if len(fields) > 1 or (fields and fields[0].lower() != "ids"):
+        field = next((f for f in fields if f.lower() != "ids"), fields[0])[:64]
         raise InvalidRequest(
-            f'unknown field {(unknown or list(body))[0][:64]!r}: the body is {{"IDs": ["..."]}}, '
+            f'unknown field {field!r}: the body is {{"IDs": ["..."]}}, '
             "or nothing to delete all that may go",
-            {"field": (unknown or list(body))[0][:64]},
+            {"field": field},
         )
-    named = next(iter(body.values()), None)
+    named = body[fields[0]] if fields else None
     if named is not None and (
         not isinstance(named, list) or not all(isinstance(i, str) for i in named)
     ):

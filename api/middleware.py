@@ -29,6 +29,7 @@ from sink.metrics import Metrics
 from sink.tokens import OPEN
 
 MAX_BODY_BYTES = 1024 * 1024
+BODY_TOO_LARGE = f"the request body is over {MAX_BODY_BYTES} bytes"  # 413, however it came
 
 # W3C Trace Context: version-trace_id-parent_id-flags, lowercase hex; a later version may
 # add fields after another "-" (https://www.w3.org/TR/trace-context/#traceparent-header).
@@ -125,9 +126,7 @@ class EdgeMiddleware:
                     return
             length = headers.get("content-length")
             if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-                response = error_response(
-                    413, "invalid_request", f"the request body is over {MAX_BODY_BYTES} bytes"
-                )
+                response = error_response(413, "invalid_request", BODY_TOO_LARGE)
                 await response(scope, receive, send_wrapped)
                 return
             await self.app(scope, _capped(receive), send_wrapped)

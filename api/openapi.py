@@ -160,20 +160,25 @@ _ENVELOPE_EXAMPLE = {
     "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
 }
 
-_RUN_HEADER = {
-    "name": "X-Run-Id",
-    "in": "header",
-    "required": False,
-    "description": "The calling run; a run that does not own the resource gets 403 wrong_run.",
-    "schema": {"type": "string", "pattern": ids.anchored(ids.RUN_ID)},
-}
-_RUN_QUERY = {
-    "name": "run_id",
-    "in": "query",
-    "required": False,
-    "description": "The calling run, as X-Run-Id (naming it both ways differently is 422).",
-    "schema": {"type": "string", "pattern": ids.anchored(ids.RUN_ID)},
-}
+
+def _calling_run(name: str, where: str, description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": where,
+        "required": False,
+        "description": description,
+        "schema": {"type": "string", "pattern": ids.anchored(ids.RUN_ID)},
+    }
+
+
+_RUN_HEADER = _calling_run(
+    "X-Run-Id",
+    "header",
+    "The calling run; a run that does not own the resource gets 403 wrong_run.",
+)
+_RUN_QUERY = _calling_run(
+    "run_id", "query", "The calling run, as X-Run-Id (naming it both ways differently is 422)."
+)
 _TRACE_HEADERS = [
     {"name": "traceparent", "in": "header", "required": False, "schema": {"type": "string"}},
     {"name": "X-Trace-Id", "in": "header", "required": False, "schema": {"type": "string"}},

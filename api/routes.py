@@ -16,7 +16,7 @@ from api.auth import Authority, grant_of, route_op
 from api.context import context_of, continue_trace
 from api.errors import error_response
 from api.inputs import model, named_run, parse_json, run_id_param
-from api.middleware import MAX_BODY_BYTES, BodyTooLarge
+from api.middleware import BODY_TOO_LARGE, BodyTooLarge
 from api.openapi import openapi_document
 from api.replies import envelope_response
 from api.schemas import (
@@ -140,10 +140,6 @@ def _explicit_trace(request: Request) -> str | None:
     return context_of(request.scope).explicit_trace
 
 
-def _continue_trace(request: Request, inbox_trace: str) -> None:
-    continue_trace(request.scope, inbox_trace)
-
-
 # -- inboxes -----------------------------------------------------------------------
 
 
@@ -188,7 +184,7 @@ async def _raw(request: Request) -> bytes:
     try:
         return await request.body()
     except BodyTooLarge as exc:
-        raise RequestTooLarge(f"the request body is over {MAX_BODY_BYTES} bytes") from exc
+        raise RequestTooLarge(BODY_TOO_LARGE) from exc
 
 
 async def list_messages(request: Request) -> Response:
@@ -198,7 +194,7 @@ async def list_messages(request: Request) -> Response:
     page = await _agent(request).messages(
         inbox_id, request.query_params.get("after"), limit, run_id
     )
-    _continue_trace(request, page.trace_id)
+    continue_trace(request.scope, page.trace_id)
     return _model_response(message_list_out(page))
 
 
@@ -208,14 +204,14 @@ async def list_messages(request: Request) -> Response:
 async def read_message(request: Request) -> Response:
     message_id = _message_id(request)
     result = await _agent(request).read(message_id, _caller_run(request), _explicit_trace(request))
-    _continue_trace(request, result.trace_id)
+    continue_trace(request.scope, result.trace_id)
     return _model_response(message_out(result))
 
 
 async def raw_message(request: Request) -> Response:
     message_id = _message_id(request)
     got = await _agent(request).raw(message_id, _caller_run(request))
-    _continue_trace(request, got.trace_id)
+    continue_trace(request.scope, got.trace_id)
     return Response(
         got.raw,
         media_type="message/rfc822",
@@ -227,7 +223,7 @@ async def attachment(request: Request) -> Response:
     message_id = _message_id(request)
     index = _attachment_index(request)
     got = await _agent(request).raw(message_id, _caller_run(request))
-    _continue_trace(request, got.trace_id)
+    continue_trace(request.scope, got.trace_id)
     return await attachment_response(got.raw, index)
 
 

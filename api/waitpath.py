@@ -35,7 +35,7 @@ from api.context import KEY as CONTEXT
 from api.context import RequestContext, context_of
 from api.errors import error_response, internal_error, runsink_error, validation_error
 from api.inputs import model, named_run, parse_json
-from api.middleware import MAX_BODY_BYTES, authorise, begin, outgoing, record
+from api.middleware import BODY_TOO_LARGE, MAX_BODY_BYTES, authorise, begin, outgoing, record
 from api.replies import envelope_response
 from api.schemas import WaitIn
 from api.views import wait_request
@@ -212,6 +212,6 @@ class _Body:
                 raise _ClientGone()
             chunks += message.get("body", b"")
             if len(chunks) > MAX_BODY_BYTES:  # Content-Length said otherwise, or none (chunked)
-                raise RequestTooLarge(f"the request body is over {MAX_BODY_BYTES} bytes")
+                raise RequestTooLarge(BODY_TOO_LARGE)
             if not message.get("more_body", False):
                 return bytes(chunks)

@@ -91,11 +91,12 @@ def parse_query(query: str) -> Query:
     """The terms of ``query``; ``SearchSyntaxError`` names the first term that is wrong."""
     if len(query) > MAX_QUERY_CHARS:
         raise SearchSyntaxError(f"the query is over {MAX_QUERY_CHARS} characters")
-    control = next((c for c in query if _CONTROL.fullmatch(c)), None)
+    control = _CONTROL.search(query)
     if control is not None:
         # Neither store can look one up (SQLite's FTS5 strings end at a NUL; PostgreSQL
         # text holds none): bad input, never a provider error.
-        raise SearchSyntaxError(f"the query holds a control character (U+{ord(control):04X})")
+        code = ord(control.group())
+        raise SearchSyntaxError(f"the query holds a control character (U+{code:04X})")
     tokens = _tokens(query)
     if len(tokens) > MAX_TERMS:
         raise SearchSyntaxError(f"the query has over {MAX_TERMS} terms")
@@ -118,12 +119,15 @@ def folded(text: str) -> str:
     return text.casefold()
 
 
-def texts_match(texts: tuple[Text, ...], document: dict[str, str]) -> bool:
+def texts_match(texts: tuple[Text, ...], document: dict[str, str], released: bool = False) -> bool:
     """The texts' verdict on one document (column -> text), as the index would give it:
-    literal, case-insensitive substrings; a negated text must be in none of its columns."""
+    literal, case-insensitive substrings; a negated text must be in none of its columns.
+    A ``released`` entry (evidence whose body was released) has no body to match, even
+    while the same message's caught mail keeps it."""
     for text in texts:
         needle = folded(text.value)
-        found = any(needle in folded(document.get(column, "")) for column in text.columns)
+        columns = [c for c in text.columns if not (released and c == "body")]
+        found = any(needle in folded(document.get(column, "")) for column in columns)
         if found == text.negated:
             return False
     return True

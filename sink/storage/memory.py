@@ -469,12 +469,7 @@ class MemoryStore:
                 return False
         if not query.texts:
             return True
-        document = _document(entry.message)
-        if self._released(entry):
-            # Released evidence is found by its metadata, never by the body that the same
-            # message's caught mail may still keep.
-            document = {**document, "body": ""}
-        return texts_match(query.texts, document)
+        return texts_match(query.texts, _document(entry.message), self._released(entry))
 
     def _passes(self, entry: _Entry, kind: str, value: str | float | int) -> bool:
         message = entry.message

@@ -925,7 +925,7 @@ class SQLiteStore:
                 entries = [
                     e
                     for e in entries
-                    if texts_match(query.texts, _as_listed(e, documents.get(e.position[0], {})))
+                    if texts_match(query.texts, documents.get(e.position[0], {}), e.released)
                 ]
             found += entries
             if len(found) >= want:
@@ -1370,11 +1370,6 @@ def _filter_sql(kind: str, value: Any) -> tuple[str, list[Any]]:
     if kind == "smaller":
         return "v.size < ?", [value]
     raise AssertionError(kind)  # pragma: no cover - sink.search names only these
-
-
-def _as_listed(entry: Listed, document: dict[str, str]) -> dict[str, str]:
-    """The texts an entry may be found by: released evidence has no body any more."""
-    return {**document, "body": ""} if entry.released else document
 
 
 def _holding(texts: tuple[Text, ...], every: bool) -> tuple[str, list[str]]:
