@@ -18,18 +18,13 @@ import jinja2
 from markupsafe import Markup, escape
 from starlette.templating import Jinja2Templates
 
+from sink import untrusted
 from sink.clock import rfc3339
 from sink.message import Part
 
 CID_INLINE_MAX = 5 * 1024 * 1024  # bytes of cid: images inlined as data: URIs per message
 
 _KEEP = frozenset("\n\t")
-
-
-def _hidden(char: str, keep: frozenset[str]) -> bool:
-    if char in keep:
-        return False
-    return unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp", "Co", "Cs", "Cn")
 
 
 def visible(value: object, keep: frozenset[str] = frozenset()) -> Markup:
@@ -40,13 +35,12 @@ def visible(value: object, keep: frozenset[str] = frozenset()) -> Markup:
     out: list[str] = []
     plain: list[str] = []
     for char in text:
-        if _hidden(char, keep):
+        if char not in keep and untrusted.hidden(char):
             if plain:
                 out.append(str(escape("".join(plain))))
                 plain.clear()
-            code = f"U+{ord(char):04X}"
             name = unicodedata.name(char, "unnamed")
-            out.append(f'<span class="cp" title="{escape(name)}">⟨{code}⟩</span>')
+            out.append(f'<span class="cp" title="{escape(name)}">{untrusted.escape(char)}</span>')
         else:
             plain.append(char)
     if plain:
@@ -56,8 +50,7 @@ def visible(value: object, keep: frozenset[str] = frozenset()) -> Markup:
 
 def visible_plain(value: object) -> str:
     """``visible`` without markup, where none is allowed (a page's title, an attribute)."""
-    text = "" if value is None else str(value)
-    return "".join(f"⟨U+{ord(c):04X}⟩" if _hidden(c, frozenset()) else c for c in text)
+    return untrusted.visible("" if value is None else str(value))
 
 
 def visible_text(value: object) -> Markup:
