@@ -31,7 +31,14 @@ from api.auth import Authority, grant_of
 from api.context import context_of
 from api.errors import internal_error, runsink_error, validation_error
 from api.schemas import ClaimIn, CreateInboxIn, WaitIn
-from api.views import create_request, envelope_out, message_out, run_report_out, wait_request
+from api.views import (
+    create_request,
+    created_out,
+    envelope_out,
+    message_out,
+    run_report_out,
+    wait_request,
+)
 from sink import scopes
 from sink.agent import Agent
 from sink.envelope import Envelope
@@ -97,7 +104,8 @@ class AgentBackend:
             self._note(run_id=given.run_id)
             self._authority.check_run(self._grant, scopes.CREATE, given.run_id)
             created = await self._agent.create(create_request(given), body, None, self._trace)
-            return {**self._envelope(created.envelope), "capped": list(created.capped)}
+            self._note_envelope(created.envelope)
+            return created_out(created.envelope, created.capped).model_dump(mode="json")
 
         return await self._answer(create())
 
@@ -160,11 +168,14 @@ class AgentBackend:
         return _json_of(response.body)
 
     def _envelope(self, envelope: Envelope) -> Json:
+        self._note_envelope(envelope)
+        return envelope_out(envelope).model_dump(mode="json")
+
+    def _note_envelope(self, envelope: Envelope) -> None:
         # As the routes do: the access log and X-Trace-Id of the /mcp request name them.
         self._context.note(
             run_id=envelope.run_id, inbox_id=envelope.inbox_id, trace_id=envelope.trace_id
         )
-        return envelope_out(envelope).model_dump(mode="json")
 
     def _note(self, run_id: str | None = None, inbox_id: str | None = None) -> None:
         self._context.note(run_id=run_id, inbox_id=inbox_id)

@@ -24,6 +24,7 @@ from sink.vocabulary import NextActionName as NextAction
 from sink.vocabulary import ReasonName as Reason
 from sink.vocabulary import StateName as State
 from sink.vocabulary import StatusName as StatusT
+from sink.vocabulary import ToolName
 
 RunId = Annotated[str, StringConstraints(pattern=ids.anchored(ids.RUN_ID))]
 Purpose = Annotated[str, StringConstraints(pattern=ids.anchored(ids.PURPOSE))]
@@ -123,12 +124,42 @@ class ClaimOut(_Response):
     claimed_at: str
 
 
+class UnmatchedOut(_Response):
+    """A delivery the wait looked at and did not match (from and subject: the sender's words)."""
+
+    message_id: str
+    received_at: str
+    from_: str = Field(alias="from")
+    subject: str
+
+
+class NearMissOut(_Response):
+    """Caught mail whose address is within 2 edits of this inbox's (never its content)."""
+
+    address: str
+    received_at: str
+    distance: int
+
+
+_NEXT_TOOL = Field(
+    description="The MCP tool to call next (after retry_after seconds when that is set); "
+    "null when nothing more is to be called."
+)
+_NEXT_ARGUMENTS = Field(
+    description="The complete arguments for next_tool, to pass as they are; null with it."
+)
+_HINT = Field(description="One sentence: what to do next and why (never quotes mail content).")
+
+
 class EnvelopeOut(_Response):
     """Every agent-facing answer: the state, what the call did, and what to do next."""
 
     state: State
     status: StatusT
     next_action: NextAction
+    next_tool: ToolName | None = _NEXT_TOOL
+    next_arguments: dict[str, Any] | None = _NEXT_ARGUMENTS
+    hint: str | None = _HINT
     reason: Reason | None
     inbox_id: str
     run_id: str
@@ -144,10 +175,31 @@ class EnvelopeOut(_Response):
     claim: ClaimOut | None
     last_error: str | None
     trace_id: str
+    newer_matching: int | None = Field(
+        description="In state received: how many unclaimed matching deliveries arrived after "
+        "this message (a resend when above 0); null without a message."
+    )
+    unmatched: list[UnmatchedOut] = Field(
+        description="evidence_mismatch: up to 3 deliveries this wait did not match, newest "
+        "first; [] otherwise."
+    )
+    rescan_cursor: str | None = Field(
+        description="evidence_mismatch: the cursor from before this wait, to look at the same "
+        "mail again with other criteria; null otherwise."
+    )
+    near_misses: list[NearMissOut] = Field(
+        description="Caught mail addressed within 2 edits of this inbox's address, newest "
+        "first (up to 3); [] otherwise."
+    )
 
 
 class CreatedOut(EnvelopeOut):
     """The create answer: the envelope, and which of the caller's values the policy capped."""
+
+    replayed: bool = Field(
+        description="true when the call returned the live inbox an earlier identical call "
+        "created; false when it created one."
+    )
 
     capped: list[Literal["ttl_s", "poll_budget"]] = Field(
         description="Fields of the request that the policy lowered to its maximum, e.g. "

@@ -22,18 +22,20 @@ from api.schemas import (
     MessageListOut,
     MessageOut,
     MessageRef,
+    NearMissOut,
     RunEventOut,
     RunInboxOut,
     RunReportOut,
     SearchOut,
     SmtpEnvelopeOut,
+    UnmatchedOut,
     UnroutedItem,
     UnroutedOut,
     WaitIn,
 )
 from sink.agent import CreateRequest, MessagePage, ReadResult, RunReport, WaitRequest
 from sink.clock import rfc3339, rfc3339_or_none
-from sink.envelope import Envelope
+from sink.envelope import Envelope, NearMiss, Unmatched
 from sink.faults import Fault
 from sink.inbox import Claim, Evidence, Match
 from sink.mailbox import CaughtRead, Page
@@ -95,11 +97,32 @@ def message_ref(evidence: Evidence | None) -> MessageRef | None:
     )
 
 
+def unmatched_out(unmatched: Unmatched) -> UnmatchedOut:
+    return UnmatchedOut(
+        message_id=unmatched.message_id,
+        received_at=rfc3339(unmatched.received_at),
+        from_=unmatched.from_addr,
+        subject=unmatched.subject,
+    )
+
+
+def near_miss_out(near_miss: NearMiss) -> NearMissOut:
+    return NearMissOut(
+        address=near_miss.address,
+        received_at=rfc3339(near_miss.received_at),
+        distance=near_miss.distance,
+    )
+
+
 def envelope_out(envelope: Envelope) -> EnvelopeOut:
+    next_arguments = envelope.next_arguments
     return EnvelopeOut(
         state=envelope.state,
         status=envelope.status,
         next_action=envelope.next_action,
+        next_tool=envelope.next_tool,
+        next_arguments=None if next_arguments is None else dict(next_arguments),
+        hint=envelope.hint,
         reason=envelope.reason,
         inbox_id=envelope.inbox_id,
         run_id=envelope.run_id,
@@ -115,11 +138,17 @@ def envelope_out(envelope: Envelope) -> EnvelopeOut:
         claim=claim_out(envelope.claim),
         last_error=envelope.last_error,
         trace_id=envelope.trace_id,
+        newer_matching=envelope.newer_matching,
+        unmatched=[unmatched_out(u) for u in envelope.unmatched],
+        rescan_cursor=envelope.rescan_cursor,
+        near_misses=[near_miss_out(n) for n in envelope.near_misses],
     )
 
 
 def created_out(envelope: Envelope, capped: tuple[str, ...]) -> CreatedOut:
-    return CreatedOut(**envelope_out(envelope).model_dump(), capped=list(capped))
+    return CreatedOut(
+        **envelope_out(envelope).model_dump(), capped=list(capped), replayed=envelope.replayed
+    )
 
 
 def message_list_out(page: MessagePage) -> MessageListOut:

@@ -226,7 +226,8 @@ class Agent:
             trace_id=trace_id,
         )
         capped = policy.capped(request.ttl_s, request.poll_budget)
-        return Created(await self._describe(stored, now, trace_id), replayed, capped)
+        envelope = replace(await self._describe(stored, now, trace_id), replayed=replayed)
+        return Created(envelope, replayed, capped)
 
     async def get(self, inbox_id: str, trace: str | None, run_id: str | None = None) -> Envelope:
         try:

@@ -6,12 +6,33 @@ off this file. ``now`` is a parameter; times stay floats until the wire.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from sink.clock import seconds_up
 from sink.ids import encode_cursor
 from sink.inbox import Claim, Evidence, Inbox
-from sink.vocabulary import NextAction, Reason, State, Status
+from sink.vocabulary import NextAction, Reason, State, Status, Tool
+
+
+@dataclass(frozen=True, slots=True)
+class NearMiss:
+    """Caught mail addressed within 2 edits of this inbox's address (v3)."""
+
+    address: str
+    received_at: float
+    distance: int
+
+
+@dataclass(frozen=True, slots=True)
+class Unmatched:
+    """A delivery a wait looked at and did not match (v3; from and subject are the sender's)."""
+
+    message_id: str
+    received_at: float
+    from_addr: str
+    subject: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +56,17 @@ class Envelope:
     last_error: str | None
     trace_id: str
     http_status: int = 200
+    # v3 agent guidance (sink/guidance.py fills these three): the tool to call next, its
+    # complete arguments, and one sentence saying what to do and why.
+    next_tool: Tool | None = None
+    next_arguments: Mapping[str, Any] | None = None
+    hint: str | None = None
+    replayed: bool = False  # a create that returned the live inbox of its key
+    # v3 evidence: resends, recoverable mismatches, near misses.
+    newer_matching: int | None = None
+    unmatched: tuple[Unmatched, ...] = ()
+    rescan_cursor: str | None = None
+    near_misses: tuple[NearMiss, ...] = ()
 
 
 def describe(inbox: Inbox, now: float, can_create_another: bool, trace_id: str) -> Envelope:

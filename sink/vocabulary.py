@@ -34,6 +34,7 @@ class NextAction(StrEnum):
     VERIFY_TRIGGER = "verify_trigger"
     CREATE_NEW_INBOX = "create_new_inbox"
     STOP = "stop"
+    FIX_ARGUMENTS = "fix_arguments"  # v3, errors only: correct what the error names, call again
 
 
 class Reason(StrEnum):
@@ -49,6 +50,18 @@ class Reason(StrEnum):
     CLAIMED_BY_OTHER_RUN = "claimed_by_other_run"
     WRONG_RUN = "wrong_run"
     LEASE_EXPIRED = "lease_expired"
+    EVIDENCE_MISADDRESSED = "evidence_misaddressed"  # v3: only near misses arrived
+
+
+class Tool(StrEnum):
+    """The MCP tools an answer's ``next_tool`` may name (v3 agent guidance)."""
+
+    CREATE_INBOX = "create_inbox"
+    WAIT_FOR_MESSAGE = "wait_for_message"
+    READ_MESSAGE = "read_message"
+    CLAIM_MESSAGE = "claim_message"
+    GET_RUN_REPORT = "get_run_report"
+    FIND_MAIL = "find_mail"
 
 
 StateName = Literal[State.CREATED, State.WAITING, State.RECEIVED, State.EXPIRED]
@@ -61,6 +74,7 @@ NextActionName = Literal[
     NextAction.VERIFY_TRIGGER,
     NextAction.CREATE_NEW_INBOX,
     NextAction.STOP,
+    NextAction.FIX_ARGUMENTS,
 ]
 ReasonName = Literal[
     Reason.EVIDENCE_NOT_FOUND,
@@ -75,15 +89,30 @@ ReasonName = Literal[
     Reason.CLAIMED_BY_OTHER_RUN,
     Reason.WRONG_RUN,
     Reason.LEASE_EXPIRED,
+    Reason.EVIDENCE_MISADDRESSED,
+]
+ToolName = Literal[
+    Tool.CREATE_INBOX,
+    Tool.WAIT_FOR_MESSAGE,
+    Tool.READ_MESSAGE,
+    Tool.CLAIM_MESSAGE,
+    Tool.GET_RUN_REPORT,
+    Tool.FIND_MAIL,
 ]
 
 STATES: tuple[State, ...] = get_args(StateName)
 STATUSES: tuple[Status, ...] = get_args(StatusName)
 NEXT_ACTIONS: tuple[NextAction, ...] = get_args(NextActionName)
 REASONS: tuple[Reason, ...] = get_args(ReasonName)
+TOOLS: tuple[Tool, ...] = get_args(ToolName)
 
 # A Literal lists the members by hand (typing cannot build one from an Enum): it must
 # name every member, in order.
-for _enum, _names in ((State, STATES), (Status, STATUSES), (NextAction, NEXT_ACTIONS)):
+for _enum, _names in (
+    (State, STATES),
+    (Status, STATUSES),
+    (NextAction, NEXT_ACTIONS),
+    (Tool, TOOLS),
+):
     assert tuple(_enum) == _names, f"{_enum.__name__}: the Literal lists other members"
 assert tuple(Reason) == REASONS, "Reason: the Literal lists other members"

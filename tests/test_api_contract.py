@@ -42,9 +42,12 @@ def test_created_envelope_has_every_field(server: Server) -> None:
     assert set(body) == {
         "state", "status", "next_action", "reason", "inbox_id", "run_id", "purpose", "address",
         "expires_at", "attempt", "remaining_attempts", "retry_after", "next_poll_at", "cursor",
-        "message", "claim", "last_error", "trace_id", "capped",
+        "message", "claim", "last_error", "trace_id", "capped", "replayed",
+        "next_tool", "next_arguments", "hint",
+        "newer_matching", "unmatched", "rescan_cursor", "near_misses",
     }  # fmt: skip
-    assert body["capped"] == []
+    assert body["capped"] == [] and body["replayed"] is False
+    assert (body["unmatched"], body["rescan_cursor"], body["near_misses"]) == ([], None, [])
     assert (body["state"], body["status"], body["next_action"], body["reason"]) == (
         "created", "completed", "wait_for_message", None,
     )  # fmt: skip

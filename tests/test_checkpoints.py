@@ -26,6 +26,7 @@ def test_checkpoint_1_same_key_returns_same_inbox_id(server: Server) -> None:
     assert first.status_code == 201
     assert second.status_code == 200
     assert second.headers["Idempotent-Replayed"] == "true"
+    assert (first.json()["replayed"], second.json()["replayed"]) == (False, True)
     assert first.json()["inbox_id"] == second.json()["inbox_id"]
     assert first.json()["address"] == second.json()["address"]
     # Without a header the key is purpose:run_id.

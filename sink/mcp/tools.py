@@ -15,6 +15,7 @@ from typing import Any
 
 from sink import ids
 from sink.vocabulary import NEXT_ACTIONS, REASONS, STATES, STATUSES
+from sink.vocabulary import TOOLS as TOOL_NAMES
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +60,8 @@ unauthorized; forbidden_scope (your token does not reach this run or call; \
 details.needed names the scope it would take: do not retry, stop or ask whoever gave \
 you the token). An ownership refusal (error code wrong_run or claimed_by_other_run) \
 carries status blocked and next_action stop: the inbox or message is not yours; do \
-not use it and do not retry."""
+not use it and do not retry. next_action fix_arguments: correct what the error names, \
+then call again."""
 
 CREATE_INBOX = (
     """\
@@ -301,11 +303,17 @@ _STRINGS: dict[str, Any] = {"type": "array", "items": _STR}
 _MESSAGE_REF = _object({"message_id": _STR, "subject": _STR, "from": _STR, "received_at": _STR})
 _CLAIM = _object({"claim_id": _STR, "message_id": _STR, "run_id": _STR, "claimed_at": _STR})
 
+_UNMATCHED = _object({"message_id": _STR, "received_at": _STR, "from": _STR, "subject": _STR})
+_NEAR_MISS = _object({"address": _STR, "received_at": _STR, "distance": _INT})
+
 ENVELOPE_SCHEMA = _object(
     {
         "state": {"enum": _values(STATES)},
         "status": {"enum": _values(STATUSES)},
         "next_action": {"enum": _values(NEXT_ACTIONS)},
+        "next_tool": {"enum": [*_values(TOOL_NAMES), None]},
+        "next_arguments": {"type": ["object", "null"]},
+        "hint": _STR_OR_NULL,
         "reason": {"enum": [*_values(REASONS), None]},
         "inbox_id": _STR,
         "run_id": _STR,
@@ -321,6 +329,10 @@ ENVELOPE_SCHEMA = _object(
         "claim": _nullable(_CLAIM),
         "last_error": _STR_OR_NULL,
         "trace_id": _STR,
+        "newer_matching": {"type": ["integer", "null"]},
+        "unmatched": {"type": "array", "items": _UNMATCHED},
+        "rescan_cursor": _STR_OR_NULL,
+        "near_misses": {"type": "array", "items": _NEAR_MISS},
     }
 )
 
@@ -417,8 +429,9 @@ CREATED_SCHEMA = {
             "description": 'Your values the policy lowered to its maximum, e.g. ["ttl_s"]; '
             "[] when none was.",
         },
+        "replayed": {"type": "boolean"},
     },
-    "required": [*ENVELOPE_SCHEMA["required"], "capped"],
+    "required": [*ENVELOPE_SCHEMA["required"], "capped", "replayed"],
 }
 
 
