@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
+import socket
 import subprocess
-from collections.abc import Iterator
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support import Server, start_server
+from tests.support import start_server
 
 README = Path(__file__).parent.parent / "README.md"
 
@@ -28,33 +31,95 @@ def blocks(text: str, language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", text, flags=re.DOTALL)
 
 
-@pytest.fixture(scope="module")
-def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A server of its own: the walkthrough uses a fixed run id (ci-1842)."""
-    running = start_server(tmp_path_factory.mktemp("readme"))
-    yield running
-    running.stop()
+# A command line whose comment is the output it promises: a word, or JSON ending in `...}`.
+PROMISE = re.compile(r"^(?!\s*#).*\S\s+# (\S+|\{.*\})$")
 
 
-def test_walkthrough_runs_as_pasted(own_server: Server) -> None:
-    """The walkthrough block, pasted into bash (its ports swapped for free ones), gets the code."""
+def walkthrough() -> str:
     (script,) = blocks(section("A 60-second walkthrough"), "sh")
-    lines = script.splitlines()
-    assert "runsink serve &" in lines[0], "the walkthrough starts the server first"
-    body = "\n".join(lines[1:])
-    assert "localhost:8025/readyz" in body, "the walkthrough waits for /readyz"
-    assert "curl -s " not in body, "curl -sS: errors are shown"
-    body = body.replace("localhost:8025", f"localhost:{own_server.http_port}")
-    body = body.replace('SMTP("127.0.0.1", 1025)', f'SMTP("127.0.0.1", {own_server.smtp_port})')
+    return script
+
+
+def promised(script: str) -> list[str]:
+    """The outputs the walkthrough's comments promise, in order."""
+    return [m.group(1) for line in script.splitlines() if (m := PROMISE.match(line))]
+
+
+def paste(script: str, folder: Path, http_port: int, smtp_port: int) -> list[str]:
+    """Run the block as pasted into bash in ``folder``, on the given ports; its stdout lines."""
+    body = script.replace("localhost:8025", f"localhost:{http_port}")
+    body = body.replace('SMTP("127.0.0.1", 1025)', f'SMTP("127.0.0.1", {smtp_port})')
+    body = body.replace(".venv/bin/runsink", str(Path(sys.executable).parent / "runsink"))
     bash = shutil.which("bash")
     assert bash is not None
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("RUNSINK_")}
+    environment |= {"RUNSINK_HTTP_PORT": str(http_port), "RUNSINK_SMTP_PORT": str(smtp_port)}
     result = subprocess.run(
-        [bash, "-euo", "pipefail", "-c", body], capture_output=True, text=True, timeout=90
+        [bash, "-euo", "pipefail", "-c", body],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=folder,
+        env=environment,
     )
     assert result.returncode == 0, result.stderr
-    out = result.stdout.splitlines()
-    assert "claim_message" in out and "482913" in out and "Acme" in out and "proceed" in out
-    assert '"run_id":"ci-1842"' in out[-1]
+    return result.stdout.splitlines()
+
+
+def check_outputs(script: str, out: list[str]) -> None:
+    """Every promised output appears, in order, then the run report; nothing else is printed."""
+    promises = promised(script)
+    assert len(promises) == 5, promises
+    assert len(out) == len(promises) + 1, out
+    for line, promise in zip(out, promises, strict=False):
+        if promise.endswith("...}"):
+            assert line.startswith(promise.removesuffix("...}")), (line, promise)
+        else:
+            assert line == promise
+    report = json.loads(out[-1])
+    assert report["run_id"].startswith("run-") and len(report["inboxes"]) == 1
+
+
+def refused(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def test_walkthrough_uses_the_running_sink_twice(tmp_path: Path) -> None:
+    """Pasted twice beside a running sink (`make run`), it uses that sink and keeps its promises."""
+    running = start_server(tmp_path / "make-run")
+    try:
+        script = walkthrough()
+        assert "curl -s " not in script, "curl -sS: errors are shown"
+        run_ids = []
+        for _ in range(2):
+            out = paste(script, tmp_path, running.http_port, running.smtp_port)
+            check_outputs(script, out)
+            run_ids.append(json.loads(out[-1])["run_id"])
+        assert run_ids[0] != run_ids[1], "each paste is a run of its own"
+        assert not (tmp_path / "runsink.log").exists(), "it started no server of its own"
+        assert running.process.poll() is None, "it left the running sink alone"
+    finally:
+        running.stop()
+
+
+def test_walkthrough_starts_and_stops_its_own_sink_twice(tmp_path: Path) -> None:
+    """Pasted twice with no sink running, it starts one each time and leaves nothing running."""
+    script = walkthrough()
+    http_port, smtp_port = free_port(), free_port()
+    for _ in range(2):
+        out = paste(script, tmp_path, http_port, smtp_port)
+        check_outputs(script, out)
+        assert refused(http_port) and refused(smtp_port), "the sink it started is stopped"
+        log = (tmp_path / "runsink.log").read_text(encoding="utf-8")
+        assert '"event": "listening"' in log or '"event":"listening"' in log, log[-2000:]
 
 
 def test_pytest_example_runs_as_written(pytester: pytest.Pytester) -> None:
