@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from starlette.datastructures import Headers
+from starlette.requests import HTTPConnection
 
 from api.context import context_of
 from sink import scopes
@@ -74,6 +75,16 @@ def grant_of(scope: Mapping[str, Any]) -> Grant:
     if grant is None:  # never a silent default: that would be a way in
         raise RuntimeError("no grant on this request: is the app behind EdgeMiddleware?")
     return grant
+
+
+# Sent by ``runsink mcp`` (sink/mcp/stdio.py) on every call: the caller is a model.
+AGENT_HEADER = "x-runsink-agent"
+
+
+def is_agent(request: HTTPConnection) -> bool:
+    """Whether the caller is an agent: a minted run token, or an MCP client's proxy. Under
+    ``agent_body = "never"`` an agent gets the extracted evidence only."""
+    return grant_of(request.scope).scope.kind is Kind.RUN or AGENT_HEADER in request.headers
 
 
 def implied_run(grant: Grant) -> str | None:

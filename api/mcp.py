@@ -128,7 +128,7 @@ class AgentBackend:
             await self._authority.check_message(self._grant, scopes.READ_MESSAGE, message_id)
             if run_id is not None:
                 self._authority.check_run(self._grant, scopes.READ_MESSAGE, run_id)
-            result = await self._agent.read(message_id, run_id, self._trace)
+            result = await self._agent.read(message_id, run_id, self._trace, agent=True)
             return message_out(result).model_dump(mode="json")
 
         return await self._answer(read())

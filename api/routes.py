@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from api import live
-from api.auth import Authority, grant_of, route_op
+from api.auth import Authority, grant_of, is_agent, route_op
 from api.context import context_of, continue_trace
 from api.errors import error_response
 from api.inputs import model, named_run, parse_json, run_id_param
@@ -203,14 +203,16 @@ async def list_messages(request: Request) -> Response:
 
 async def read_message(request: Request) -> Response:
     message_id = _message_id(request)
-    result = await _agent(request).read(message_id, _caller_run(request), _explicit_trace(request))
+    result = await _agent(request).read(
+        message_id, _caller_run(request), _explicit_trace(request), is_agent(request)
+    )
     continue_trace(request.scope, result.trace_id)
     return _model_response(message_out(result))
 
 
 async def raw_message(request: Request) -> Response:
     message_id = _message_id(request)
-    got = await _agent(request).raw(message_id, _caller_run(request))
+    got = await _agent(request).raw(message_id, _caller_run(request), is_agent(request))
     continue_trace(request.scope, got.trace_id)
     return Response(
         got.raw,
@@ -222,7 +224,7 @@ async def raw_message(request: Request) -> Response:
 async def attachment(request: Request) -> Response:
     message_id = _message_id(request)
     index = _attachment_index(request)
-    got = await _agent(request).raw(message_id, _caller_run(request))
+    got = await _agent(request).raw(message_id, _caller_run(request), is_agent(request))
     continue_trace(request.scope, got.trace_id)
     return await attachment_response(got.raw, index)
 

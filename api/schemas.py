@@ -268,6 +268,11 @@ class AttachmentOut(_Response):
     sha256: str
 
 
+class CodeOut(_Response):
+    value: str
+    sources: list[str]
+
+
 class SmtpEnvelopeOut(_Response):
     mail_from: str
     rcpt_to: list[str]
@@ -292,6 +297,19 @@ class MessageOut(_Response):
     attachments: list[AttachmentOut]
     links: list[str]
     codes: list[str]
+    codes_detail: list[CodeOut] = Field(
+        description="The codes in the same order, each with where a person sees it: "
+        '"subject", "text" or "html" (the HTML as shown).'
+    )
+    hidden_text: str | None = Field(
+        description="HTML text a reader would not see (display:none, white on white...): "
+        "never a source of codes or links; null when none."
+    )
+    content_flags: list[str] = Field(
+        description="Facts about the content, never a verdict: addresses_ai_agent, "
+        "forged_boundary, hidden_text, bidi_controls, zero_width, link_text_mismatch, "
+        "subject_code_not_in_body; [] when none."
+    )
     parse_warnings: list[str] = Field(
         description="What could not be parsed strictly (e.g. a malformed From), instead of a "
         "guessed value; [] when everything parsed."
@@ -370,6 +388,19 @@ class CaughtMessageOut(_Response):
     attachments: list[AttachmentOut]
     links: list[str]
     codes: list[str]
+    codes_detail: list[CodeOut] = Field(
+        description="The codes in the same order, each with where a person sees it: "
+        '"subject", "text" or "html" (the HTML as shown).'
+    )
+    hidden_text: str | None = Field(
+        description="HTML text a reader would not see (display:none, white on white...): "
+        "never a source of codes or links; null when none."
+    )
+    content_flags: list[str] = Field(
+        description="Facts about the content, never a verdict: addresses_ai_agent, "
+        "forged_boundary, hidden_text, bidi_controls, zero_width, link_text_mismatch, "
+        "subject_code_not_in_body; [] when none."
+    )
     parse_warnings: list[str]
     envelope: SmtpEnvelopeOut
     size: int

@@ -12,6 +12,7 @@ from api.schemas import (
     AttachmentOut,
     CaughtMessageOut,
     ClaimOut,
+    CodeOut,
     CreatedOut,
     CreateInboxIn,
     EnvelopeOut,
@@ -169,10 +170,10 @@ def message_list_out(page: MessagePage) -> MessageListOut:
     )
 
 
-def _parsed_fields(parsed: ParsedMessage | None) -> dict[str, Any]:
+def _parsed_fields(parsed: ParsedMessage | None, withheld: bool = False) -> dict[str, Any]:
     """What a read message and a read caught message take from the parse (empty once the
-    body is released)."""
-    return {
+    body is released; without bodies, headers and hidden text when ``withheld``)."""
+    fields: dict[str, Any] = {
         "headers": parsed.headers if parsed else None,
         "from_name": parsed.from_name if parsed else None,
         "text": parsed.text if parsed else None,
@@ -185,8 +186,17 @@ def _parsed_fields(parsed: ParsedMessage | None) -> dict[str, Any]:
         ],
         "links": list(parsed.links) if parsed else [],
         "codes": list(parsed.codes) if parsed else [],
+        "codes_detail": [
+            CodeOut(value=c.value, sources=list(c.sources))
+            for c in (parsed.codes_detail if parsed else ())
+        ],
+        "hidden_text": parsed.hidden_text if parsed else None,
+        "content_flags": list(parsed.content_flags) if parsed else [],
         "parse_warnings": list(parsed.parse_warnings) if parsed else [],
     }
+    if withheld:
+        fields.update(headers=None, text=None, html=None, hidden_text=None)
+    return fields
 
 
 def message_out(result: ReadResult) -> MessageOut:
@@ -201,7 +211,7 @@ def message_out(result: ReadResult) -> MessageOut:
         cc=list(stored.cc),
         subject=delivery.subject,
         date=stored.date,
-        **_parsed_fields(parsed),
+        **_parsed_fields(parsed, result.withheld),
         envelope=SmtpEnvelopeOut(mail_from=stored.mail_from, rcpt_to=list(stored.rcpts)),
         size=delivery.size,
         claimed=delivery.claim is not None,

@@ -32,6 +32,7 @@ from sink.envelope import (
 from sink.errors import (
     CircuitOpen,
     EvidenceReleased,
+    ForbiddenScope,
     IdempotencyKeyConflict,
     NotFound,
     OwnershipRefused,
@@ -107,6 +108,7 @@ class ReadResult:
     stored: StoredMessage
     parsed: ParsedMessage | None  # None once released
     trace_id: str  # the inbox's: an answer continues it when the caller sent no trace
+    withheld: bool = False  # an agent asked, under agent_body = "never": no bodies, no headers
 
 
 @dataclass(frozen=True, slots=True)
@@ -484,10 +486,15 @@ class Agent:
 
     # -- read --------------------------------------------------------------------
 
-    async def read(self, message_id: str, run_id: str | None, trace: str | None) -> ReadResult:
+    async def read(
+        self, message_id: str, run_id: str | None, trace: str | None, agent: bool = False
+    ) -> ReadResult:
+        """The message; for an ``agent`` (an MCP caller, a minted run token) under a policy
+        with ``agent_body = "never"``, marked ``withheld``: the evidence without bodies."""
         stored, inbox = await self._readable(message_id, run_id)
+        withheld = agent and self._policy(inbox).agent_body == "never"
         if stored.raw is None:
-            return ReadResult(stored, None, inbox.trace_id)
+            return ReadResult(stored, None, inbox.trace_id, withheld)
         parsed = await asyncio.to_thread(parse, stored.raw)
         log(
             "message_read",
@@ -496,10 +503,18 @@ class Agent:
             message_id=message_id,
             trace_id=trace or inbox.trace_id,
         )
-        return ReadResult(stored, parsed, inbox.trace_id)
+        return ReadResult(stored, parsed, inbox.trace_id, withheld)
 
-    async def raw(self, message_id: str, run_id: str | None) -> RawMessage:
+    async def raw(self, message_id: str, run_id: str | None, agent: bool = False) -> RawMessage:
+        """The bytes received; refused to an ``agent`` under ``agent_body = "never"``."""
         stored, inbox = await self._readable(message_id, run_id)
+        policy = self._policy(inbox)
+        if agent and policy.agent_body == "never":
+            raise ForbiddenScope(
+                f"policy {policy.name!r} gives agents the extracted evidence only "
+                "(agent_body = never): raw bytes need a read or admin token",
+                "read",
+            )
         if stored.raw is None:
             raise EvidenceReleased(
                 f"message {message_id}: its body was released; only metadata is left",

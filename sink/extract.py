@@ -27,12 +27,27 @@ MAX_CANDIDATES = 2000  # numbers looked at per source; a body with more is a rep
 MAX_LINK_OCCURRENCES = 2000  # hrefs and text URLs looked at per message
 
 
+CODE_SOURCES = ("subject", "text", "html")  # where a code was seen; "html" is its visible text
+MAX_HIDDEN_CHARS = 16_000  # of hidden HTML text reported (hidden_text)
+
+
+@dataclass(frozen=True, slots=True)
+class Code:
+    """A likely one-time code and where a person sees it: "subject", "text", "html"."""
+
+    value: str
+    sources: tuple[str, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class Evidence:
-    """Links and codes found in one message, best first."""
+    """Links and codes a person sees in one message, best first, and what they cannot see."""
 
     links: tuple[str, ...]
-    codes: tuple[str, ...]
+    codes: tuple[Code, ...]
+    hidden_text: str | None = None  # HTML text a reader would not see (never a source)
+    visible_html: str | None = None  # the HTML as a reader sees it, as text
+    link_text_mismatch: bool = False  # a link's text is a URL on another host than its target
 
 
 def html_to_text(html: str) -> str:
@@ -42,21 +57,45 @@ def html_to_text(html: str) -> str:
 
 def find_links(text: str | None, html: str | None) -> tuple[str, ...]:
     """Absolute http(s) URLs from hrefs and text, deduplicated, action links first."""
-    return _rank_links(text, _render(html) if html else None)
+    return _rank_links(_as_seen(text), _render(html) if html else None)
 
 
 def find_codes(text: str | None, html: str | None, subject: str = "") -> tuple[str, ...]:
     """Likely one-time codes, most likely first ("123 456" comes back as "123456")."""
-    return _rank_codes(text, _render(html).text if html else None, subject)
+    rendered = _render(html).text if html else None
+    return tuple(code.value for code in _rank_codes(_as_seen(text), rendered, _as_seen(subject)))
 
 
 def extract_evidence(text: str | None, html: str | None, subject: str = "") -> Evidence:
-    """``find_links`` and ``find_codes`` together, rendering the HTML once."""
+    """Links and codes from what a person sees, rendering the HTML once.
+
+    Codes seen in the subject and the body come first, then codes seen only in the body,
+    then codes seen only in the subject (a subject is the easiest place for a decoy).
+    Hidden HTML text (``display:none``, white on white...) is reported apart, never used.
+    """
     rendered = _render(html) if html else None
+    seen_text = _as_seen(text)
     return Evidence(
-        links=_rank_links(text, rendered),
-        codes=_rank_codes(text, rendered.text if rendered else None, subject),
+        links=_rank_links(seen_text, rendered),
+        codes=_rank_codes(seen_text, rendered.text if rendered else None, _as_seen(subject)),
+        hidden_text=rendered.hidden or None if rendered else None,
+        visible_html=rendered.text if rendered else None,
+        link_text_mismatch=rendered is not None and _mismatched(rendered.anchors),
     )
+
+
+_RLO_SPAN = re.compile("\u202e([^\u202c\n]*)\u202c?")
+
+
+def _as_seen(text: str | None) -> str | None:
+    """Text as a person sees it: no zero-width characters, right-to-left overrides applied
+    ("\u202e319284\u202c" is read as 482913)."""
+    if not text:
+        return text
+    text = text.translate(_INVISIBLE)
+    if "\u202e" in text:
+        text = _RLO_SPAN.sub(lambda m: m.group(1)[::-1], text)
+    return text
 
 
 # --- HTML rendering ---------------------------------------------------------------------------
@@ -78,40 +117,79 @@ _TAG_OPEN = re.compile(r"</?[A-Za-z]")
 _QUOTES_BALANCED = re.compile(r"""(?:[^"']|"[^"]*"|'[^']*')*""")
 
 
+_VOID = frozenset(
+    {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param",
+     "source", "track", "wbr"}
+)  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class _Anchor:
     url: str
     label: str  # the anchor's text, alt and title: what the link says it is
     image: bool
+    text: str = ""  # the anchor's own visible text
 
 
 @dataclass(frozen=True, slots=True)
 class _Rendered:
     text: str
     anchors: tuple[_Anchor, ...]
+    hidden: str = ""  # the text a reader would not see
+
+
+@dataclass(slots=True)
+class _Open:
+    tag: str
+    hides: bool
+    background: str | None  # the colour behind this element's text (None: not known)
 
 
 class _Renderer(HTMLParser):
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.pieces: list[str] = []
+        self.hidden_pieces: list[str] = []
         self.anchors: list[_Anchor] = []
         self._skip = 0
         self._pre = 0
         self._href: str | None = None
         self._label: list[str] = []
+        self._text: list[str] = []
+        self._open: list[_Open] = []
+        self._hiding = 0  # open elements that hide what they hold
+        self._style: list[str] | None = None  # a <style> block being read
+        self._hidden_classes: set[str] = set()
+        self._hidden_ids: set[str] = set()
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+    def _out(self) -> list[str]:
+        return self.hidden_pieces if self._hiding else self.pieces
+
+    def handle_starttag(
+        self, tag: str, attrs: list[tuple[str, str | None]], closed: bool = False
+    ) -> None:
         if tag in _SKIP:
             self._skip += 1
+            if tag == "style" and self._skip == 1 and not closed:
+                self._style = []
         if self._skip:
             return
+        values = {name: value or "" for name, value in attrs}
+        background = self._open[-1].background if self._open else _PAGE
+        hides, background = _hiding(tag, values, background, self._hidden_classes,
+                                    self._hidden_ids)  # fmt: skip
+        if tag not in _VOID and not closed:
+            self._open.append(_Open(tag, hides, background))
+            self._hiding += hides
+        elif hides:  # an <img hidden>: nothing of it is seen
+            return
         if tag in _BLOCK:
-            self.pieces.append("\n")
+            self._out().append("\n")
             self._pre += tag == "pre"
         elif tag in _CELL:
-            self.pieces.append(" ")
-        values = {name: value or "" for name, value in attrs}
+            self._out().append(" ")
+        if self._hiding:  # links and images nobody sees are no evidence
+            return
         if tag in ("a", "area"):
             self._close_anchor()
             if values.get("href"):
@@ -129,33 +207,63 @@ class _Renderer(HTMLParser):
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag not in _SKIP:  # "<script/>" opens nothing
-            self.handle_starttag(tag, attrs)
+            self.handle_starttag(tag, attrs, closed=True)
 
     def handle_endtag(self, tag: str) -> None:
         if tag in _SKIP:
             self._skip = max(0, self._skip - 1)
-        elif tag == "a":
+            if tag == "style" and self._style is not None:
+                self._read_style("".join(self._style))
+                self._style = None
+            return
+        if self._skip:
+            return
+        if tag == "a":
             self._close_anchor()
         elif tag in _BLOCK:
-            self.pieces.append("\n")
+            self._out().append("\n")
             if tag == "pre":
                 self._pre = max(0, self._pre - 1)
+        for depth in range(len(self._open) - 1, max(-1, len(self._open) - 64), -1):
+            if self._open[depth].tag == tag:  # close it and whatever was left open inside
+                for element in self._open[depth:]:
+                    self._hiding -= element.hides
+                del self._open[depth:]
+                break
 
     def handle_data(self, data: str) -> None:
         if self._skip:
+            if self._style is not None:
+                self._style.append(data)
             return
         if not self._pre:  # in HTML a newline in the source is just a space
             data = data.translate(_SOURCE_BREAKS)
-        self.pieces.append(data)
-        if self._href is not None:
+        self._out().append(data)
+        if self._href is not None and not self._hiding:
             self._label.append(data)
+            self._text.append(data)
 
     def _close_anchor(self) -> None:
         if self._href is not None:
             label = " ".join(" ".join(self._label).split())
-            self.anchors.append(_Anchor(self._href, label, image=False))
+            text = " ".join("".join(self._text).split())
+            self.anchors.append(_Anchor(self._href, label, image=False, text=text))
         self._href = None
         self._label = []
+        self._text = []
+
+    def _read_style(self, css: str) -> None:
+        """Classes and ids a ``<style>`` block hides (top-level rules; not those of @media,
+        which hide things on one kind of screen only)."""
+        for selectors, body in _CSS_RULE.findall(_CSS_MEDIA.sub(" ", css[:65536])):
+            if not _hides(_declarations(body)):
+                continue
+            for selector in selectors.split(","):
+                found = _CSS_SIMPLE.fullmatch(selector.strip())
+                if found and found.group(1) == ".":
+                    self._hidden_classes.add(found.group(2).lower())
+                elif found:
+                    self._hidden_ids.add(found.group(2).lower())
 
 
 def _render(html: str) -> _Rendered:
@@ -166,13 +274,175 @@ def _render(html: str) -> _Rendered:
     except Exception:  # html.parser asserts on some oddities: keep what was rendered so far
         pass
     renderer._close_anchor()
-    lines = "".join(renderer.pieces).translate(_INVISIBLE).split("\n")
+    hidden = _lines(renderer.hidden_pieces)[:MAX_HIDDEN_CHARS]
+    return _Rendered(_lines(renderer.pieces), tuple(renderer.anchors), hidden)
+
+
+def _lines(pieces: list[str]) -> str:
+    lines = "".join(pieces).translate(_INVISIBLE).split("\n")
     out: list[str] = []
     for line in lines:
         words = " ".join(line.split())
         if words or (out and out[-1]):
             out.append(words)
-    return _Rendered("\n".join(out).strip(), tuple(renderer.anchors))
+    return "\n".join(out).strip()
+
+
+# --- what a reader cannot see ---------------------------------------------------------------
+
+_PAGE = "#ffffff"  # mail is read on white unless it says otherwise
+_CSS_MEDIA = re.compile(r"@media[^{]*\{(?:[^{}]*\{[^{}]*\})*[^{}]*\}", re.IGNORECASE)
+_CSS_RULE = re.compile(r"([^{}]+)\{([^{}]*)\}")
+_CSS_SIMPLE = re.compile(r"(?:[a-z][a-z0-9]*)?([.#])([\w-]+)", re.IGNORECASE)
+_LENGTH = re.compile(r"(-?[0-9]*\.?[0-9]+)\s*([a-z%]*)")
+_NAMED_COLOURS = {
+    "white": "#ffffff", "black": "#000000", "red": "#ff0000", "green": "#008000",
+    "blue": "#0000ff", "yellow": "#ffff00", "gray": "#808080", "grey": "#808080",
+    "silver": "#c0c0c0", "whitesmoke": "#f5f5f5", "snow": "#fffafa", "ivory": "#fffff0",
+    "transparent": "transparent",
+}  # fmt: skip
+_RGB = re.compile(
+    r"rgba?\(\s*([0-9.]+)%?\s*[, ]\s*([0-9.]+)%?\s*[, ]\s*([0-9.]+)%?"
+    r"\s*(?:[,/]\s*([0-9.]+%?))?\s*\)"
+)
+
+
+def _declarations(style: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for declaration in style[:4096].split(";"):
+        name, colon, value = declaration.partition(":")
+        if colon:
+            value = value.lower().replace("!important", "").strip()
+            found[name.strip().lower()] = value
+    return found
+
+
+def _hiding(
+    tag: str,
+    attrs: dict[str, str],
+    background: str | None,
+    hidden_classes: set[str],
+    hidden_ids: set[str],
+) -> tuple[bool, str | None]:
+    """Whether an element hides its text from a reader, and the colour behind its text."""
+    style = _declarations(attrs.get("style", "")) if "style" in attrs else {}
+    painted = attrs.get("bgcolor") or style.get("background-color") or style.get("background")
+    if painted:
+        background = _background(painted)
+    if "hidden" in attrs or _hides(style):
+        return True, background
+    if hidden_classes and any(c in hidden_classes for c in attrs.get("class", "").lower().split()):
+        return True, background
+    if hidden_ids and attrs.get("id", "").lower() in hidden_ids:
+        return True, background
+    ink = style.get("color") or (attrs.get("color") if tag == "font" else None)
+    if ink and background is not None:
+        colour = _colour(ink)
+        if colour == "transparent" or (colour is not None and colour == background):
+            return True, background
+    if tag == "font" and attrs.get("size", "").strip() in ("0", "-7"):
+        return True, background
+    return False, background
+
+
+def _hides(style: dict[str, str]) -> bool:
+    """Whether these declarations keep an element's text from being seen."""
+    if not style:
+        return False
+    if style.get("display") == "none" or style.get("visibility") in ("hidden", "collapse"):
+        return True
+    if style.get("mso-hide") == "all" or _length(style.get("opacity")) == 0:
+        return True
+    size = _length(style.get("font-size"))
+    if size is not None and size < 1:
+        return True
+    clipped = style.get("overflow") == "hidden"
+    if clipped and any(_length(style.get(k)) == 0 for k in ("max-height", "height", "width")):
+        return True
+    if style.get("position") in ("absolute", "fixed"):
+        for side in ("left", "top", "right"):
+            offset = _length(style.get(side))
+            if offset is not None and offset <= -500:
+                return True
+    indent = _length(style.get("text-indent"))
+    return indent is not None and indent <= -500
+
+
+def _length(value: str | None) -> float | None:
+    """A CSS length or number in pixels' terms (units ignored but the sign and zero)."""
+    if not value:
+        return None
+    found = _LENGTH.match(value.strip())
+    if found is None:
+        return None
+    try:
+        return float(found.group(1))
+    except ValueError:
+        return None
+
+
+def _background(value: str) -> str | None:
+    """The colour a background declaration paints, or None (an image, or unknown)."""
+    if "url(" in value:
+        return None
+    for token in re.split(r"\s+(?![^(]*\))", value.strip()):
+        colour = _colour(token)
+        if colour is not None:
+            return colour
+    return None
+
+
+def _colour(value: str) -> str | None:
+    """A CSS colour as "#rrggbb" (or "transparent"); None when it is not one we know."""
+    value = value.strip().lower()
+    if value in _NAMED_COLOURS:
+        return _NAMED_COLOURS[value]
+    if re.fullmatch(r"#[0-9a-f]{3}", value):
+        return "#" + "".join(c * 2 for c in value[1:])
+    if re.fullmatch(r"#[0-9a-f]{6}", value):
+        return value
+    if re.fullmatch(r"#[0-9a-f]{8}", value):
+        return "transparent" if value[7:] == "00" else value[:7]
+    found = _RGB.fullmatch(value)
+    if found:
+        alpha = found.group(4)
+        if alpha is not None and float(alpha.rstrip("%") or 0) == 0:
+            return "transparent"
+        try:
+            channels = [min(255, round(float(found.group(i)))) for i in (1, 2, 3)]
+        except ValueError:
+            return None
+        return "#" + "".join(f"{c:02x}" for c in channels)
+    return None
+
+
+_URLISH_TEXT = re.compile(
+    r"(?:https?://)?((?:[\w-]+\.)+[a-z\u00a1-\uffff]{2,63})(?::[0-9]+)?(?:[/?#]\S*)?",
+    re.IGNORECASE,
+)
+
+
+def _mismatched(anchors: tuple[_Anchor, ...]) -> bool:
+    """Whether a link's visible text is a URL (or a host name) on another host than its href."""
+    for anchor in anchors:
+        text = anchor.text.strip().rstrip(".")
+        if anchor.image or " " in text or "." not in text:
+            continue
+        shown = _URLISH_TEXT.fullmatch(text)
+        if shown is None or "@" in text:
+            continue
+        named = text.lower().startswith(("http://", "https://", "www.")) or "/" in text
+        # a bare name must end like a host name to count ("example.com", not "v1.2")
+        if not named and not re.search(r"\.[a-z]{2,24}$", shown.group(1), re.IGNORECASE):
+            continue
+        target = _host(anchor.url.strip())
+        if target and _bare(shown.group(1).lower()) != _bare(target):
+            return True
+    return False
+
+
+def _bare(host: str) -> str:
+    return host[4:] if host.startswith("www.") else host
 
 
 def _tidy(html: str) -> str:
@@ -477,29 +747,40 @@ _ACCEPT = 45
 class _Score:
     score: float
     first: int
-    in_subject: bool
+    sources: set[str]
 
 
-def _rank_codes(text: str | None, html_text: str | None, subject: str) -> tuple[str, ...]:
+def _rank_codes(text: str | None, html_text: str | None, subject: str | None) -> tuple[Code, ...]:
     scores: dict[str, _Score] = {}
     order = 0
-    for source, in_subject in ((subject, True), (text, False), (html_text, False)):
+    for source, name in ((subject, "subject"), (text, "text"), (html_text, "html")):
         if not source:
             continue
         for code, score in _score_codes(source[:MAX_CODE_SCAN_CHARS]):
             order += 1
             seen = scores.get(code)
             if seen is None:
-                scores[code] = _Score(score, order, in_subject)
+                scores[code] = _Score(score, order, {name})
             else:
                 seen.score = max(seen.score, score)
-                seen.in_subject = seen.in_subject or in_subject
+                seen.sources.add(name)
     ranked = [
-        (-(s.score + (25 if s.in_subject else 0)), s.first, code)
+        (_standing(s.sources), -s.score, s.first, code)
         for code, s in scores.items()
         if s.score >= _ACCEPT
     ]
-    return tuple(code for _, _, code in sorted(ranked)[:MAX_CODES])
+    return tuple(
+        Code(code, tuple(name for name in CODE_SOURCES if name in scores[code].sources))
+        for _, _, _, code in sorted(ranked)[:MAX_CODES]
+    )
+
+
+def _standing(sources: set[str]) -> int:
+    """Subject and body agree (0), the body alone (1), the subject alone (2)."""
+    in_body = "text" in sources or "html" in sources
+    if "subject" in sources:
+        return 0 if in_body else 2
+    return 1
 
 
 def _lower(text: str) -> str:

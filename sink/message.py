@@ -21,7 +21,8 @@ from email.message import Message
 from html import unescape
 
 from sink.address import Mailbox, parse_from, parse_list
-from sink.extract import extract_evidence, html_to_text
+from sink.extract import Code, extract_evidence, html_to_text
+from sink.flags import Content, content_flags
 
 MAX_DEPTH = 50  # multipart nesting followed; deeper parts are ignored
 MAX_PARTS = 1000  # MIME parts looked at per message
@@ -70,9 +71,12 @@ class ParsedMessage:
     html: str | None
     attachments: tuple[Attachment, ...]
     links: tuple[str, ...]  # best first, see sink.extract.find_links
-    codes: tuple[str, ...]  # most likely first, see sink.extract.find_codes
+    codes: tuple[str, ...]  # most likely first, see sink.extract.extract_evidence
     from_name: str | None = None
     parse_warnings: tuple[str, ...] = ()
+    codes_detail: tuple[Code, ...] = ()  # the codes with where a person sees each
+    hidden_text: str | None = None  # HTML text a reader would not see
+    content_flags: tuple[str, ...] = ()  # see sink.flags
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +108,19 @@ def parse(raw: bytes) -> ParsedMessage:
         _walk(raw, body_start, len(raw), fields, 0, bodies)
         text, html = bodies.text(), bodies.html()
         evidence = extract_evidence(text, html, summary.subject)
+        flags = content_flags(
+            Content(
+                subject=summary.subject,
+                from_name=summary.from_name,
+                text=text,
+                html=html,
+                visible_html=evidence.visible_html,
+                hidden_text=evidence.hidden_text,
+                attachment_names=tuple(bodies.names),
+                codes=evidence.codes,
+                link_text_mismatch=evidence.link_text_mismatch,
+            )
+        )
         return ParsedMessage(
             headers=_headers(fields),
             subject=summary.subject,
@@ -115,9 +132,12 @@ def parse(raw: bytes) -> ParsedMessage:
             html=html,
             attachments=tuple(bodies.attachments),
             links=evidence.links,
-            codes=evidence.codes,
+            codes=tuple(code.value for code in evidence.codes),
             from_name=summary.from_name,
             parse_warnings=summary.warnings,
+            codes_detail=evidence.codes,
+            hidden_text=evidence.hidden_text,
+            content_flags=flags,
         )
     except Exception:  # a bug here must not make a message unreadable: keep the header facts
         summary = summarize(raw)
@@ -452,6 +472,7 @@ class _Bodies:
     texts: list[str] = field(default_factory=list)
     htmls: list[str] = field(default_factory=list)
     attachments: list[Attachment] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)  # the attachments' names as given, decoded
     parts: int = 0
     scan_budget: int = 0  # bytes multipart splitting may still search through
     kept: list[Part] | None = None  # attachments with their bytes, when asked for
@@ -524,6 +545,8 @@ def _walk(
         sha256=hashlib.sha256(payload).hexdigest(),
     )
     bodies.attachments.append(attachment)
+    if name:
+        bodies.names.append(name[:1024])
     if bodies.kept is not None:
         content_id = next((v for n, v in fields if n.lower() == "content-id"), None)
         cid = content_id.strip().strip("<>").strip() if content_id else None

@@ -17,6 +17,9 @@ from typing import Any
 from sink.errors import ConfigError
 
 LATE_ARRIVAL_MODES = ("drop", "reject")
+# Whether agents (MCP callers, minted run tokens) may be given bodies, headers and raw bytes:
+# when they ask for them, or never (then only the extracted evidence).
+AGENT_BODY_MODES = ("on_request", "never")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,7 @@ class Policy:
     retention_s: int = 86400
     max_message_bytes: int = 26214400
     catch_all_retention_s: int = 86400  # caught mail is kept this long (the default policy's)
+    agent_body: str = "on_request"  # or "never": agents get the evidence only
     allow_faults: bool = True
 
     def poll_interval(self, polls_spent: int) -> float:
@@ -76,6 +80,7 @@ PRODUCTION = replace(
     retention_s=3600,
     max_message_bytes=10 * 1024 * 1024,
     allow_faults=False,
+    agent_body="never",
 )
 BUILTIN: dict[str, Policy] = {p.name: p for p in (CI, PREVIEW, PRODUCTION)}
 
@@ -194,6 +199,12 @@ def _typed(where: str, key: str, value: Any) -> Any:
         if value not in LATE_ARRIVAL_MODES:
             raise ConfigError(
                 f"{where}: key 'late_arrival' must be 'drop' or 'reject', got {value!r}"
+            )
+        return value
+    if key == "agent_body":
+        if value not in AGENT_BODY_MODES:
+            raise ConfigError(
+                f"{where}: key 'agent_body' must be 'on_request' or 'never', got {value!r}"
             )
         return value
     raise AssertionError(key)  # pragma: no cover - _KEYS and the branches above agree

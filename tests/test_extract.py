@@ -361,4 +361,4 @@ def test_extract_evidence_matches_the_separate_functions() -> None:
     html = '<a href="https://app.test/verify?t=1">Verify</a><p>Code 482913</p>'
     evidence = extract_evidence(text, html, "Your code")
     assert evidence.links == find_links(text, html)
-    assert evidence.codes == find_codes(text, html, "Your code")
+    assert tuple(code.value for code in evidence.codes) == find_codes(text, html, "Your code")

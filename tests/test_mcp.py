@@ -26,6 +26,7 @@ from sink.mcp import tools as mcp_tools
 from sink.mcp.server import tools_server
 from sink.mcp.stdio import HttpBackend, proxy_client
 from sink.mcp.tools import ENVELOPE_SCHEMA, MESSAGE_SCHEMA, RUN_REPORT_SCHEMA
+from sink.untrusted import wrap
 from tests.support import Server, create_inbox, new_run_id, start_server, wait
 
 TOOL_NAMES = ["create_inbox", "wait_for_message", "read_message", "claim_message", "get_run_report"]
@@ -143,12 +144,12 @@ def test_agent_follows_next_action_from_create_to_claim(server: Server, transpor
         ("wait_for_message", "received", "claim_message"),
         ("claim_message", "received", "proceed"),
     ]
-    assert message["subject"] == "Confirm your account"
+    assert message["untrusted"]["subject"] == "Confirm your account"
     assert message["codes"][0] == CODE
     assert message["links"][0] == LINK
-    assert message["claimed"] is True
-    assert message["from_name"] is None  # From: app@example.test, no display name
-    assert message["parse_warnings"] == []
+    assert message["content_flags"] == []
+    assert message["untrusted"]["from_name"] is None  # From: app@example.test, no display name
+    assert "text" not in message["untrusted"]  # evidence first: no body unless asked
     types = [event["type"] for event in report["events"]]
     for expected in ("created", "polled", "message_accepted", "claimed"):
         assert expected in types
@@ -196,17 +197,23 @@ def test_output_schemas_name_every_wire_field() -> None:
     report_props = RUN_REPORT_SCHEMA["properties"]
     pairs: list[tuple[dict[str, Any], type[BaseModel]]] = [
         (ENVELOPE_SCHEMA, schemas.EnvelopeOut),
-        (envelope_props["message"]["anyOf"][0], schemas.MessageRef),
+        (envelope_props["message"]["anyOf"][0]["properties"]["untrusted"], schemas.MessageRef),
         (envelope_props["claim"]["anyOf"][0], schemas.ClaimOut),
-        (MESSAGE_SCHEMA, schemas.MessageOut),
         (MESSAGE_SCHEMA["properties"]["attachments"]["items"], schemas.AttachmentOut),
-        (MESSAGE_SCHEMA["properties"]["envelope"], schemas.SmtpEnvelopeOut),
         (RUN_REPORT_SCHEMA, schemas.RunReportOut),
         (report_props["inboxes"]["items"], schemas.RunInboxOut),
         (report_props["events"]["items"], schemas.RunEventOut),
     ]
     for schema, model in pairs:
-        assert set(schema["properties"]) == _properties(model), model.__name__
+        properties = set(schema["properties"])
+        if schema.get("required") == ["from", "subject"]:  # a summary: the sender's words
+            properties |= set(envelope_props["message"]["anyOf"][0]["properties"])
+            properties -= {"untrusted"}
+        assert properties == _properties(model), model.__name__
+    # read_message: the evidence of the wire model, the sender's words under untrusted
+    read = MESSAGE_SCHEMA["properties"]
+    assert set(read) - {"untrusted", "truncated"} <= _properties(schemas.MessageOut)
+    assert set(read["untrusted"]["properties"]) <= _properties(schemas.MessageOut)
     assert typing.get_args(schemas.State) == mcp_tools.STATES
     assert typing.get_args(schemas.StatusT) == mcp_tools.STATUSES
     assert typing.get_args(schemas.NextAction) == mcp_tools.NEXT_ACTIONS
@@ -226,7 +233,8 @@ def _received_inbox(server: Server, http: httpx.Client, run_id: str) -> tuple[st
 
 @pytest.mark.parametrize("transport", ["http", "stdio"])
 def test_answers_equal_the_http_api_json(server: Server, transport: str) -> None:
-    """read_message, get_run_report and a claim replay answer the HTTP API's JSON, unchanged."""
+    """get_run_report and a claim replay answer the HTTP API's JSON, unchanged; read_message
+    its evidence, with the sender's words under untrusted."""
     run_id = new_run_id("mcp")
     with server.http() as http:
         inbox_id, message_id = _received_inbox(server, http, run_id)
@@ -242,11 +250,20 @@ def test_answers_equal_the_http_api_json(server: Server, transport: str) -> None
                 ]
 
         claim, message, report = asyncio.run(over_mcp())
-        assert (
-            claim == http.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id}).json()
-        )
+        again = http.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id}).json()
+        assert claim == {**again, "message": wrap(again["message"])}
+        assert claim["message"]["untrusted"] == {
+            "from": "app@example.test",
+            "subject": "Confirm your account",
+        }
         assert claim["reason"] == "already_claimed"
-        assert message == http.get(f"/v1/messages/{message_id}").json()
+        over_http = http.get(f"/v1/messages/{message_id}").json()
+        assert message == {
+            **{key: over_http[key] for key in ("message_id", "received_at", "codes", "links")},
+            "attachments": over_http["attachments"],
+            "content_flags": over_http["content_flags"],
+            "untrusted": {key: over_http[key] for key in ("from", "from_name", "subject")},
+        }
         assert report == http.get(f"/v1/runs/{run_id}").json()
         assert inbox_id in {row["inbox_id"] for row in report["inboxes"]}
 

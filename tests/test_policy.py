@@ -24,6 +24,7 @@ inboxes_per_purpose = 1
 late_arrival = "reject"
 retention_s = 60
 max_message_bytes = 1048576
+agent_body = "never"
 """
 
 
@@ -40,6 +41,7 @@ def test_builtins_exist_and_production_is_conservative() -> None:
     assert not production.allow_faults
     assert production.retention_s < CI.retention_s
     assert production.ttl_max_s <= CI.ttl_max_s and production.poll_budget <= CI.poll_budget
+    assert production.agent_body == "never" and CI.agent_body == "on_request"
 
 
 def test_every_key_is_honoured(tmp_path: Path) -> None:
@@ -51,6 +53,7 @@ def test_every_key_is_honoured(tmp_path: Path) -> None:
     assert (policy.breaker_cooldown_s, policy.breaker_cooldown_max_s) == (2.0, 8.0)
     assert policy.inboxes_per_purpose == 1 and policy.late_arrival == "reject"
     assert policy.retention_s == 60 and policy.max_message_bytes == 1048576
+    assert policy.agent_body == "never"
 
 
 def test_missing_keys_take_the_ci_values(tmp_path: Path) -> None:
@@ -85,6 +88,8 @@ def test_caller_values_are_capped_never_raised() -> None:
         ("[policy.x]\npoll_interval_s = []\n", "poll_interval_s"),
         ("[policy.x]\npoll_interval_s = [1, -2]\n", "poll_interval_s"),
         ("[policy.x]\nlate_arrival = 'bounce'\n", "late_arrival"),
+        ("[policy.x]\nagent_body = 'sometimes'\n", "agent_body"),
+        ("[policy.x]\nagent_body = false\n", "agent_body"),
         ("[policy.x]\nprovider_deadline_s = 0\n", "provider_deadline_s"),
         ("[policy.x]\nttl_default_s = 100\nttl_max_s = 50\n", "ttl_default_s"),
         (

@@ -154,6 +154,14 @@ class Envelope:
 
 
 @dataclass(frozen=True, slots=True)
+class Code:
+    """A likely one-time code and where a person sees it: "subject", "text", "html"."""
+
+    value: str
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Attachment:
     filename: str
     content_type: str
@@ -193,6 +201,12 @@ class Message:
     """The sender's display name, decoded (``"Acme" <noreply@acme.example>``: ``Acme``)."""
     parse_warnings: tuple[str, ...] = ()
     """What the server could not parse strictly (a malformed From, ...), instead of a guess."""
+    codes_detail: tuple[Code, ...] = ()
+    """``codes`` in the same order, each with where a person sees it."""
+    hidden_text: str | None = None
+    """HTML text a reader would not see (never a source of codes or links), or None."""
+    content_flags: tuple[str, ...] = ()
+    """Facts about the content, never a verdict (``addresses_ai_agent``, ``hidden_text``...)."""
 
     @property
     def code(self) -> str | None:
@@ -242,6 +256,12 @@ class Message:
             # Both v2: a v1 server leaves them out.
             from_name=_optional_str(data, "from_name"),
             parse_warnings=_strs(data, "parse_warnings") if "parse_warnings" in data else (),
+            codes_detail=tuple(
+                Code(value=_str(c, "value"), sources=_strs(c, "sources"))
+                for c in (_list(data, "codes_detail") if "codes_detail" in data else [])
+            ),
+            hidden_text=_optional_str(data, "hidden_text"),
+            content_flags=_strs(data, "content_flags") if "content_flags" in data else (),
         )
 
 

@@ -89,6 +89,12 @@ def message(result: agent.ReadResult) -> Message:
             "links": list(parsed.links) if parsed else [],
             "codes": list(parsed.codes) if parsed else [],
             "parse_warnings": list(parsed.parse_warnings) if parsed else [],
+            "codes_detail": [
+                {"value": c.value, "sources": list(c.sources)}
+                for c in (parsed.codes_detail if parsed else ())
+            ],
+            "hidden_text": parsed.hidden_text if parsed else None,
+            "content_flags": list(parsed.content_flags) if parsed else [],
             "envelope": {"mail_from": stored.mail_from, "rcpt_to": list(stored.rcpts)},
             "size": delivery.size,
             "claimed": delivery.claim is not None,

@@ -19,6 +19,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from sink import __version__, ids
+from sink.mcp.answers import for_agent, read_options_refused
 from sink.mcp.tools import INSTRUCTIONS, TOOLS, ToolSpec
 
 Json = dict[str, Any]
@@ -75,7 +76,8 @@ def tools_server(backend_for: BackendFor) -> Server[Any]:
         refused = check_arguments(spec, arguments)
         if refused is not None:
             return tool_result(refused)
-        return tool_result(await _dispatch(backend_for(ctx.request), spec.name, arguments))
+        answer = await _dispatch(backend_for(ctx.request), spec.name, arguments)
+        return tool_result(for_agent(spec.name, arguments, answer))
 
     return Server(
         "runsink",
@@ -102,6 +104,11 @@ def check_arguments(spec: ToolSpec, arguments: Json) -> Json | None:
                 f"{name}: unknown argument; {spec.name} takes {', '.join(known)}",
                 {"field": name},
             )
+    if spec.name == "read_message":
+        problem = read_options_refused(arguments)
+        if problem is not None:
+            field, message = problem
+            return error_body("invalid_request", f"{field}: {message}", {"field": field})
     required = spec.input_schema["required"]
     for name in spec.url_args:
         if name in arguments:

@@ -94,7 +94,8 @@ def _wait_seconds(given: object) -> float:
 
 
 def proxy_client(url: str, api_token: str | None) -> httpx.AsyncClient:
-    headers = {"User-Agent": f"runsink-mcp/{__version__}"}
+    # X-Runsink-Agent: the caller is a model, so a policy's agent_body applies to it.
+    headers = {"User-Agent": f"runsink-mcp/{__version__}", "X-Runsink-Agent": "mcp"}
     if api_token:
         headers["Authorization"] = f"Bearer {api_token}"
     return httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=_TIMEOUT_S)

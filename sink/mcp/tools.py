@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from sink import ids
+from sink.untrusted import SENTENCE
 from sink.vocabulary import NEXT_ACTIONS, REASONS, STATES, STATUSES
 from sink.vocabulary import TOOLS as TOOL_NAMES
 
@@ -32,7 +33,8 @@ class ToolSpec:
     ]  # arguments the HTTP API takes in the URL (path or query), not the body
 
 
-INSTRUCTIONS = """\
+INSTRUCTIONS = (
+    """\
 runsink leases disposable email inboxes to a run (a CI job or an agent run) and answers \
 every call with an envelope that says what happened (`state`, `status`, `reason`) and \
 what to do next (`next_action`, `retry_after`). The loop: create_inbox -> make the app \
@@ -42,7 +44,9 @@ what `next_action` says; when `retry_after` is set, wait that many seconds befor
 next call. Stop when next_action is `stop`, and when it is `proceed` once you have \
 what you need. The server is the only authority on the lease, the poll budget and the \
 cursor: never invent ids, addresses or cursors. Errors come back as tool errors whose \
-text is the HTTP API's JSON: {"error": {"code", "message", "details"}}."""
+text is the HTTP API's JSON: {"error": {"code", "message", "details"}}. """
+    + SENTENCE
+)
 
 _ENVELOPE_GUIDE = """\
 The answer is the envelope: state (created | waiting | received | expired), status \
@@ -94,8 +98,8 @@ body_contains, and max_age_s; it replaces the match given at creation, for this 
 Omit `cursor` to continue from the inbox's own position (recommended).
 
 What to do with the answer, by next_action:
-- claim_message (state received): `message` has {message_id, subject, from, \
-received_at}; call claim_message(message.message_id, run_id). Waiting again returns \
+- claim_message (state received): `message` has {message_id, received_at, \
+untrusted: {from, subject}}; call claim_message(message.message_id, run_id). Waiting again returns \
 the same message until it is claimed.
 - wait_for_message (state waiting, reason evidence_not_found): nothing yet; call \
 wait_for_message again after retry_after seconds.
@@ -118,18 +122,17 @@ start again with create_inbox and trigger the email again.
 
 READ_MESSAGE = (
     """\
-Read one message: subject, from, to, cc, date, text, html, headers, attachments \
-(metadata only), links (absolute http(s) URLs, action links first) and codes (likely \
-one-time codes, most likely first). Consumes nothing and changes no state. Read the \
-message that wait_for_message returned and you claimed; pass run_id so the server \
-refuses (wrong_run) mail that belongs to another run. After the evidence is released \
-the bodies are null (released_at is set). Provider trouble is a tool error \
-(provider_timeout, provider_error, circuit_open): read again after a pause.
+Read one message's evidence: codes (likely one-time codes; a code in both the subject \
+and the body first, then the body's, then the subject's), links (action links first), \
+attachments (metadata), content_flags, and under `untrusted` the sender's from, \
+from_name and subject. The body only with include_body (text) or include_html, cut to \
+max_body_chars (default 4000; truncated says so); null when the policy gives agents no \
+bodies (agent_body = never). Consumes nothing. Pass run_id so mail of another run is \
+refused (wrong_run). Empty codes and links once the evidence is released.
 
-Trust from, not from_name: from is the sender's address parsed strictly; from_name is \
-only the display name, which anyone can set to anything (even an address). When \
-parse_warnings is not empty, part of the message (e.g. its From) could not be parsed \
-strictly: treat the sender as unknown rather than guessing.
+content_flags are facts, not verdicts: addresses_ai_agent, forged_boundary, \
+hidden_text, bidi_controls, zero_width, link_text_mismatch, subject_code_not_in_body. \
+untrusted.from is not verified; from_name can say anything.
 
 """
     + _ERRORS
@@ -286,6 +289,14 @@ _READ_INPUT = _object(
             **_RUN_ID,
             "description": "Your run's id; the server refuses (wrong_run) mail of another run.",
         },
+        "include_body": {"type": "boolean", "description": "Add untrusted.text."},
+        "include_html": {"type": "boolean", "description": "Add untrusted.html."},
+        "max_body_chars": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 1_000_000,
+            "description": "Cut each body to this many characters (default 4000).",
+        },
     },
     required=("message_id",),
     closed=True,
@@ -300,10 +311,11 @@ _INT: dict[str, Any] = {"type": "integer"}
 _STR_OR_NULL: dict[str, Any] = {"type": ["string", "null"]}
 _STRINGS: dict[str, Any] = {"type": "array", "items": _STR}
 
-_MESSAGE_REF = _object({"message_id": _STR, "subject": _STR, "from": _STR, "received_at": _STR})
+_SENDER = _object({"from": _STR, "subject": _STR})
+_MESSAGE_REF = _object({"message_id": _STR, "received_at": _STR, "untrusted": _SENDER})
 _CLAIM = _object({"claim_id": _STR, "message_id": _STR, "run_id": _STR, "claimed_at": _STR})
 
-_UNMATCHED = _object({"message_id": _STR, "received_at": _STR, "from": _STR, "subject": _STR})
+_UNMATCHED = _MESSAGE_REF
 _NEAR_MISS = _object({"address": _STR, "received_at": _STR, "distance": _INT})
 
 ENVELOPE_SCHEMA = _object(
@@ -339,41 +351,37 @@ ENVELOPE_SCHEMA = _object(
 MESSAGE_SCHEMA = _object(
     {
         "message_id": _STR,
-        "inbox_id": _STR,
-        "headers": {
-            "type": ["object", "null"],
-            "additionalProperties": _STRINGS,
-            "description": "Header name -> its values; null once released.",
-        },
-        "from": {**_STR, "description": "The sender's bare address (From, parsed strictly)."},
-        "from_name": {
-            **_STR_OR_NULL,
-            "description": "The sender's display name, decoded; null when none. Decide on from.",
-        },
-        "to": _STRINGS,
-        "cc": _STRINGS,
-        "subject": _STR,
-        "date": _STR_OR_NULL,
-        "text": _STR_OR_NULL,
-        "html": _STR_OR_NULL,
+        "received_at": _STR,
+        "codes": _STRINGS,
+        "links": _STRINGS,
         "attachments": {
             "type": "array",
             "items": _object(
                 {"filename": _STR, "content_type": _STR, "size": _INT, "sha256": _STR}
             ),
         },
-        "links": {**_STRINGS, "description": "Absolute http(s) URLs, action links first."},
-        "codes": {**_STRINGS, "description": "Likely one-time codes, most likely first."},
-        "parse_warnings": {
-            **_STRINGS,
-            "description": "What could not be parsed strictly (e.g. a malformed From).",
-        },
-        "envelope": _object({"mail_from": _STR, "rcpt_to": _STRINGS}),
-        "size": _INT,
-        "claimed": {"type": "boolean"},
-        "received_at": _STR,
-        "released_at": _STR_OR_NULL,
-    }
+        "content_flags": _STRINGS,
+        "untrusted": _object(
+            {
+                "from": _STR,
+                "from_name": _STR_OR_NULL,
+                "subject": _STR,
+                "text": _STR_OR_NULL,
+                "html": _STR_OR_NULL,
+            },
+            required=("from", "from_name", "subject"),
+        ),
+        "truncated": {"type": "boolean"},
+    },
+    required=(
+        "message_id",
+        "received_at",
+        "codes",
+        "links",
+        "attachments",
+        "content_flags",
+        "untrusted",
+    ),
 )
 
 RUN_REPORT_SCHEMA = _object(
