@@ -14,6 +14,7 @@ from api import ui
 from api.auth import Authority
 from api.connections import LongPollGate
 from api.errors import error_response, internal_error, runsink_error, validation_error
+from api.local_safety import LocalSafety
 from api.mailbox import MAILBOX_ROUTES
 from api.mailpit import MAILPIT_ROUTES
 from api.middleware import EdgeMiddleware
@@ -79,4 +80,5 @@ def create_app(runtime: Runtime, extra_routes: list[Any] | None = None) -> Any:
     waits = WaitEndpoint(runtime.agent, runtime.metrics, authority, app.state.long_polls)
     app.state.waits = waits
     edge = EdgeMiddleware(app, runtime.metrics, authority)
-    return WaitPath(ui.serve(app, edge, runtime), waits, runtime.metrics, authority)
+    served = WaitPath(ui.serve(app, edge, runtime), waits, runtime.metrics, authority)
+    return LocalSafety(served, runtime.settings, runtime.metrics)

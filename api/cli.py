@@ -63,7 +63,7 @@ def _serve(args: argparse.Namespace) -> int:
     from api.app import create_app
     from api.mcp import McpEndpoint
 
-    mcp = McpEndpoint(settings.http_host)
+    mcp = McpEndpoint()
     try:
         _run(serve(settings, partial(create_app, extra_routes=[mcp.route]), mcp.running), settings)
     except ConfigError as exc:

@@ -26,10 +26,11 @@ from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.auth import Authority, grant_of
 from api.context import context_of
-from api.errors import internal_error, runsink_error, validation_error
+from api.errors import error_response, internal_error, runsink_error, validation_error
 from api.schemas import ClaimIn, CreateInboxIn, WaitIn
 from api.views import (
     create_request,
@@ -45,36 +46,44 @@ from sink.envelope import Envelope
 from sink.errors import InvalidRequest, RunsinkError
 from sink.mcp.server import Backend, Json, tools_server
 
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
 
 class McpEndpoint:
     """The ``/mcp`` route and the session manager behind it (run it while serving)."""
 
-    def __init__(self, http_host: str) -> None:
+    def __init__(self) -> None:
         self._manager = StreamableHTTPSessionManager(
             app=tools_server(_backend_for),
             stateless=True,
-            security_settings=_security(http_host),
+            # One Host and Origin rule for every route, /mcp included: api/local_safety.py,
+            # in front of the whole app. The SDK's own guard would be a second, different one.
+            security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         )
-        self.route = Route("/mcp", StreamableHTTPASGIApp(self._manager))
+        self.route = Route("/mcp", _NoGetStream(StreamableHTTPASGIApp(self._manager)))
 
     def running(self) -> AbstractAsyncContextManager[None]:
         """Enter before the first request and leave after the last (once per endpoint)."""
         return self._manager.run()
 
 
-def _security(http_host: str) -> TransportSecuritySettings | None:
-    # The SDK's DNS-rebinding guard, as its own apps set it, when we listen on loopback
-    # only; bound wider, the Host is whatever name the server is reached by, and the
-    # bearer token (--api-token) is the guard, as for /v1.
-    if http_host not in _LOOPBACK:
-        return None
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
-    )
+class _NoGetStream:
+    """``GET /mcp`` is 405, as the MCP transport allows ("the server does not offer an SSE
+    stream at this endpoint"): a stateless server has nothing to say outside a request, and
+    a stream that never speaks would only hold a connection."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] in ("GET", "HEAD"):
+            response = error_response(
+                405,
+                "method_not_allowed",
+                "/mcp offers no GET stream (a stateless server): send tool calls with POST",
+                headers={"Allow": "POST, DELETE"},
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 def _backend_for(request: Any) -> Backend:

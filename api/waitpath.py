@@ -12,7 +12,9 @@ wait through the protocol (``api/hangup.py``), with no task of its own.
 
 Requests it does not take go to the app unchanged, and the edge handles them as it handles
 everything: other paths and methods, a browser session (the UI's gate turns it into a
-token), a body without a Content-Length or over the cap (413), a target over 8 KiB (414).
+token), a body without a Content-Length or over the cap (413), a target over 8 KiB (414), a
+head over 16 KiB (431), and a request that came past the connection cap (503: the spare
+connections are for health checks, never a parked wait).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import hangup
 from api.auth import Authority, grant_of
-from api.connections import MAX_TARGET_BYTES, LongPollGate
+from api.connections import MAX_HEAD_BYTES, MAX_TARGET_BYTES, OVERFLOW_SCOPE_KEY, LongPollGate
 from api.context import KEY as CONTEXT
 from api.context import RequestContext, context_of
 from api.errors import error_response, internal_error, runsink_error, validation_error
@@ -181,6 +183,10 @@ class WaitPath:
             record(self._metrics, "POST", ROUTE, status, time.perf_counter() - started, context)
 
     def _takes(self, scope: Scope, headers: Headers) -> bool:
+        if scope.get(OVERFLOW_SCOPE_KEY):
+            return False  # past the connection cap: the edge keeps it for health checks (503)
+        if sum(len(name) + len(value) + 4 for name, value in scope["headers"]) > MAX_HEAD_BYTES:
+            return False  # the edge answers 431
         if self._authority.keyring.configured and "authorization" not in headers:
             return False  # perhaps a browser session: the UI's gate knows those
         length = headers.get("content-length")

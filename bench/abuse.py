@@ -56,7 +56,7 @@ async def _slow_http(port: int, end: float, stats: Counter[str]) -> None:
             continue
         stats["http_held"] += 1
         try:
-            writer.write(b"GET /healthz HTTP/1.1\r\nHost: bench\r\n")
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
             line = 0
             while time.monotonic() < end:
                 try:
@@ -133,7 +133,7 @@ def _healthz(url: str, port: int, count: int, fresh: bool) -> list[float]:
             if fresh:
                 with socket.create_connection((HOST, port), HTTP_TIMEOUT_S) as sock:
                     sock.sendall(
-                        b"GET /healthz HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n"
+                        b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
                     )
                     answer = b""
                     while chunk := sock.recv(65536):

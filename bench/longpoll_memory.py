@@ -143,7 +143,7 @@ async def _hold_waits(port: int, inbox_ids: list[str]) -> list[asyncio.StreamWri
     for inbox_id in inbox_ids:
         _, writer = await asyncio.open_connection(HOST, port)
         writer.write(
-            b"POST /v1/inboxes/%s/wait HTTP/1.1\r\nHost: bench\r\n"
+            b"POST /v1/inboxes/%s/wait HTTP/1.1\r\nHost: localhost\r\n"
             b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
             % (inbox_id.encode(), len(body), body)
         )

@@ -210,7 +210,7 @@ class Streams:
     async def _one(self) -> None:
         reader, writer = await asyncio.open_connection(HOST, self.server.http_port)
         try:
-            writer.write(b"GET /v1/events HTTP/1.1\r\nHost: bench\r\n\r\n")
+            writer.write(b"GET /v1/events HTTP/1.1\r\nHost: localhost\r\n\r\n")
             await writer.drain()
             await reader.readuntil(b"runsink live events")
             self.opened += 1

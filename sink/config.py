@@ -57,6 +57,11 @@ class Settings:
     http_header_timeout: float = 10.0
     http_keepalive_timeout: float = 30.0
     max_store_mb: int | None = None
+    # Host names served besides localhost, loopback literals and the bound address
+    # (api/local_safety.py); "*" turns the Host check off.
+    allowed_hosts: tuple[str, ...] = ()
+    # Origins (scheme://host[:port]) whose pages may send state-changing requests.
+    allowed_origins: tuple[str, ...] = ()
     log_level: str = "info"
     event_loop: str = "auto"
     policies: dict[str, Policy] = field(default_factory=lambda: load_policies(None))
@@ -125,6 +130,8 @@ _OPTIONS: list[tuple[str, str, str]] = [
     ("http-keepalive-timeout", "RUNSINK_HTTP_KEEPALIVE_TIMEOUT", "seconds"),
     ("max-store-mb", "RUNSINK_MAX_STORE_MB", "positive"),
     ("reject-unknown-recipients", "RUNSINK_REJECT_UNKNOWN_RECIPIENTS", "bool"),
+    ("allowed-hosts", "RUNSINK_ALLOWED_HOSTS", "hosts"),
+    ("allowed-origins", "RUNSINK_ALLOWED_ORIGINS", "origins"),
     ("log-level", "RUNSINK_LOG_LEVEL", "level"),
     ("event-loop", "RUNSINK_EVENT_LOOP", "loop"),
 ]
@@ -172,6 +179,13 @@ _HELP: dict[str, str] = {
     "any free port (default: off)",
     "max-store-mb": "beyond this size, delete the oldest caught mail, then release the oldest "
     "expired evidence (default: no cap)",
+    "allowed-hosts": "a Host name the HTTP API also answers to, besides localhost, loopback "
+    "addresses and --http-host (e.g. the name other containers use); repeatable; the "
+    "environment variable takes a comma-separated list; * turns the check off, which lets "
+    "any web page reach the API through DNS rebinding (default: none)",
+    "allowed-origins": "an origin (http://host:port) whose web pages may send the API "
+    "changes (POST, DELETE); repeatable; the environment variable takes a comma-separated "
+    "list (default: none)",
     "log-level": "debug, info, warning or error (default: info)",
     "event-loop": "auto (uvloop where installed), uvloop or asyncio (default: auto)",
 }
@@ -187,13 +201,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(
                 f"--{flag}", dest=dest, action="store_true", default=None, help=text
             )
-        elif kind == "domains":
+        elif kind in ("domains", "hosts", "origins"):
             parser.add_argument(
                 f"--{flag}",
                 dest=dest,
                 action="append",
                 default=None,
-                metavar="DOMAIN",
+                metavar={"domains": "DOMAIN", "hosts": "NAME", "origins": "ORIGIN"}[kind],
                 help=text,
             )
         else:
@@ -273,6 +287,10 @@ def _parse(source: str, kind: str, value: object) -> object:
         if not given:
             raise ConfigError(f"{source}: expected a mail domain such as sink.test")
         return tuple(dict.fromkeys(_domain(source, str(item)) for item in given))
+    if kind in ("hosts", "origins"):
+        given = value if isinstance(value, list) else text.replace(",", " ").split()
+        check = _allowed_host if kind == "hosts" else _allowed_origin
+        return tuple(dict.fromkeys(check(source, str(item)) for item in given))
     if kind == "level":
         if text.lower() not in _LEVELS:
             raise ConfigError(f"{source}: expected one of {', '.join(_LEVELS)}, got {text!r}")
@@ -312,6 +330,41 @@ def _domain(source: str, text: str) -> str:
             f"{source}: expected a mail domain such as sink.test or *.example.test, got {text!r}"
         )
     return domain
+
+
+def _allowed_host(source: str, text: str) -> str:
+    """A Host name (``*.`` wildcard allowed), an IP address, or ``*`` (no check)."""
+    name = text.strip().lower().rstrip(".")
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    if name == "*":
+        return name
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        pass
+    bare = name[2:] if name.startswith("*.") else name
+    if not _DOMAIN.fullmatch(bare):
+        raise ConfigError(
+            f"{source}: expected a host name (a *. wildcard allowed), an IP address or *, "
+            f"got {text!r}"
+        )
+    return name
+
+
+def _allowed_origin(source: str, text: str) -> str:
+    """``scheme://host[:port]``, as a browser's ``Origin`` header spells it."""
+    origin = text.strip().lower().rstrip("/")
+    url = urlsplit(origin)
+    try:
+        url.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError:
+        url = urlsplit("")
+    if url.scheme not in ("http", "https") or not url.hostname or url.path or url.query:
+        raise ConfigError(
+            f"{source}: expected an origin such as http://localhost:3000, got {text!r}"
+        )
+    return origin
 
 
 def _check(settings: Settings) -> None:

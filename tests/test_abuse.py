@@ -133,7 +133,7 @@ def test_a_trickled_head_is_answered_408_at_the_deadline(tmp_path: Path) -> None
     server = start_server(tmp_path, "--http-header-timeout", "1")
     try:
         with _connect(server.http_port) as sock:
-            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
             sock.settimeout(0.1)
             answer = b""
             end = time.monotonic() + DEADLINE_S
@@ -159,7 +159,7 @@ def test_an_idle_keepalive_connection_is_closed(tmp_path: Path) -> None:
     server = start_server(tmp_path, "--http-keepalive-timeout", "0.5")
     try:
         with _connect(server.http_port) as sock:
-            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
             status, _, _, _ = _read_response(sock)
             assert status == 200
             assert _closed_by_server(sock)
@@ -171,9 +171,9 @@ def test_pipelined_requests_are_answered_in_order(server: Server) -> None:
     """HTTP/1.1 pipelining: three requests in one write, three answers in their order."""
     with _connect(server.http_port) as sock:
         sock.sendall(
-            b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
-            b"GET /no-such-page HTTP/1.1\r\nHost: x\r\n\r\n"
-            b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
+            b"GET /no-such-page HTTP/1.1\r\nHost: localhost\r\n\r\n"
+            b"GET /readyz HTTP/1.1\r\nHost: localhost\r\n\r\n"
         )
         answers = []
         rest = b""
@@ -287,7 +287,7 @@ def test_busy_connections_at_the_cap_get_503_with_retry_after(
     def busy() -> socket.socket:  # a body that never finishes: a request in progress
         sock = _connect(server.http_port)
         sock.sendall(
-            b"POST /v1/inboxes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /v1/inboxes HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             b"Content-Length: 100\r\n\r\n{"
         )
         return sock
@@ -328,7 +328,9 @@ def test_a_burst_past_the_cap_is_answered_never_closed_silently(tmp_path: Path) 
     try:
         socks = [_connect(server.http_port) for _ in range(30)]
         for sock in socks:
-            sock.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            sock.sendall(
+                b"GET /openapi.json HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+            )
         statuses = []
         for sock in socks:
             with sock:
@@ -358,7 +360,7 @@ def _healthz(server: Server) -> tuple[int, dict[str, str], bytes]:
 
 def _get(server: Server, path: str) -> tuple[int, dict[str, str], bytes]:
     with _connect(server.http_port) as sock:
-        sock.sendall(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode())
+        sock.sendall(b"GET %s HTTP/1.1\r\nHost: localhost\r\n\r\n" % path.encode())
         status, headers, body, _ = _read_response(sock)
     return status, headers, body
 
@@ -445,7 +447,7 @@ def test_expect_message_waits_out_a_full_long_poll_cap(tmp_path: Path, policy_fi
 def test_a_120kb_request_target_is_414_not_a_reset(server: Server) -> None:
     """A 120 KB URL is answered 414 once the head buffer overflows, and the answer survives
     the client sending the rest (the server drains it instead of resetting)."""
-    request = b"GET /v1/messages/" + b"a" * 120_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    request = b"GET /v1/messages/" + b"a" * 120_000 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n"
     with _connect(server.http_port) as sock:
         sock.sendall(request[:20_000])  # past the 16 KiB head buffer, no line end yet
         sock.sendall(request[20_000:])  # drained by the server, not answered with a reset
@@ -467,7 +469,7 @@ def test_an_oversized_head_is_431(server: Server) -> None:
     with _connect(server.http_port) as sock:
         fields = b"".join(b"X-Pad-%d: %s\r\n" % (i, b"p" * 1000) for i in range(40))
         try:
-            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
             for start in range(0, len(fields), 2048):
                 sock.sendall(fields[start : start + 2048])
         except OSError:
@@ -482,7 +484,9 @@ def test_a_whole_oversized_head_in_one_read_is_431_too(server: Server) -> None:
     """A head over 16 KiB that arrives at once (one 70 KB field) is 431 as well: h11 limits
     only a head still incomplete."""
     with _connect(server.http_port) as sock:
-        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 70_000 + b"\r\n\r\n")
+        sock.sendall(
+            b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"b" * 70_000 + b"\r\n\r\n"
+        )
         status, headers, body, _ = _read_response(sock)
     assert status == 431
     assert re.search(rb'"code": ?"header_too_large"', body) and headers["x-trace-id"]
@@ -495,3 +499,66 @@ def test_a_malformed_request_is_400_with_a_trace(server: Server) -> None:
         status, headers, body, _ = _read_response(sock)
     assert status == 400 and b"invalid_request" in body
     assert re.fullmatch(r"[0-9a-f]{32}", headers["x-trace-id"])
+
+
+def test_a_whole_oversized_head_on_the_wait_path_is_431(server: Server) -> None:
+    """A 60 KB head in one read on a wait is 431 as on any route (the wait path does not
+    skip the edge's head limit)."""
+    with server.http() as client:
+        inbox = create_inbox(client)
+    body = b'{"timeout_s": 0}'
+    with _connect(server.http_port) as sock:
+        sock.sendall(
+            b"POST /v1/inboxes/%s/wait HTTP/1.1\r\nHost: localhost\r\n" % inbox["inbox_id"].encode()
+            + b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+            + b"X-Big: "
+            + b"b" * 60_000
+            + b"\r\n\r\n"
+            + body
+        )
+        status, _, answer, _ = _read_response(sock)
+    assert status == 431 and re.search(rb'"code": ?"header_too_large"', answer)
+
+
+def test_a_wait_past_the_cap_is_503_and_leaves_the_health_slots(
+    tmp_path: Path, held: list[socket.socket]
+) -> None:
+    """With every connection busy, a wait that comes in on a spare health-check connection
+    is 503 over_capacity at once (it never parks there) and /healthz still answers."""
+    server = start_server(tmp_path, "--http-max-connections", "10", "--http-header-timeout", "60")
+
+    def busy() -> socket.socket:
+        sock = _connect(server.http_port)
+        sock.sendall(
+            b"POST /v1/inboxes HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100\r\n\r\n{"
+        )
+        return sock
+
+    try:
+        with server.http() as client:
+            inbox = create_inbox(client)
+        held.extend(busy() for _ in range(10))
+        end = time.monotonic() + DEADLINE_S
+        while _get(server, "/openapi.json")[0] != 503 and time.monotonic() < end:
+            for index, sock in enumerate(held):
+                if _closed_now(sock):
+                    sock.close()
+                    held[index] = busy()
+        body = b'{"timeout_s": 60}'
+        waits = [_connect(server.http_port) for _ in range(4)]
+        held.extend(waits)
+        for sock in waits:
+            sock.sendall(
+                b"POST /v1/inboxes/%s/wait HTTP/1.1\r\nHost: localhost\r\n"
+                % inbox["inbox_id"].encode()
+                + b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(body), body)
+            )
+        for sock in waits:
+            sock.settimeout(10)
+            status, _, answer, _ = _read_response(sock)
+            assert status == 503 and re.search(rb'"code": ?"over_capacity"', answer)
+        assert _healthz(server)[0] == 200
+    finally:
+        server.stop()

@@ -705,7 +705,7 @@ def test_a_long_poll_whose_client_goes_away_ends_and_spends_nothing(server: Serv
         inbox = create_inbox(client)
         body = b'{"timeout_s": 9}'
         request = (
-            f"POST /v1/inboxes/{inbox['inbox_id']}/wait HTTP/1.1\r\nHost: x\r\n"
+            f"POST /v1/inboxes/{inbox['inbox_id']}/wait HTTP/1.1\r\nHost: localhost\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
         ).encode() + body
         with socket.create_connection(("127.0.0.1", server.http_port)) as raw:

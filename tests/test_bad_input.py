@@ -158,7 +158,9 @@ def test_oversized_body_is_413(server: Server) -> None:
     """A request body over the cap is refused with 413, not read into memory."""
     with server.http() as client:
         response = client.post(
-            "/v1/inboxes", content=b'{"run_id": "' + b"a" * (2 * 1024 * 1024) + b'"}'
+            "/v1/inboxes",
+            content=b'{"run_id": "' + b"a" * (2 * 1024 * 1024) + b'"}',
+            headers={"Content-Type": "application/json"},
         )
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "invalid_request"

@@ -159,7 +159,8 @@ def test_mailpit_endpoints_need_the_token_and_refuse_bad_input(guarded: Server) 
         misnamed = [b'{"run_id": "x"}', b'{"Ids_": ["x"]}', b'{"IDs": [], "extra": 1}']
         bad = [b"[1]", b'{"IDs": "x"}', b'{"IDs": [1]}', b"{nope", *misnamed]
         for body in bad:
-            response = client.request("DELETE", "/api/v1/messages", content=body)
+            typed = {"Content-Type": "application/json"}
+            response = client.request("DELETE", "/api/v1/messages", content=body, headers=typed)
             assert response.status_code == 422, body
         live = client.get(f"/api/v1/message/{scene['live_id']}")
         assert live.status_code == 200 and live.json()["Tags"][0].startswith("run:live-")

@@ -164,7 +164,7 @@ class Reader:
         self._sock.settimeout(0.05)
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         target = parsed.raw_path.decode()
-        self._sock.sendall(f"GET {target} HTTP/1.0\r\nHost: x\r\n{extra}\r\n".encode())
+        self._sock.sendall(f"GET {target} HTTP/1.0\r\nHost: localhost\r\n{extra}\r\n".encode())
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         assert self._ready.wait(10), "the stream did not open"

@@ -109,9 +109,8 @@ def _hang_up_during_a_wait(server: Server, chunked: bool) -> dict[str, Any]:
         framing = b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
     with socket.create_connection(("127.0.0.1", server.http_port), timeout=10) as sock:
         sock.sendall(
-            b"POST /v1/inboxes/%s/wait HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
-            % inbox["inbox_id"].encode()
-            + framing
+            b"POST /v1/inboxes/%s/wait HTTP/1.1\r\nHost: localhost\r\n"
+            b"Content-Type: application/json\r\n" % inbox["inbox_id"].encode() + framing
         )
         # Parked once a look is recorded as busy: a second wait is then too_early.
         deadline = time.monotonic() + 10
@@ -157,7 +156,7 @@ def test_a_wait_asking_to_close_the_connection_is_answered_and_closed(server: Se
     body = b'{"timeout_s": 0}'
     with socket.create_connection(("127.0.0.1", server.http_port), timeout=10) as sock:
         sock.sendall(
-            b"POST /v1/inboxes/%s/wait HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+            b"POST /v1/inboxes/%s/wait HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
             b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
             % (inbox["inbox_id"].encode(), len(body), body)
         )

@@ -32,6 +32,7 @@ CSRF_HEADER = "x-runsink-csrf"
 SESSION_S = 12 * 3600
 MAX_SESSIONS = 1000
 _SAFE_METHODS = ("GET", "HEAD")
+FORM_PATHS = ("/signin", "/signout")  # the UI's own form posts (urlencoded, same origin)
 
 
 class Tokens:
