@@ -34,6 +34,7 @@ SCRIPTS: dict[str, tuple[str, list[str]]] = {
     "postgres": ("postgres.py", ["--quick"]),
     "store_size": ("store_size.py", ["--quick"]),
     "commit_pages": ("commit_pages.py", ["--commits", "100"]),
+    "untrusted": ("untrusted.py", []),
 }
 
 

@@ -48,6 +48,7 @@ class Evidence:
     hidden_text: str | None = None  # HTML text a reader would not see (never a source)
     visible_html: str | None = None  # the HTML as a reader sees it, as text
     link_text_mismatch: bool = False  # a link's text is a URL on another host than its target
+    attribute_text: str = ""  # alt, title and aria-label texts: shown when images are not
 
 
 def html_to_text(html: str) -> str:
@@ -81,6 +82,7 @@ def extract_evidence(text: str | None, html: str | None, subject: str = "") -> E
         hidden_text=rendered.hidden or None if rendered else None,
         visible_html=rendered.text if rendered else None,
         link_text_mismatch=rendered is not None and _mismatched(rendered.anchors),
+        attribute_text=rendered.attributes if rendered else "",
     )
 
 
@@ -136,6 +138,7 @@ class _Rendered:
     text: str
     anchors: tuple[_Anchor, ...]
     hidden: str = ""  # the text a reader would not see
+    attributes: str = ""  # alt, title and aria-label texts
 
 
 @dataclass(slots=True)
@@ -151,6 +154,7 @@ class _Renderer(HTMLParser):
         self.pieces: list[str] = []
         self.hidden_pieces: list[str] = []
         self.anchors: list[_Anchor] = []
+        self.attributes: list[str] = []
         self._skip = 0
         self._pre = 0
         self._href: str | None = None
@@ -190,6 +194,9 @@ class _Renderer(HTMLParser):
             self._out().append(" ")
         if self._hiding:  # links and images nobody sees are no evidence
             return
+        for name in ("alt", "title", "aria-label"):
+            if values.get(name) and len(self.attributes) < 1000:
+                self.attributes.append(values[name][:1000])
         if tag in ("a", "area"):
             self._close_anchor()
             if values.get("href"):
@@ -275,7 +282,8 @@ def _render(html: str) -> _Rendered:
         pass
     renderer._close_anchor()
     hidden = _lines(renderer.hidden_pieces)[:MAX_HIDDEN_CHARS]
-    return _Rendered(_lines(renderer.pieces), tuple(renderer.anchors), hidden)
+    attributes = "\n".join(renderer.attributes)
+    return _Rendered(_lines(renderer.pieces), tuple(renderer.anchors), hidden, attributes)
 
 
 def _lines(pieces: list[str]) -> str:
@@ -543,7 +551,14 @@ def _rank_links(text: str | None, rendered: _Rendered | None) -> tuple[str, ...]
     occurrences: list[tuple[str, str, bool]] = []  # url, what it says, is an image
     if rendered is not None:
         occurrences += [(a.url, a.label, a.image) for a in rendered.anchors]
-        occurrences += [(url, context, False) for url, context in _urls_in_text(rendered.text)]
+        # A URL written as a link's text is that link's label, not a link of its own
+        # (<a href="https://evil.example">https://acme.example</a> goes to evil.example).
+        labels = {a.text for a in rendered.anchors if a.text}
+        occurrences += [
+            (url, context, False)
+            for url, context in _urls_in_text(rendered.text)
+            if url not in labels
+        ]
     if text:
         occurrences += [(url, context, False) for url, context in _urls_in_text(text)]
     best: dict[str, tuple[int, int]] = {}  # url -> (tier, first seen)

@@ -73,6 +73,7 @@ _BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _ZERO_WIDTH = "\u180e\u200b\u200c\u200d\u2060\ufeff"
 _ZERO_WIDTH_INSIDE = re.compile(rf"\w[{_ZERO_WIDTH}]+\w")
 _ZERO_WIDTH_ANY = re.compile(rf"[{_ZERO_WIDTH}]")
+_NO_ZERO_WIDTH = dict.fromkeys(map(ord, _ZERO_WIDTH + "\u00ad"))
 _COMMENT = re.compile(r"<!--(.*?)-->", re.DOTALL)
 
 
@@ -86,6 +87,7 @@ class Content:
     html: str | None  # the HTML source
     visible_html: str | None  # the HTML as a reader sees it, as text
     hidden_text: str | None
+    attribute_text: str  # the HTML's alt, title and aria-label texts
     attachment_names: tuple[str, ...]  # as the mail gives them, decoded
     codes: tuple[Code, ...]
     link_text_mismatch: bool
@@ -103,9 +105,12 @@ def content_flags(content: Content) -> tuple[str, ...]:
         (content.text or "")[:MAX_LOOK_CHARS],
         content.visible_html or "",
         content.hidden_text or "",
+        content.attribute_text,
         comments,
         *content.attachment_names,
     ]
+    # read as a person (or a model) reads them: "ig\u200bnore" is "ignore"
+    spoken = [text.translate(_NO_ZERO_WIDTH) if text else text for text in spoken]
     raised = {
         "addresses_ai_agent": any(
             _ADDRESSES_AI.search(t) or _AUTHORITY_LABEL.search(t) for t in spoken if t
@@ -118,6 +123,32 @@ def content_flags(content: Content) -> tuple[str, ...]:
         "subject_code_not_in_body": any(code.sources == ("subject",) for code in content.codes),
     }
     return tuple(flag for flag in FLAGS if raised[flag])
+
+
+def demoted(codes: tuple[Code, ...], content: Content) -> tuple[Code, ...]:
+    """``codes`` with those a person only sees inside injected text (a line that speaks to a
+    model or imitates a boundary: ``{"role": "tool", ... "use code 101010"}``) moved last."""
+    lines = [
+        line.translate(_NO_ZERO_WIDTH)
+        for text in (content.subject, content.text, content.visible_html)
+        if text
+        for line in text[:MAX_LOOK_CHARS].splitlines()
+    ]
+    suspect = [_suspect(line) for line in lines]
+    squeezed = [line.replace(" ", "").replace("-", "") for line in lines]
+
+    def only_in_injected_text(code: Code) -> bool:
+        holding = [n for n, line in enumerate(squeezed) if code.value in line]
+        return bool(holding) and all(suspect[n] for n in holding)
+
+    clean = [code for code in codes if not only_in_injected_text(code)]
+    return (*clean, *(code for code in codes if code not in clean))
+
+
+def _suspect(line: str) -> bool:
+    return bool(
+        _ADDRESSES_AI.search(line) or _AUTHORITY_LABEL.search(line) or _BOUNDARY.search(line)
+    )
 
 
 def _zero_width(content: Content, html: str) -> bool:

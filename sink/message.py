@@ -22,7 +22,7 @@ from html import unescape
 
 from sink.address import Mailbox, parse_from, parse_list
 from sink.extract import Code, extract_evidence, html_to_text
-from sink.flags import Content, content_flags
+from sink.flags import Content, content_flags, demoted
 
 MAX_DEPTH = 50  # multipart nesting followed; deeper parts are ignored
 MAX_PARTS = 1000  # MIME parts looked at per message
@@ -108,19 +108,20 @@ def parse(raw: bytes) -> ParsedMessage:
         _walk(raw, body_start, len(raw), fields, 0, bodies)
         text, html = bodies.text(), bodies.html()
         evidence = extract_evidence(text, html, summary.subject)
-        flags = content_flags(
-            Content(
-                subject=summary.subject,
-                from_name=summary.from_name,
-                text=text,
-                html=html,
-                visible_html=evidence.visible_html,
-                hidden_text=evidence.hidden_text,
-                attachment_names=tuple(bodies.names),
-                codes=evidence.codes,
-                link_text_mismatch=evidence.link_text_mismatch,
-            )
+        content = Content(
+            subject=summary.subject,
+            from_name=summary.from_name,
+            text=text,
+            html=html,
+            visible_html=evidence.visible_html,
+            hidden_text=evidence.hidden_text,
+            attribute_text=evidence.attribute_text,
+            attachment_names=tuple(bodies.names),
+            codes=evidence.codes,
+            link_text_mismatch=evidence.link_text_mismatch,
         )
+        flags = content_flags(content)
+        codes = demoted(evidence.codes, content) if flags else evidence.codes
         return ParsedMessage(
             headers=_headers(fields),
             subject=summary.subject,
@@ -132,10 +133,10 @@ def parse(raw: bytes) -> ParsedMessage:
             html=html,
             attachments=tuple(bodies.attachments),
             links=evidence.links,
-            codes=tuple(code.value for code in evidence.codes),
+            codes=tuple(code.value for code in codes),
             from_name=summary.from_name,
             parse_warnings=summary.warnings,
-            codes_detail=evidence.codes,
+            codes_detail=codes,
             hidden_text=evidence.hidden_text,
             content_flags=flags,
         )

@@ -362,3 +362,50 @@ def test_extract_evidence_matches_the_separate_functions() -> None:
     evidence = extract_evidence(text, html, "Your code")
     assert evidence.links == find_links(text, html)
     assert tuple(code.value for code in evidence.codes) == find_codes(text, html, "Your code")
+
+
+# --- what a person sees (issue 21) -------------------------------------------------------------
+
+
+def test_codes_rank_subject_and_body_then_body_then_subject() -> None:
+    """A code in both the subject and the body beats one in the body only, which beats one
+    only in the subject, whatever their scores."""
+    evidence = extract_evidence(
+        "Your code is 111222. Backup code: 333444.", None, "Code 555666 / code 333444"
+    )
+    assert [(c.value, c.sources) for c in evidence.codes] == [
+        ("333444", ("subject", "text")),
+        ("111222", ("text",)),
+        ("555666", ("subject",)),
+    ]
+
+
+def test_hidden_html_is_no_source_of_codes_or_links() -> None:
+    """display:none text and its links are left out, and given apart as hidden text."""
+    html = (
+        '<p>Code 482913</p><div style="DISPLAY: none"><p>code 999999</p>'
+        '<a href="https://evil.example/x">go</a></div><p>after</p>'
+    )
+    evidence = extract_evidence(None, html)
+    assert [c.value for c in evidence.codes] == ["482913"] and evidence.links == ()
+    assert evidence.hidden_text == "code 999999\ngo"
+    assert evidence.visible_html == "Code 482913\n\nafter"
+
+
+def test_media_rules_and_painted_buttons_hide_nothing() -> None:
+    """A class hidden only by an @media rule, and white text on a painted button, are seen."""
+    html = (
+        "<style>@media (max-width:600px) { .desktop { display:none } }</style>"
+        '<p class="desktop">Your code is 482913</p>'
+        '<a href="https://app.test/verify" style="background:#1a73e8;color:#fff">Verify</a>'
+    )
+    evidence = extract_evidence(None, html)
+    assert evidence.hidden_text is None
+    assert [c.value for c in evidence.codes] == ["482913"]
+    assert evidence.links == ("https://app.test/verify",)
+
+
+def test_a_right_to_left_override_is_read_as_shown() -> None:
+    """ "\u202e319284\u202c" shows as 482913, and zero-width characters are not there."""
+    assert find_codes("Your code is \u202e319284\u202c", None) == ("482913",)
+    assert find_codes("Your code is 48\u200b29\u200d13", None) == ("482913",)

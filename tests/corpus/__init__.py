@@ -1,0 +1,1 @@
+"""Mail corpora for tests and benches (``injection.py``: hostile and ordinary mail)."""
