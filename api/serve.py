@@ -125,7 +125,7 @@ async def serve(
             http_host=settings.http_host,
             http_port=sock.getsockname()[1],
             domain=settings.domain,
-            db=str(settings.db),
+            db=settings.store,
         )
         stopper = asyncio.create_task(_stop_when(runtime, server), name="stopper")
         try:

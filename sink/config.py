@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from sink.errors import ConfigError
 from sink.policy import Policy, load_policies
@@ -93,6 +93,12 @@ class Settings:
             elif domain == pattern:
                 return True
         return False
+
+    @property
+    def store(self) -> str:
+        """The store as a log line may name it: the SQLite file, or the PostgreSQL URL
+        without its password."""
+        return str(self.db) if self.db_url is None else _without_password(self.db_url)
 
     @property
     def catch_all_retention_s(self) -> int:
@@ -420,6 +426,16 @@ def _database(source: str, text: str) -> Path | str:
         # The URL may hold a password: name its shape, never echo it.
         raise ConfigError(f"{source}: expected postgresql://user[:password]@host[:port]/dbname")
     return text
+
+
+def _without_password(url: str) -> str:
+    """``postgresql://user:pw@host/db?password=pw&sslmode=x`` -> ``postgresql://user@host/db?sslmode=x``."""
+    parts = urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    if parts.username:
+        netloc = f"{parts.username}@{netloc}"
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "password"]
+    return urlunsplit(parts._replace(netloc=netloc, query=urlencode(query)))
 
 
 def _loopback(host: str) -> bool:

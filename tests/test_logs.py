@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from sink import logs
+from tests.pg_cluster import Cluster
+from tests.support import start_server
 
 
 @pytest.fixture
@@ -46,3 +48,33 @@ def test_lines_below_the_level_are_not_written(output: io.StringIO) -> None:
     assert output.getvalue() == ""
     logs.announce("listening", port=25)
     assert json.loads(output.getvalue())["event"] == "listening"
+
+
+def test_the_listening_line_names_the_postgres_store_without_its_password(
+    tmp_path: Path, pg_cluster: Cluster
+) -> None:
+    """Under PostgreSQL the listening line names the database URL, its password left out."""
+    database = pg_cluster.new_database("runsink_template")
+    url = f"postgresql://{pg_cluster.user}:pw-s3cret@127.0.0.1:{pg_cluster.port}/{database}"
+    server = start_server(tmp_path, db=f"{url}?password=pw-s3cret&application_name=sink")
+    try:
+        text = server.log_path.read_text(encoding="utf-8")
+        (listening,) = (json.loads(x) for x in text.splitlines() if '"listening"' in x)
+    finally:
+        server.stop()
+    assert listening["db"] == (
+        f"postgresql://{pg_cluster.user}@127.0.0.1:{pg_cluster.port}/{database}"
+        "?application_name=sink"
+    )
+    assert "s3cret" not in server.log_path.read_text(encoding="utf-8")
+
+
+def test_the_listening_line_names_the_sqlite_file(tmp_path: Path) -> None:
+    """Under SQLite the listening line names the database file."""
+    server = start_server(tmp_path)
+    try:
+        text = server.log_path.read_text(encoding="utf-8")
+        (listening,) = (json.loads(x) for x in text.splitlines() if '"listening"' in x)
+    finally:
+        server.stop()
+    assert listening["db"] == str(tmp_path / "runsink.db")
