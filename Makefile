@@ -3,15 +3,22 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install run test check lint bench clean
+.PHONY: install run test check lint bench clean constraints
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# The runtime dependencies at the versions in constraints.txt: what the image installs.
+$(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet --constraint constraints.txt -e '.[test]'
 	touch $@
+
+## constraints: re-pin constraints.txt to the runtime dependencies installed in .venv
+## (to move one: .venv/bin/pip install -U NAME, then make constraints)
+constraints: install
+	$(BIN)/python -m tests.pins > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 ## run: install and run the sink (SMTP 127.0.0.1:1025, HTTP 127.0.0.1:8025, SQLite ./runsink.db)
 run: install

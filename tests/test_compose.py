@@ -65,3 +65,20 @@ def test_docker_compose_validates_the_file() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_the_three_runsink_services_share_one_image() -> None:
+    """runsink, runsink-a and runsink-b build the Dockerfile once, as the image `runsink`."""
+    services = _compose()["services"]
+    sinks = {name: s for name, s in services.items() if name.startswith("runsink")}
+    assert set(sinks) == {"runsink", "runsink-a", "runsink-b"}
+    assert {(s["image"], s["build"], s["pull_policy"]) for s in sinks.values()} == {
+        ("runsink", ".", "build")
+    }
+
+
+def test_the_database_and_the_example_app_run_the_versions_the_suite_tests() -> None:
+    """PostgreSQL 15 (the suite's, and the README's "tested on 15"); Python 3.11."""
+    services = _compose()["services"]
+    assert services["postgres"]["image"] == "postgres:15"
+    assert services["example-app"]["image"] == "python:3.11-slim-bookworm"
