@@ -61,9 +61,9 @@ def _serve(args: argparse.Namespace) -> int:
     logs.quiet_http_server("uvicorn.access", "uvicorn", "uvicorn.error")
     # The composition root: the HTTP app and the MCP endpoint over one runtime.
     from api.app import create_app
-    from api.mcp import McpEndpoint
+    from api.mcp_route import LazyMcp
 
-    mcp = McpEndpoint()
+    mcp = LazyMcp()
     try:
         _run(serve(settings, partial(create_app, extra_routes=[mcp.route]), mcp.running), settings)
     except ConfigError as exc:

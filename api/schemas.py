@@ -52,7 +52,7 @@ _WHOLE_AT_LEAST_1 = Annotated[int, Field(ge=1), BeforeValidator(_whole)]
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
 
 
 class MatchIn(_Request):
@@ -107,7 +107,7 @@ class FaultIn(_Request):
 
 
 class _Response(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True, defer_build=True)
 
 
 class MessageRef(_Response):

@@ -35,6 +35,7 @@ SCRIPTS: dict[str, tuple[str, list[str]]] = {
     "store_size": ("store_size.py", ["--quick"]),
     "commit_pages": ("commit_pages.py", ["--commits", "100"]),
     "untrusted": ("untrusted.py", []),
+    "startup": ("startup.py", ["--quick"]),
 }
 
 

@@ -7,12 +7,14 @@ codes: they answer with an ``Outcome`` that ``sink/smtp/listener.py`` turns into
 from __future__ import annotations
 
 import re
+import string
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
 from sink import ids
+from sink.address import ascii_and_beyond
 from sink.clock import Clock, SystemClock
 from sink.config import Settings
 from sink.events import Hub
@@ -26,11 +28,14 @@ from sink.waiters import Waiters
 # LDH labels or an address literal. Nothing is "repaired" into a different mailbox.
 # SMTPUTF8 (RFC 6531 3.3) adds UTF-8 to atext, qtext and labels, and nothing else: no
 # spaces or controls of any script (checked apart, by Unicode category).
-_UTF8 = r"\u0080-\ud7ff\ue000-\U0010ffff"  # UTF8-non-ascii (no lone surrogates)
-_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~" + _UTF8 + "-]"
-_QTEXT = r"[\x20\x21\x23-\x5b\x5d-\x7e" + _UTF8 + "]"
+# Each class below: its ASCII characters and UTF8-non-ascii (no lone surrogates).
+_LETTERS_DIGITS = string.ascii_letters + string.digits
+_ATEXT = ascii_and_beyond(_LETTERS_DIGITS + "!#$%&'*+/=?^_`{|}~-", surrogates=False)
+_QTEXT = ascii_and_beyond(
+    "".join(map(chr, [0x20, 0x21, *range(0x23, 0x5C), *range(0x5D, 0x7F)])), surrogates=False
+)
 _LOCAL = rf"(?:{_ATEXT}+(?:\.{_ATEXT}+)*|\"(?:{_QTEXT}|\\[\x20-\x7e])*\")"
-_LDH = r"[A-Za-z0-9" + _UTF8 + "]"
+_LDH = ascii_and_beyond(_LETTERS_DIGITS, surrogates=False)
 _LABEL = rf"{_LDH}(?:(?:{_LDH}|-){{0,61}}{_LDH})?"
 _DOMAIN = rf"(?:(?:{_LABEL}\.)*{_LABEL}|\[[\x21-\x5a\x5e-\x7e]+\])"
 _ADDRESS = re.compile(rf"({_LOCAL})@({_DOMAIN})")

@@ -14,6 +14,7 @@ import errno
 import random
 import ssl
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from sink import capacity
 from sink.agent import Agent
@@ -29,10 +30,12 @@ from sink.mailbox import Mailbox, MailStore
 from sink.metrics import Metrics
 from sink.smtp.listener import Handler, Limits, smtp_factory
 from sink.smtp.tls import server_context
-from sink.storage.postgres import PostgresStore
 from sink.storage.sqlite import SQLiteStore
 from sink.tokens import Keyring
 from sink.waiters import Waiters
+
+if TYPE_CHECKING:  # imported at run time only for a postgresql:// URL (it brings asyncpg)
+    from sink.storage.postgres import PostgresStore
 
 _SWEEP_EVERY_S = 1.0
 _SWEEP_BATCH = 500
@@ -49,18 +52,22 @@ class Runtime:
         self.waiters = Waiters()
         self.events = Hub()  # live events (GET /v1/events): fed by the store's commits and ingest
         self.store: SQLiteStore | PostgresStore
+        self.postgres: PostgresStore | None = None  # the store, when it is PostgreSQL
+        self.mail: MailStore  # caught mail, search and the Mailpit subset (the v2 mail ports)
         if settings.db_url is not None:
+            from sink.storage.postgres import PostgresStore
+
             # Live events come from the database's feed (follow() below): every replica's,
             # this one's included, in commit order, so all replicas show one order.
-            self.store = PostgresStore(settings.db_url)
+            self.store = self.postgres = PostgresStore(settings.db_url)
+            self.mail = self.postgres.mail
         else:
-            self.store = SQLiteStore(settings.db, self.events.record)
+            self.store = self.mail = SQLiteStore(settings.db, self.events.record)
         self.faults = FaultRegistry(random.Random()) if settings.enable_faults else None
         self.agent: Agent | None = None
         self.keyring: Keyring | None = None  # once the store is open (it keeps the signing key)
         self.clock = SystemClock()
-        fleet = self.store if isinstance(self.store, PostgresStore) else None
-        self.guard = Guard(self.faults, self.store, self.metrics, self.clock, fleet)
+        self.guard = Guard(self.faults, self.store, self.metrics, self.clock, self.postgres)
         self.ingest = Ingest(
             self.store,
             self.waiters,
@@ -70,10 +77,6 @@ class Runtime:
             events=self.events,
             # On PostgreSQL a message event (caught mail's too) comes with its row from the feed.
             announce_messages=settings.db_url is None,
-        )
-        # Caught mail kept with bodies, search and the Mailpit subset (the v2 mail ports).
-        self.mail: MailStore = (
-            self.store.mail if isinstance(self.store, PostgresStore) else self.store
         )
         self.mailbox = Mailbox(self.mail)
         self.started_at = self.clock.now()
@@ -94,10 +97,10 @@ class Runtime:
         sized = self._size_connections()
         await self.store.open()
         self.keyring = Keyring(self.settings.tokens, await self.store.signing_key())
-        if isinstance(self.store, PostgresStore):
+        if self.postgres is not None:
             # Mail accepted by another replica wakes the waits held here.
             # And every replica's live events (this one's too) reach its /v1/events readers.
-            self.store.follow(self.waiters, live=self.events)
+            self.postgres.follow(self.waiters, live=self.events)
         self.agent = Agent(
             self.store, self.waiters, self.settings, self.guard, self.metrics, self.clock
         )
@@ -199,8 +202,8 @@ class Runtime:
 
     def _sweeper_turn(self) -> contextlib.AbstractAsyncContextManager[bool]:
         """Sharing a database, one replica sweeps at a time (the others skip that second)."""
-        if isinstance(self.store, PostgresStore):
-            return self.store.sweeper_turn()
+        if self.postgres is not None:
+            return self.postgres.sweeper_turn()
         return contextlib.nullcontext(True)
 
     async def _sweep_once(self) -> None:
@@ -214,9 +217,9 @@ class Runtime:
         await self.store.release_due(now, _SWEEP_BATCH)
         await self.mail.expire_caught(now, _SWEEP_BATCH)
         await self._enforce_size_cap(now)
-        if isinstance(self.store, PostgresStore):
+        if self.postgres is not None:
             # Breakers nobody touched for an hour belong to leases long over (as in memory).
-            await self.store.forget_breakers(_BREAKERS_FORGOTTEN_AFTER_S)
+            await self.postgres.forget_breakers(_BREAKERS_FORGOTTEN_AFTER_S)
         self.metrics.sweeps.inc()
 
     async def _enforce_size_cap(self, now: float) -> None:

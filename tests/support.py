@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import smtplib
+import socket
 import subprocess
 import sys
 import time
@@ -35,6 +36,14 @@ def need(component: str, available: bool, install: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{message}; .ci/run should have installed it", pytrace=False)
     pytest.skip(message)
+
+
+def free_port() -> int:
+    """A loopback port free right now (for a command that needs its port up front)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def new_run_id(prefix: str = "t") -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import start_server
+from tests.support import free_port, start_server
 
 README = Path(__file__).parent.parent / "README.md"
 
@@ -83,13 +83,6 @@ def check_outputs(script: str, out: list[str]) -> None:
 def refused(port: int) -> bool:
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) != 0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def test_walkthrough_uses_the_running_sink_twice(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from api.context import continue_trace
 from api.errors import TABLE
 from api.live import download_type
 from api.ui import access
-from api.ui.render import frame_csp, inline_cids, offset, templates
+from api.ui.render import frame_headers, inline_cids, offset, templates
 from sink import clock, ids
 from sink.agent import Agent
 from sink.errors import EvidenceReleased, NotFound, RunsinkError
@@ -45,7 +45,7 @@ PAGE_CSP = (
     "frame-ancestors 'none'"
 )
 
-_templates = templates()
+_templates = functools.cache(templates)  # built on the first page served
 
 
 def _runtime(request: Request) -> Runtime:
@@ -96,7 +96,7 @@ def _page(request: Request, name: str, status: int = 200, **values: Any) -> Resp
     values["csrf"] = _csrf(request)
     values["signed_in"] = request.scope.get("runsink.session") is not None
     values["now"] = clock.now()
-    return _templates.TemplateResponse(
+    return _templates().TemplateResponse(
         request,
         name,
         values,
@@ -229,16 +229,7 @@ async def message_html(request: Request) -> Response:
     if "cid:" in html.lower():
         html = inline_cids(html, await asyncio.to_thread(attachment_parts, raw))
     remote = request.query_params.get("remote_images") == "1"
-    return HTMLResponse(
-        html,
-        headers={
-            "Content-Security-Policy": frame_csp(remote),
-            "X-Content-Type-Options": "nosniff",
-            "Referrer-Policy": "no-referrer",
-            "X-Frame-Options": "SAMEORIGIN",  # our own page frames it; nobody else
-            "Cache-Control": "no-store",
-        },
-    )
+    return HTMLResponse(html, headers=frame_headers(remote))
 
 
 # -- caught mail and search -------------------------------------------------------------------
@@ -295,7 +286,7 @@ async def signin_form(request: Request) -> Response:
 
 def _signin(request: Request, problem: str | None, status: int = 200) -> Response:
     next_path = _local(request.query_params.get("next"))
-    return _templates.TemplateResponse(
+    return _templates().TemplateResponse(
         request,
         "signin.html",
         {

@@ -12,15 +12,17 @@ import base64
 import re
 import unicodedata
 from importlib import resources
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-import jinja2
 from markupsafe import Markup, escape
-from starlette.templating import Jinja2Templates
 
 from sink import untrusted
 from sink.clock import rfc3339
 from sink.message import Part
+
+if TYPE_CHECKING:
+    from starlette.templating import Jinja2Templates
 
 CID_INLINE_MAX = 5 * 1024 * 1024  # bytes of cid: images inlined as data: URIs per message
 
@@ -84,6 +86,11 @@ def offset(ts: float, start: float) -> str:
 
 
 def templates() -> Jinja2Templates:
+    """The pages' templates; Jinja2 is imported here, when the UI is first used (it costs
+    start-up time that a server nobody browses would pay for nothing)."""
+    import jinja2
+    from starlette.templating import Jinja2Templates
+
     folder = resources.files("api.ui") / "templates"
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(folder)),
@@ -136,3 +143,14 @@ def inline_cids(html: str, parts: tuple[Part, ...]) -> str:
 def frame_csp(remote_images: bool) -> str:
     images = "data: cid: http: https:" if remote_images else "data: cid:"
     return f"sandbox; default-src 'none'; style-src 'unsafe-inline'; img-src {images}"
+
+
+def frame_headers(remote_images: bool) -> dict[str, str]:
+    """The headers of every response that carries mail HTML (contract v2, Web UI)."""
+    return {
+        "Content-Security-Policy": frame_csp(remote_images),
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "X-Frame-Options": "SAMEORIGIN",  # our own page frames it; nobody else
+        "Cache-Control": "no-store",
+    }
