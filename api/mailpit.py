@@ -19,10 +19,12 @@ from email.utils import getaddresses, parseaddr, parsedate_to_datetime
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from api.routes import _json_body, _runtime
+from api.snippet import snippet
+from api.ui.render import frame_headers, inline_cids
 from sink import __version__, clock
 from sink.errors import EvidenceReleased, InvalidRequest, NotFound
 from sink.extract import html_to_text
@@ -59,13 +61,14 @@ def _tags(entry: Listed) -> list[str]:
     return ["caught"] if entry.caught else [f"run:{entry.run_id}"]
 
 
-def _summary(entry: Listed) -> dict[str, Any]:
-    """Mailpit's MessageSummary, from what the listing holds (no body is read)."""
+def _summary(entry: Listed, preview: tuple[str, str]) -> dict[str, Any]:
+    """Mailpit's MessageSummary, from the listing and the (From name, Snippet) preview."""
+    name, snippet_text = preview
     return {
         "ID": entry.id,
         "MessageID": "",
         "Read": entry.claimed,
-        "From": _address(entry.from_addr),
+        "From": _address(entry.from_addr, name),
         "To": [_address(a) for a in entry.to],
         "Cc": [_address(a) for a in entry.cc],
         "Bcc": [],
@@ -76,8 +79,22 @@ def _summary(entry: Listed) -> dict[str, Any]:
         "Tags": _tags(entry),
         "Size": entry.size,
         "Attachments": int(entry.has_attachment),
-        "Snippet": "",
+        "Snippet": snippet_text,
     }
+
+
+def _preview(raw: bytes | None) -> tuple[str, str]:
+    """The From display name and Mailpit's Snippet; empty for a released body."""
+    if raw is None:
+        return "", ""
+    parsed = parse(raw)
+    return _sender_name(parsed), snippet(parsed.text, parsed.html)
+
+
+async def _previews(mailbox: Mailbox, entries: list[Listed]) -> list[tuple[str, str]]:
+    # Neither is kept in the listing: both come from each body, read and parsed per page.
+    raws = [None if e.released else await mailbox.entry_raw(e) for e in entries]
+    return await asyncio.to_thread(lambda: [_preview(raw) for raw in raws])
 
 
 async def _summaries(request: Request, text: str | None) -> Response:
@@ -85,6 +102,7 @@ async def _summaries(request: Request, text: str | None) -> Response:
     limit = _whole(request, "limit", 50, _MAX_LIMIT)
     mailbox = _mailbox(request)
     entries, matches, total = await mailbox.window(text, start, limit)
+    previews = await _previews(mailbox, entries)
     unread = await mailbox.count(_UNCLAIMED)
     unread_matches = unread if text is None else await mailbox.count_unclaimed(text)
     return JSONResponse(
@@ -96,7 +114,7 @@ async def _summaries(request: Request, text: str | None) -> Response:
             "messages_unread": unread_matches,
             "start": start,
             "tags": [],
-            "messages": [_summary(e) for e in entries],
+            "messages": [_summary(e, p) for e, p in zip(entries, previews, strict=True)],
         }
     )
 
@@ -115,9 +133,9 @@ async def search(request: Request) -> Response:
 # -- one message --------------------------------------------------------------------------
 
 
-async def _entry_and_raw(request: Request) -> tuple[Listed, bytes]:
+async def _entry_and_raw(request: Request, entry_id: str | None = None) -> tuple[Listed, bytes]:
     mailbox = _mailbox(request)
-    entry = await mailbox.entry(request.path_params["id"])
+    entry = await mailbox.entry(request.path_params["id"] if entry_id is None else entry_id)
     raw = await mailbox.entry_raw(entry)
     if raw is None:
         raise EvidenceReleased(f"message {entry.id}: its body was released; only metadata is left")
@@ -171,15 +189,23 @@ def _attachments(raw: bytes) -> list[dict[str, Any]]:
     return found
 
 
+def _sender_name(parsed: ParsedMessage) -> str:
+    return parseaddr(_first(parsed, "from"))[0]
+
+
+def _text(parsed: ParsedMessage) -> str:
+    # As Mailpit (enmime): an HTML-only message's text is its HTML rendered as text.
+    return parsed.text or (html_to_text(parsed.html) if parsed.html else "")
+
+
 def _message(entry: Listed, raw: bytes) -> dict[str, Any]:
     parsed = parse(raw)
-    sender = parseaddr(_first(parsed, "from"))
     listed_to = {a["Address"].lower() for a in _named(parsed, "to") + _named(parsed, "cc")}
     unsubscribe = _first(parsed, "list-unsubscribe")
     return {
         "ID": entry.id,
         "MessageID": _first(parsed, "message-id").strip().strip("<>"),
-        "From": _address(entry.from_addr, sender[0]),
+        "From": _address(entry.from_addr, _sender_name(parsed)),
         "To": _named(parsed, "to"),
         "Cc": _named(parsed, "cc"),
         # Mailpit's Bcc: envelope recipients the headers do not show.
@@ -196,8 +222,7 @@ def _message(entry: Listed, raw: bytes) -> dict[str, Any]:
         "Date": _date(parsed, entry),
         "Tags": _tags(entry),
         "Username": "",
-        # As Mailpit (enmime): an HTML-only message's text is its HTML rendered as text.
-        "Text": parsed.text or (html_to_text(parsed.html) if parsed.html else ""),
+        "Text": _text(parsed),
         "HTML": parsed.html or "",
         "Size": entry.size,
         "Inline": [],
@@ -251,6 +276,29 @@ async def get_part(request: Request) -> Response:
             "X-Content-Type-Options": "nosniff",
         },
     )
+
+
+# -- the views for tests of an app's mail (/view/{ID}.txt and .html) -----------------------
+
+
+async def view(request: Request) -> Response:
+    """``/view/{ID}.txt``: the text body; ``.html``: the HTML body, served exactly as the web
+    UI serves mail HTML (sandboxed by its own CSP, cid: images inlined from the message)."""
+    name: str = request.path_params["name"]
+    stem, dot, kind = name.rpartition(".")
+    if not dot or kind not in ("txt", "html"):
+        raise NotFound("no such view: /view/{ID}.txt or /view/{ID}.html")
+    entry, raw = await _entry_and_raw(request, stem)
+    parsed = await asyncio.to_thread(parse, raw)
+    if kind == "txt":
+        headers = {"X-Content-Type-Options": "nosniff"}
+        return Response(_text(parsed), media_type="text/plain; charset=utf-8", headers=headers)
+    if not parsed.html:
+        raise NotFound(f"message {entry.id} has no HTML part (its text is /view/{entry.id}.txt)")
+    html = parsed.html
+    if "cid:" in html.lower():
+        html = inline_cids(html, await asyncio.to_thread(attachment_parts, raw))
+    return HTMLResponse(html, headers=frame_headers(remote_images=False))
 
 
 # -- delete and info -----------------------------------------------------------------------
@@ -325,4 +373,5 @@ MAILPIT_ROUTES = [
     Route("/api/v1/message/{id}/headers", get_headers, methods=["GET"]),
     Route("/api/v1/message/{id}/part/{part_id}", get_part, methods=["GET"]),
     Route("/api/v1/info", info, methods=["GET"]),
+    Route("/view/{name}", view, methods=["GET"]),
 ]

@@ -80,7 +80,8 @@ def _node() -> str:
 
 
 def test_the_npm_mailpit_client_lists_searches_reads_and_deletes(guarded: Server) -> None:
-    """mailpit-api 2.1.0 works against /api/v1 with only its URL (and our token) changed."""
+    """mailpit-api 2.1.0 works against /api/v1 and /view with only its URL (and our token)
+    changed."""
     node = _node()
     scene = _scene(guarded)
     env = {
@@ -107,7 +108,8 @@ def test_the_npm_mailpit_client_lists_searches_reads_and_deletes(guarded: Server
     ]
     (found,) = seen["search"]["messages"]
     assert found["Subject"] == f"Invoice {tag}"
-    assert found["From"] == {"Name": "", "Address": "billing@acme.example"}
+    assert found["From"] == {"Name": "Acme Billing", "Address": "billing@acme.example"}
+    assert found["Snippet"] == "Your invoice is attached."
     assert found["To"] == [{"Name": "", "Address": "someone@gmail.com"}]
     assert found["Attachments"] == 1 and found["Tags"] == ["caught"]
     assert seen["search"]["messages_count"] == 1 and seen["search"]["messages_unread"] == 1
@@ -126,6 +128,8 @@ def test_the_npm_mailpit_client_lists_searches_reads_and_deletes(guarded: Server
     assert seen["headers"]["Subject"] == [f"Invoice {tag}"]
     assert "Message-Id" in seen["headers"]
     assert f"Subject: Invoice {tag}" in seen["source"]
+    assert seen["viewText"] == message["Text"]  # as Mailpit: the message's Text
+    assert seen["viewHtml"].strip() == "<p>Your <b>invoice</b> is attached.</p>"
 
     # Naming live evidence: a clear 409, and nothing (not even the caught mail) was deleted.
     refusal = seen["deleteLive"]["error"]
@@ -210,3 +214,57 @@ def test_a_missing_from_is_an_empty_address_and_html_only_mail_has_text(server: 
         message = client.get(f"/api/v1/message/{summary['ID']}").json()
     assert message["From"] == {"Name": "", "Address": ""}
     assert "code" in message["Text"] and "4711" in message["Text"] and "<b>" not in message["Text"]
+
+
+def test_lists_give_the_sender_name_and_mailpit_snippet(server: Server) -> None:
+    """List and search entries carry From's display name and the Snippet Mailpit would make."""
+    tag = uuid.uuid4().hex[:10]
+    message = EmailMessage()
+    message["From"] = '"Zoë Support" <help@acme.example>'
+    message["To"], message["Subject"] = "x@gmail.com", f"Snip {tag}"
+    message.set_content("ignored: the HTML part is what the snippet is made of")
+    words = " ".join(["caf\u00e9"] * 60)
+    message.add_alternative(
+        f"<html><head><title>T</title><style>p{{}}</style></head><body><p>Hi\n  there</p>"
+        f"<p>{words}</p></body></html>",
+        subtype="html",
+    )
+    with server.smtp() as smtp:
+        smtp.send_message(message)
+    with server.http() as client:
+        searched = client.get("/api/v1/search", params={"query": f"subject:{tag}"}).json()
+        (found,) = searched["messages"]
+        listed = client.get("/api/v1/messages", params={"limit": 1000}).json()["messages"]
+    assert found["From"] == {"Name": "Zoë Support", "Address": "help@acme.example"}
+    snippet = found["Snippet"]
+    assert snippet.startswith("Hi there café café") and snippet.endswith("...")
+    assert len(snippet.removesuffix("...").encode()) <= 200
+    assert next(m for m in listed if m["ID"] == found["ID"])["Snippet"] == snippet
+
+
+def test_views_serve_the_text_and_the_html_sandboxed(server: Server) -> None:
+    """/view/{ID}.txt is the text; .html the HTML under the UI's sandbox CSP; no HTML: 404."""
+    tag = uuid.uuid4().hex[:10]
+    _send(server, "someone@gmail.com", f"View {tag}")
+    with server.http() as client:
+        server.send("someone@gmail.com", subject=f"Plain {tag}", body="Only text.")
+        listed = client.get("/api/v1/search", params={"query": tag}).json()["messages"]
+        ids = {m["Subject"]: m["ID"] for m in listed}
+        text = client.get(f"/view/{ids[f'View {tag}']}.txt")
+        html = client.get(f"/view/{ids[f'View {tag}']}.html")
+        latest = client.get("/view/latest.txt")
+        no_html = client.get(f"/view/{ids[f'Plain {tag}']}.html")
+        unknown = client.get("/view/cm_nope.txt")
+        other = client.get(f"/view/{ids[f'View {tag}']}.pdf")
+    assert text.status_code == 200 and text.text.strip() == "Your invoice is attached."
+    assert text.headers["content-type"] == "text/plain; charset=utf-8"
+    assert html.status_code == 200 and "<b>invoice</b>" in html.text
+    assert html.headers["content-type"].startswith("text/html")
+    assert html.headers["content-security-policy"] == (
+        "sandbox; default-src 'none'; style-src 'unsafe-inline'; img-src data: cid:"
+    )
+    assert html.headers["x-content-type-options"] == "nosniff"
+    assert html.headers["referrer-policy"] == "no-referrer"
+    assert latest.status_code == 200
+    assert no_html.status_code == 404 and "no HTML part" in no_html.json()["error"]["message"]
+    assert unknown.status_code == 404 and other.status_code == 404

@@ -1,5 +1,6 @@
 // Drives runsink's /api/v1 with the npm mailpit-api client, as an existing Mailpit user would:
-// list, search, read (by ID and "latest"), headers, source, an attachment, and deletes.
+// list, search, read (by ID and "latest"), headers, source, an attachment, the text and HTML
+// views, and deletes.
 // Prints one JSON object of what it saw; tests/test_mailpit_compat.py checks it.
 import { MailpitClient } from "mailpit-api";
 
@@ -33,6 +34,8 @@ await attempt("part", async () => {
   const blob = await mailpit.getMessageAttachment(caughtId, part);
   return { type: blob.type, size: blob.size, text: await blob.text() };
 });
+await attempt("viewText", () => mailpit.renderMessageText(caughtId));
+await attempt("viewHtml", () => mailpit.renderMessageHTML(caughtId));
 await attempt("deleteLive", () => mailpit.deleteMessages({ IDs: [LIVE_ID, caughtId] }));
 await attempt("afterRefusal", () => mailpit.listMessages());
 await attempt("deleteAll", () => mailpit.deleteMessages());
