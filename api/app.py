@@ -19,6 +19,7 @@ from api.mailbox import MAILBOX_ROUTES
 from api.mailpit import MAILPIT_ROUTES
 from api.middleware import EdgeMiddleware
 from api.routes import ROUTES
+from api.streams import StreamGate
 from api.waitpath import WaitEndpoint, WaitPath
 from sink.errors import RunsinkError
 from sink.runtime import Runtime
@@ -73,6 +74,7 @@ def create_app(runtime: Runtime, extra_routes: list[Any] | None = None) -> Any:
     app.state.runtime = runtime
     caps = runtime.capacity
     app.state.long_polls = LongPollGate(caps.long_polls if caps else 1 << 30)
+    app.state.streams = StreamGate(caps.streams if caps else 1 << 30, app.state.long_polls)
     assert runtime.keyring is not None, "the runtime is not started"
     authority = Authority(runtime.keyring, runtime.store)
     app.state.authority = authority

@@ -22,11 +22,13 @@ from starlette.types import Receive, Scope, Send
 from api.auth import grant_of, implied_run
 from api.context import context_of
 from api.openapi import DOWNLOAD_TYPES
-from sink import ids
+from api.streams import StreamGate
+from sink import clock, ids
 from sink.errors import InvalidRequest, NotFound
 from sink.events import Hub, Subscriber
 from sink.message import Part, attachment_parts
 from sink.runtime import Runtime
+from sink.tokens import Grant
 
 KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing an idle stream
 # After each write a stream rests before it looks again, so that a burst of mail reaches each
@@ -59,15 +61,29 @@ async def events(request: Request) -> Response:
     if run_id is not None:
         context_of(request.scope).note(run_id=run_id)
     runtime: Runtime = request.app.state.runtime
+    grant = grant_of(request.scope)
+    gate: StreamGate = request.app.state.streams
+    refusal = gate.enter(grant)
+    if refusal is not None:
+        runtime.metrics.refused(
+            "http", "too_many_streams" if refusal.status_code == 429 else "streams_full"
+        )
+        return refusal
     # EventSource sends Last-Event-ID on its own when it reconnects.
     last = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
-    return _EventStream(runtime.events, runtime.events.subscribe(run_id, last))
+    subscriber = runtime.events.subscribe(run_id, last, StreamGate.ends_on_release(grant))
+    return _EventStream(
+        runtime.events, subscriber, StreamGate.ends_at(grant, clock.now()), gate, grant
+    )
 
 
 class _EventStream(StreamingResponse):
-    """The stream: the hub's frames as they come, a comment when idle, until either side ends."""
+    """The stream: the hub's frames as they come, a comment when idle, until either side
+    ends, the hub closes, its run is released, or its grant ends (``ends_at``)."""
 
-    def __init__(self, hub: Hub, subscriber: Subscriber) -> None:
+    def __init__(
+        self, hub: Hub, subscriber: Subscriber, ends_at: float, gate: StreamGate, grant: Grant
+    ) -> None:
         super().__init__(
             _nothing(),
             media_type="text/event-stream",
@@ -75,6 +91,9 @@ class _EventStream(StreamingResponse):
         )
         self.hub = hub
         self.subscriber = subscriber
+        self.ends_at = ends_at
+        self.gate = gate
+        self.grant = grant
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         hub, subscriber = self.hub, self.subscriber
@@ -88,14 +107,15 @@ class _EventStream(StreamingResponse):
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             await _body(send, f"retry: {RECONNECT_MS}\n: runsink live events\n\n".encode())
-            while True:
-                batch = await hub.wait(subscriber, idle_s=KEEPALIVE_S)
+            while (left := self.ends_at - clock.now()) > 0:
+                batch = await hub.wait(subscriber, idle_s=min(KEEPALIVE_S, left))
+                if batch.frames:
+                    await _body(send, b"".join(batch.frames))
                 if batch.closed:
                     break
                 if batch.frames:
-                    await _body(send, b"".join(batch.frames))
-                    await asyncio.sleep(rest_s(hub.subscribers))
-                elif batch.idle:
+                    await asyncio.sleep(min(rest_s(hub.subscribers), max(0.0, left)))
+                elif batch.idle and self.ends_at > clock.now():
                     await _body(send, b": keep-alive\n\n")
             if not subscriber.gone:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -103,6 +123,7 @@ class _EventStream(StreamingResponse):
             pass  # the client went away mid-write
         finally:
             hub.unsubscribe(subscriber)
+            self.gate.leave(self.grant)
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher

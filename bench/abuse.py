@@ -11,6 +11,11 @@ and then says nothing, reconnecting when closed. With them held open, the bench 
 agent loop: create an inbox, send it a mail over SMTP, wait for it (long-poll), read it,
 claim it. It prints a Markdown table: latencies before and under load, the refusals the
 server counted, and its RSS and descriptors. Loopback only; every loop is bounded in time.
+
+Then the stream flood (issue 23), on a server of its own: ``--streams`` live-event streams
+(``GET /v1/events``) asked for with one minted run token, then as many again with a run
+token per run of 32 until the streams' own cap is full; with all of them held, an admin's
+create and ``/healthz`` are timed.
 """
 
 from __future__ import annotations
@@ -210,6 +215,102 @@ def _row(name: str, values: list[float]) -> str:
     )
 
 
+# -- the stream flood -------------------------------------------------------------------
+
+
+async def _open_streams(port: int, tokens: list[str], per_token: int) -> tuple[Counter[str], list]:
+    """Ask for ``per_token`` streams with each token at once; keep the ones that open."""
+    statuses: Counter[str] = Counter()
+    held: list[asyncio.StreamWriter] = []
+
+    async def one(token: str) -> None:
+        try:
+            reader, writer = await asyncio.open_connection(HOST, port)
+        except OSError:
+            statuses["connect_failed"] += 1
+            return
+        writer.write(
+            f"GET /v1/events HTTP/1.1\r\nHost: localhost\r\n"
+            f"Authorization: Bearer {token}\r\n\r\n".encode()
+        )
+        try:
+            line = await asyncio.wait_for(reader.readline(), HTTP_TIMEOUT_S)
+        except (OSError, TimeoutError):
+            line = b""
+        status = line.split(b" ")[1].decode() if line.count(b" ") >= 2 else "closed"
+        statuses[status] += 1
+        if status == "200":
+            held.append(writer)
+        else:
+            writer.close()
+
+    await asyncio.gather(*(one(t) for t in tokens for _ in range(per_token)))
+    return statuses, held
+
+
+def _admin_creates(url: str, count: int) -> list[float]:
+    latencies = []
+    with httpx.Client(base_url=url, timeout=HTTP_TIMEOUT_S) as client:
+        for _ in range(count):
+            started = time.perf_counter()
+            answer = client.post(
+                "/v1/inboxes", json={"run_id": f"admin-{uuid.uuid4().hex[:8]}", "purpose": "p"}
+            )
+            ok = answer.status_code == 201
+            latencies.append((time.perf_counter() - started) * 1000 if ok else float("inf"))
+    return latencies
+
+
+def _mint(url: str, run_id: str) -> str:
+    answer = httpx.post(f"{url}/v1/runs/{run_id}/token", json={}, timeout=HTTP_TIMEOUT_S)
+    answer.raise_for_status()
+    token: str = answer.json()["token"]
+    return token
+
+
+def _stream_flood(args: argparse.Namespace) -> list[str]:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 2 * args.streams + 256
+    if soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
+    folder = Path(tempfile.mkdtemp(prefix="runsink-streams-"))
+    server = start_runsink(folder, extra_args=["--event-loop", args.event_loop])
+    assert server.http_port is not None
+    url, port = server.url, server.http_port
+    loop = asyncio.new_event_loop()
+    try:
+        one, held = loop.run_until_complete(
+            _open_streams(port, [_mint(url, "flood-one")], args.streams)
+        )
+        runs = [_mint(url, f"flood-{n}") for n in range(max(1, args.streams // 32))]
+        many, more = loop.run_until_complete(_open_streams(port, runs, 32))
+        held += more
+        fresh = _healthz(url, port, args.samples // 4, fresh=True)
+        creates = _admin_creates(url, args.samples // 4)
+        refusals = _refusals(url)
+        for writer in held:
+            writer.close()
+    finally:
+        loop.close()
+        server.stop()
+    return [
+        "",
+        f"Stream flood: {args.streams} streams asked for at once with one run token: "
+        + ", ".join(f"{k} x {v}" for k, v in sorted(one.items()))
+        + f"; then 32 each with {len(runs)} more run tokens: "
+        + ", ".join(f"{k} x {v}" for k, v in sorted(many.items()))
+        + f". {len(held)} streams held while an admin was timed:",
+        "",
+        "| latency (ms) | n | p50 | p95 | p99 | max |",
+        "|---|---|---|---|---|---|",
+        _row("/healthz, new connection, streams' caps full", fresh),
+        _row("admin create, streams' caps full", creates),
+        "",
+        "Refusals the server counted: "
+        + (", ".join(f"`{k}` {v:.0f}" for k, v in sorted(refusals.items())) or "none"),
+    ]
+
+
 def _refusals(url: str) -> dict[str, float]:
     found: dict[str, float] = {}
     for line in httpx.get(f"{url}/metrics", timeout=HTTP_TIMEOUT_S).text.splitlines():
@@ -307,19 +408,23 @@ def _measure(args: argparse.Namespace) -> int:
         "Refusals the server counted (`runsink_connection_refusals_total`): "
         + (", ".join(f"`{k}` {v:.0f}" for k, v in sorted(refusals.items())) or "none"),
     ]
+    lines += _stream_flood(args)
     print("\n".join(lines))
     return 1 if failures else 0
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", nargs="?", default="measure", choices=["measure", "attack"])
+    parser.add_argument(
+        "mode", nargs="?", default="measure", choices=["measure", "attack", "streams"]
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--slow", type=int, default=None)
     parser.add_argument("--smtp", type=int, default=None)
     parser.add_argument("--loops", type=int, default=None)
     parser.add_argument("--samples", type=int, default=None)
     parser.add_argument("--duration", type=float, default=None)
+    parser.add_argument("--streams", type=int, default=None)
     parser.add_argument("--event-loop", default="auto", choices=["auto", "uvloop", "asyncio"])
     parser.add_argument("--http-port", type=int)
     parser.add_argument("--smtp-port", type=int)
@@ -330,6 +435,10 @@ def main() -> int:
     args.loops = args.loops if args.loops is not None else (20 if quick else 100)
     args.samples = args.samples if args.samples is not None else (200 if quick else 1000)
     args.duration = args.duration if args.duration is not None else (120 if quick else 300)
+    args.streams = args.streams if args.streams is not None else (600 if quick else 4200)
+    if args.mode == "streams":
+        print("\n".join(_stream_flood(args)))
+        return 0
     if args.mode == "attack":
         asyncio.run(_attack(args))
         return 0

@@ -32,6 +32,9 @@ class Capacity:
     long_polls: int
     """Waits holding their connection open; the rest of the HTTP cap stays for short requests
     (``/healthz``, reads, claims), so long-polls can never take every connection."""
+    streams: int
+    """Live-event streams (also counted as long-polls: they hold a connection as a wait
+    does): a share of the long-poll cap, so a flood of streams leaves room for waits."""
     reserved: int
     lowered: bool
     """True when the configured caps did not fit and were scaled down."""
@@ -65,11 +68,13 @@ def plan(fd_limit: int, smtp_connections: int, http_connections: int) -> Capacit
     if lowered:
         smtp = max(_MIN_CAP, smtp * budget // (smtp_connections + http_connections))
         http = max(_MIN_CAP, budget - smtp)
+    long_polls = max(1, http - max(4, http // 8))
     return Capacity(
         fd_limit=fd_limit,
         smtp_connections=smtp,
         http_connections=http,
-        long_polls=max(1, http - max(4, http // 8)),
+        long_polls=long_polls,
+        streams=max(1, long_polls // 8),
         reserved=reserved,
         lowered=lowered,
     )

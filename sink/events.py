@@ -53,6 +53,8 @@ class Subscriber:
     cursor: int  # the last seq this subscriber has been given
     fresh: bool = True  # its first read never waits (a backlog to replay, or a resync)
     gone: bool = False  # its client left: the next wait ends
+    ends_on_release: bool = False  # a run-limited token's stream: ends when its run is released
+    ended: bool = False  # its run was released: it reads what is left, then ends
 
 
 @dataclass(slots=True, eq=False)
@@ -77,7 +79,7 @@ class _Group:
 class Batch:
     frames: list[bytes]
     resync: bool = False  # events were missed: the reader should reload its state
-    closed: bool = False  # the hub is closing: end the stream
+    closed: bool = False  # the hub is closing, or the run released: end after these frames
     idle: bool = False  # nothing came within the timeout: time for a keep-alive
 
 
@@ -116,7 +118,10 @@ class Hub:
         """Run events just committed: each as ``run_event``, plus ``inbox`` on state changes."""
         if self._unheard():
             return
+        released: set[str] = set()
         for event in events:
+            if event.type == "expired" and event.detail.get("cause") == "released":
+                released.add(event.run_id)
             self._publish("run_event", event.run_id, _run_event(event))
             state = _state_after(event)
             if state is not None and event.inbox_id is not None:
@@ -131,6 +136,18 @@ class Hub:
                         "reason": reason,
                     },
                 )
+        for run_id in released:
+            self._end_streams_of(run_id)
+
+    def _end_streams_of(self, run_id: str) -> None:
+        """A run was released: the streams that end with it read its last events, then end."""
+        group = self._groups.get(run_id)
+        if group is None:
+            return
+        for member in group.members:
+            if member.ends_on_release:
+                member.ended = True
+        group.poke()
 
     def message(self, incoming: Incoming) -> None:
         """A message was stored (its 250 follows): one event per inbox, one if caught."""
@@ -230,15 +247,18 @@ class Hub:
 
     # -- subscribing ---------------------------------------------------------------------
 
-    def subscribe(self, run_id: str | None, last_event_id: str | None = None) -> Subscriber:
-        """A new reader: from now on, or from just after ``last_event_id``."""
+    def subscribe(
+        self, run_id: str | None, last_event_id: str | None = None, ends_on_release: bool = False
+    ) -> Subscriber:
+        """A new reader: from now on, or from just after ``last_event_id``; with
+        ``ends_on_release``, its stream ends once its run is released."""
         cursor = self._next - 1
         if last_event_id:
             seq = self._parse_id(last_event_id)
             known = seq is not None and self._first - 1 <= seq < self._next
             # Not ours, from before a restart, or too old: -1 makes read() answer resync.
             cursor = seq if known and seq is not None else -1
-        subscriber = Subscriber(run_id, cursor)
+        subscriber = Subscriber(run_id, cursor, ends_on_release=ends_on_release)
         self._groups.setdefault(run_id, _Group()).members.add(subscriber)
         self.subscribers += 1
         return subscriber
@@ -275,7 +295,8 @@ class Hub:
         run_id = subscriber.run_id
         if run_id is None:
             return Batch([e.frame for e in entries])
-        return Batch([e.frame for e in entries if e.run_id == run_id])
+        frames = [e.frame for e in entries if e.run_id == run_id]
+        return Batch(frames, closed=subscriber.ended)
 
     async def wait(self, subscriber: Subscriber, idle_s: float) -> Batch:
         """The next batch, or an empty one after ``idle_s`` seconds (time for a keep-alive)."""
@@ -284,6 +305,7 @@ class Hub:
             group is not None
             and not subscriber.fresh
             and not subscriber.gone
+            and not subscriber.ended
             and not self._closed
             and subscriber.cursor >= group.last_seq
         ):
