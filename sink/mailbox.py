@@ -83,7 +83,12 @@ class Mailbox:
     async def search(
         self, text: str | None, run_scope: str | None, cursor: str | None, limit: int
     ) -> Page:
-        query = query_of(text)
+        return await self.search_query(query_of(text), run_scope, cursor, limit)
+
+    async def search_query(
+        self, query: Query, run_scope: str | None, cursor: str | None, limit: int
+    ) -> Page:
+        """``search`` for a query already parsed (the web UI reads its box its own way)."""
         before = _position(cursor, "search")
         rows = await self._store.search(query, run_scope, before, limit + 1)
         return _page(rows, limit, "search")

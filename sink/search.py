@@ -36,6 +36,10 @@ class SearchSyntaxError(ValueError):
     """A query the language does not allow; the message says which term and why."""
 
 
+class ShortTextTerm(SearchSyntaxError):
+    """A text term shorter than the index can look up (``MIN_TEXT_CHARS``)."""
+
+
 # Where a text term looks (the columns of the full-text index).
 SUBJECT_AND_TEXT = ("subject", "body")
 SUBJECT = ("subject",)
@@ -89,6 +93,17 @@ class Query:
 
 def parse_query(query: str) -> Query:
     """The terms of ``query``; ``SearchSyntaxError`` names the first term that is wrong."""
+    parsed, _ = _parse(query, skip_short=False)
+    return parsed
+
+
+def parse_skipping_short(query: str) -> tuple[Query, tuple[str, ...]]:
+    """As ``parse_query``, but a text term too short for the index is left out and returned,
+    as written, rather than refused (a person's search box answers with the rest)."""
+    return _parse(query, skip_short=True)
+
+
+def _parse(query: str, skip_short: bool) -> tuple[Query, tuple[str, ...]]:
     if len(query) > MAX_QUERY_CHARS:
         raise SearchSyntaxError(f"the query is over {MAX_QUERY_CHARS} characters")
     control = _CONTROL.search(query)
@@ -102,13 +117,20 @@ def parse_query(query: str) -> Query:
         raise SearchSyntaxError(f"the query has over {MAX_TERMS} terms")
     texts: list[Text] = []
     filters: list[Filter] = []
+    skipped: list[str] = []
     for negated, key, value, quoted in tokens:
-        term = _term(negated, key, value, quoted)
+        try:
+            term = _term(negated, key, value, quoted)
+        except ShortTextTerm:
+            if not skip_short:
+                raise
+            skipped.append(f"{'-' if negated else ''}{key + ':' if key else ''}{value}")
+            continue
         if isinstance(term, Text):
             texts.append(term)
         else:
             filters.append(term)
-    return Query(tuple(texts), tuple(filters))
+    return Query(tuple(texts), tuple(filters)), tuple(skipped)
 
 
 def folded(text: str) -> str:
@@ -222,7 +244,7 @@ def _term(negated: bool, key: str | None, value: str, quoted: bool) -> Text | Fi
     if key is None or key in _TEXT_KEYS:
         columns = SUBJECT_AND_TEXT if key is None else _TEXT_KEYS[key]
         if len(value.strip()) < MIN_TEXT_CHARS:
-            raise SearchSyntaxError(
+            raise ShortTextTerm(
                 f"{shown!r}: a text term needs {MIN_TEXT_CHARS} or more characters "
                 "(the index is of 3-character substrings)"
             )

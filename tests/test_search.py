@@ -17,6 +17,7 @@ from sink.search import (
     fts_any,
     fts_expression,
     parse_query,
+    parse_skipping_short,
     trigrams,
 )
 
@@ -152,3 +153,16 @@ def test_the_empty_query_lists_everything() -> None:
     """No terms: every entry matches."""
     query = parse_query("   ")
     assert query.texts == () and query.filters == ()
+
+
+def test_skipping_short_leaves_out_short_text_terms_as_written() -> None:
+    """The lenient parse drops text terms under 3 characters and names them; the strict one
+    still refuses them, and other errors stay errors."""
+    query, skipped = parse_skipping_short('ok -to:ab invoice is:caught "x"')
+    assert skipped == ("ok", "-to:ab", "x")
+    assert query.texts == (Text(SUBJECT_AND_TEXT, "invoice"),)
+    assert query.filters == (Filter("is", "caught"),)
+    with pytest.raises(SearchSyntaxError, match="3 or more"):
+        parse_query("ok invoice")
+    with pytest.raises(SearchSyntaxError, match="is: takes"):
+        parse_skipping_short("ok is:nope")

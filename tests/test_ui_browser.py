@@ -107,6 +107,20 @@ def test_lists_across_runs_follow_along(server: Server, page: Any) -> None:
     expect(page.locator("#caught tr", has_text=nobody)).to_be_visible(timeout=3000)
 
 
+def test_header_search_box_finds_mail_by_address(server: Server, page: Any) -> None:
+    """Typing a domain into the header's box on any page lists the mail sent to it."""
+    from playwright.sync_api import expect
+
+    domain = f"gamil-{new_run_id('typo').split('-')[1]}.com"
+    server.send(f"someone@{domain}", subject="sent to a typo")
+    page.goto(f"{server.url}/caught")
+    box = page.get_by_role("searchbox", name="Search mail")
+    box.fill(domain)
+    box.press("Enter")
+    expect(page).to_have_url(re.compile(r"/search\?q="))
+    expect(page.locator("table.list tr", has_text="sent to a typo")).to_be_visible()
+
+
 def test_hostile_message_runs_no_script_and_fetches_nothing(server: Server, page: Any) -> None:
     """Scripts, handlers, refresh, forms, remote CSS and images, javascript: links, SVG: inert."""
     from playwright.sync_api import expect

@@ -488,3 +488,57 @@ def test_runs_list_pages_and_filters(tmp_path: Path) -> None:
             assert some == [f"paged-{n}" for n in range(19, 9, -1)]
     finally:
         running.stop()
+
+
+def test_search_page_speaks_the_search_language_over_all_mail(server: Server) -> None:
+    """Bodies, caught mail and keyed terms are searched; a plain word matches addresses too."""
+    tag = new_run_id("find").split("-")[1]
+    with server.http() as client:
+        inbox = create_inbox(client, new_run_id("ui-search"))
+        server.send(inbox["address"], subject=f"Welcome {tag}", body=f"body-word-{tag} inside")
+        server.send(f"someone@gamil-{tag}.com", subject=f"Caught {tag}", body="typo domain")
+        assert wait(client, inbox["inbox_id"], timeout_s=5).json()["message"]
+
+        def rows(q: str) -> str:
+            page = client.get("/search", params={"q": q})
+            assert page.status_code == 200, (q, page.text[:500])
+            return page.text
+
+        by_body = rows(f"body-word-{tag}")
+        assert f"Welcome {tag}" in by_body and f"Caught {tag}" not in by_body
+        by_address = rows(f"gamil-{tag}.com")  # a plain word: in the addresses too
+        assert f"Caught {tag}" in by_address and "/v1/unrouted/cm_" in by_address
+        assert f"Welcome {tag}" not in by_address
+        caught_only = rows(f"{tag} is:caught")
+        assert f"Caught {tag}" in caught_only and f"Welcome {tag}" not in caught_only
+        negated = rows(f"{tag} -subject:caught")
+        assert f"Welcome {tag}" in negated and f"Caught {tag}" not in negated
+        # The API keeps its contract: its free words are subject and text only.
+        api = client.get("/v1/messages", params={"query": f"gamil-{tag}.com"}).json()
+        assert api["messages"] == []
+
+
+def test_search_page_explains_short_words_and_syntax_errors(server: Server) -> None:
+    """A two-letter word is left out with a note (never a 422); a bad term is explained."""
+    tag = new_run_id("short").split("-")[1]
+    with server.http() as client:
+        server.send(f"x@short-{tag}.test", subject=f"Short {tag} ok")
+        short = client.get("/search", params={"q": f"ok {tag}"})
+        assert short.status_code == 200
+        assert "Left out &#39;ok&#39;" in short.text and f"Short {tag} ok" in short.text
+        only_short = client.get("/search", params={"q": "ok"})
+        assert only_short.status_code == 200 and "Left out" in only_short.text
+        assert "No message matches" not in only_short.text  # nothing was searched
+        broken = client.get("/search", params={"q": 'subject:"unclosed'})
+        assert broken.status_code == 200 and "a quote is not closed" in broken.text
+        assert client.get("/search", params={"q": "is:nope"}).status_code == 200
+
+
+def test_every_page_has_a_search_box(server: Server) -> None:
+    """The header of each page holds a search form that goes to /search."""
+    with server.http() as client:
+        inbox, message_id = _hostile(server, client)
+        for path in ["/", f"/runs/{inbox['run_id']}", f"/messages/{message_id}", "/caught"]:
+            page = client.get(path).text
+            assert re.search(r'<form class="find" method="get" action="/search"', page), path
+        assert 'name="q"' in client.get("/search").text

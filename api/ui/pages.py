@@ -27,14 +27,17 @@ from api.errors import TABLE
 from api.live import download_type
 from api.ui import access
 from api.ui.render import frame_headers, inline_cids, offset, templates
+from api.ui.searchbox import left_out_note, read_box
 from sink import clock, ids
 from sink.agent import Agent
 from sink.errors import EvidenceReleased, NotFound, RunsinkError
 from sink.message import attachment_parts
 from sink.runtime import Runtime
-from sink.storage.base import FoundMessage, RunIndex
+from sink.search import MAX_QUERY_CHARS
+from sink.storage.base import Listed, RunIndex
 
 PAGE_SIZE = 50
+SEARCH_SHOWN = 200  # newest matches on the search page (the API pages through the rest)
 RAW_SHOWN_MAX = 512 * 1024  # bytes of raw source shown in the page (the rest: download)
 
 # The pages' own policy: our scripts and styles only, mail HTML only in a sandboxed frame
@@ -260,21 +263,32 @@ async def _caught_rows(request: Request, limit: int) -> list[CaughtRow]:
     ]
 
 
-async def _search_rows(request: Request, text: str, limit: int) -> list[FoundMessage]:
-    # A filter by address and subject until the search language (GET /v1/messages?query=)
-    # lands; then this calls it, and the page stays as it is.
-    return await _index(request).find_messages(text, limit)
-
-
 async def caught(request: Request) -> Response:
     rows = await _caught_rows(request, 200)
     return _page(request, "caught.html", items=rows, stream="/v1/events", nav="caught")
 
 
 async def search(request: Request) -> Response:
-    text = (request.query_params.get("q") or "").strip()[:200]
-    found = await _search_rows(request, text, 200) if text else []
-    return _page(request, "search.html", q=text, found=found, nav="search")
+    """The search language over delivered and caught mail (``searchbox.py`` says how the box
+    reads it); newest first, one page of ``SEARCH_SHOWN``."""
+    text = (request.query_params.get("q") or "").strip()[:MAX_QUERY_CHARS]
+    box = read_box(text)
+    found: list[Listed] = []
+    more = False
+    if box.query is not None:
+        page = await _runtime(request).mailbox.search_query(box.query, None, None, SEARCH_SHOWN)
+        found, more = page.items, page.has_more
+    return _page(
+        request,
+        "search.html",
+        q=text,
+        found=found,
+        more=more,
+        problem=box.problem,
+        left_out=left_out_note(box.left_out) if box.left_out else None,
+        searched=box.query is not None,
+        nav="search",
+    )
 
 
 # -- signing in --------------------------------------------------------------------------------
