@@ -47,6 +47,7 @@ from uvicorn.server import ServerState
 
 from api import hangup
 from sink import ids
+from sink.guidance import for_error
 
 MAX_TARGET_BYTES = 8 * 1024
 """The longest request target (path and query) answered; RFC 9112 3 recommends at least
@@ -154,7 +155,10 @@ def _answer(
 ) -> tuple[bytes, bytes]:
     """A whole JSON error response but its trace header, as (head, end and body): built once
     per distinct answer (a wave of timeouts writes thousands of the same one)."""
-    body = json.dumps({"error": {"code": code, "message": message, "details": {}}}).encode()
+    retry = dict(headers).get("Retry-After")
+    guided = for_error(code, status, retry_after=float(retry) if retry else None)
+    error = {"code": code, "message": message, "details": {}}
+    body = json.dumps({"error": error, **guided.fields()}).encode()
     lines = [
         f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
         "content-type: application/json",

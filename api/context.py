@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sink.guidance import Call
 from sink.tokens import Grant
 
 KEY = "runsink.context"
@@ -28,6 +29,9 @@ class RequestContext:
     message_id: str | None = None
     grant: Grant | None = None
     """Who the request is (its token's name and scope: api/auth.py); None on open paths."""
+    call: Call | None = None
+    """The MCP tool call this request is, once known whole (api/calls.py): error bodies
+    name it as the call to repeat or fix."""
 
     @property
     def trace(self) -> str:

@@ -9,13 +9,14 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from api.calls import call_of
 from api.context import context_of
 from api.schemas import ErrorBody, ErrorOut, RefusalOut, TroubleOut
 from sink import errors
 from sink.agent import UNREADABLE_RETRY_S
 from sink.clock import seconds_up
+from sink.guidance import Call, for_error
 from sink.logs import error as log_error
-from sink.vocabulary import NextAction, Status
 
 TABLE = errors.STATUS_AND_CODE
 
@@ -28,8 +29,22 @@ def error_response(
     message: str,
     details: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
+    call: Call | None = None,
 ) -> JSONResponse:
-    body = ErrorOut(error=ErrorBody(code=code, message=message, details=details or {}))
+    """An error body: ``error``, and what to do next (``sink/guidance.py``'s error table; the
+    call to repeat or fix is ``call``, when the request got far enough to say)."""
+    retry_header = (headers or {}).get("Retry-After")
+    guided = for_error(
+        code,
+        status,
+        call,
+        message=message,
+        details=details or {},
+        retry_after=float(retry_header) if retry_header and retry_header.isdigit() else None,
+    )
+    body = ErrorOut(
+        error=ErrorBody(code=code, message=message, details=details or {}), **guided.fields()
+    )
     return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
 
 
@@ -38,14 +53,14 @@ def trace_of(request: Request) -> str:
 
 
 def runsink_error(request: Request, exc: errors.RunsinkError) -> Response:
+    call = call_of(request.scope)
     if isinstance(exc, errors.OwnershipRefused):
+        guided = for_error(exc.reason, _REFUSAL_STATUS[exc.reason], call, message=exc.message)
         refusal = RefusalOut(
-            status="blocked",
             reason=exc.reason,
-            next_action="stop",
-            retry_after=None,
             trace_id=trace_of(request),
             error=ErrorBody(code=exc.reason, message=exc.message, details={}),
+            **guided.fields(),
         )
         return JSONResponse(
             refusal.model_dump(mode="json"), status_code=_REFUSAL_STATUS[exc.reason]
@@ -60,22 +75,22 @@ def runsink_error(request: Request, exc: errors.RunsinkError) -> Response:
                 headers = {
                     "WWW-Authenticate": f'Bearer error="insufficient_scope", scope="{exc.needed}"'
                 }
-            return error_response(status, code, exc.message, exc.details, headers)
+            return error_response(status, code, exc.message, exc.details, headers, call)
     return internal_error(request, exc)
 
 
 def trouble_response(request: Request, exc: errors.ProviderTrouble) -> Response:
     """503 with Retry-After, and (as an envelope would) what to do: wait, then retry."""
-    circuit = isinstance(exc, errors.CircuitOpen)
     wait_s = exc.retry_after if isinstance(exc, errors.CircuitOpen) else UNREADABLE_RETRY_S
     retry_after = max(0.1, seconds_up(wait_s))
+    guided = for_error(
+        exc.reason.value, 503, call_of(request.scope), message=exc.message, retry_after=retry_after
+    )
     body = TroubleOut(
-        status=Status.BLOCKED if circuit else Status.RETRYABLE,
         reason=exc.reason,
-        next_action=NextAction.WAIT_THEN_RETRY,
-        retry_after=retry_after,
         trace_id=trace_of(request),
         error=ErrorBody(code=exc.reason.value, message=exc.message, details=exc.details),
+        **guided.fields(),
     )
     return JSONResponse(
         body.model_dump(mode="json"),
@@ -91,11 +106,20 @@ def validation_error(request: Request, exc: ValidationError) -> Response:
     ]
     first = problems[0] if problems else {"field": "(body)", "problem": "invalid"}
     return error_response(
-        422, "invalid_request", f"{first['field']}: {first['problem']}", {"errors": problems}
+        422,
+        "invalid_request",
+        f"{first['field']}: {first['problem']}",
+        {"errors": problems},
+        call=call_of(request.scope),
     )
 
 
 def internal_error(request: Request, exc: BaseException) -> Response:
     # Never a stack trace on the wire; the log keeps the class name only (no content).
     log_error("internal_error", error=type(exc).__name__, trace_id=trace_of(request))
-    return error_response(500, "internal_error", "the server failed; the request can be retried")
+    return error_response(
+        500,
+        "internal_error",
+        "the server failed; the request can be retried",
+        call=call_of(request.scope),
+    )

@@ -44,7 +44,9 @@ from sink import scopes
 from sink.agent import Agent
 from sink.envelope import Envelope
 from sink.errors import InvalidRequest, RunsinkError
+from sink.guidance import Call
 from sink.mcp.server import Backend, Json, tools_server
+from sink.vocabulary import Tool
 
 
 class McpEndpoint:
@@ -108,6 +110,8 @@ class AgentBackend:
         self._trace = self._context.explicit_trace
 
     async def create_inbox(self, body: Json) -> Json:
+        self._context.call = Call(Tool.CREATE_INBOX, body)
+
         async def create() -> Json:
             given = CreateInboxIn.model_validate(body)
             self._note(run_id=given.run_id)
@@ -119,6 +123,8 @@ class AgentBackend:
         return await self._answer(create())
 
     async def wait_for_message(self, inbox_id: str, body: Json) -> Json:
+        self._context.call = Call(Tool.WAIT_FOR_MESSAGE, {"inbox_id": inbox_id, **body})
+
         async def wait() -> Json:
             self._note(inbox_id=inbox_id)
             await self._authority.check_inbox(self._grant, scopes.WAIT, inbox_id)
@@ -132,6 +138,13 @@ class AgentBackend:
         return await self._answer(wait())
 
     async def read_message(self, message_id: str, run_id: str | None) -> Json:
+        given = (
+            {"message_id": message_id}
+            if run_id is None
+            else {"message_id": message_id, "run_id": run_id}
+        )
+        self._context.call = Call(Tool.READ_MESSAGE, given)
+
         async def read() -> Json:
             self._note(run_id=run_id)
             await self._authority.check_message(self._grant, scopes.READ_MESSAGE, message_id)
@@ -143,6 +156,8 @@ class AgentBackend:
         return await self._answer(read())
 
     async def claim_message(self, message_id: str, body: Json) -> Json:
+        self._context.call = Call(Tool.CLAIM_MESSAGE, {"message_id": message_id, **body})
+
         async def claim() -> Json:
             given = ClaimIn.model_validate(body)
             if given.run_id is None:
@@ -155,6 +170,8 @@ class AgentBackend:
         return await self._answer(claim())
 
     async def get_run_report(self, run_id: str) -> Json:
+        self._context.call = Call(Tool.GET_RUN_REPORT, {"run_id": run_id})
+
         async def report() -> Json:
             self._note(run_id=run_id)
             self._authority.check_run(self._grant, scopes.REPORT, run_id)

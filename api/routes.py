@@ -13,6 +13,7 @@ from starlette.routing import Route
 
 from api import live
 from api.auth import Authority, grant_of, is_agent, route_op
+from api.calls import route_call
 from api.context import context_of, continue_trace
 from api.errors import error_response
 from api.inputs import model, named_run, parse_json, run_id_param
@@ -145,6 +146,7 @@ def _explicit_trace(request: Request) -> str | None:
 
 async def create_inbox(request: Request) -> Response:
     body = await _json_body(request)
+    context_of(request.scope).call = route_call(request.scope, body)
     given = _model(CreateInboxIn, body)
     key = request.headers.get("idempotency-key")
     if key is not None and not _IDEMPOTENCY_KEY.fullmatch(key):
@@ -252,7 +254,9 @@ async def attachment_response(raw: bytes, index: int) -> Response:
 
 async def claim_message(request: Request) -> Response:
     message_id = _message_id(request)
-    given = _model(ClaimIn, await _json_body(request, required=False))
+    body = await _json_body(request, required=False)
+    context_of(request.scope).call = route_call(request.scope, body)
+    given = _model(ClaimIn, body)
     run_id = _caller_run(request, given.run_id)
     if run_id is None:
         raise InvalidRequest(

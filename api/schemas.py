@@ -26,6 +26,8 @@ from sink.vocabulary import StateName as State
 from sink.vocabulary import StatusName as StatusT
 from sink.vocabulary import ToolName
 
+ErrorNextAction = Literal["fix_arguments", "stop", "wait_then_retry"]
+
 RunId = Annotated[str, StringConstraints(pattern=ids.anchored(ids.RUN_ID))]
 Purpose = Annotated[str, StringConstraints(pattern=ids.anchored(ids.PURPOSE))]
 PolicyName = Annotated[str, StringConstraints(pattern=ids.anchored(ids.POLICY_NAME))]
@@ -219,29 +221,39 @@ class RunTokenOut(_Response):
     expires_at: str
 
 
-class ErrorOut(_Response):
+class _Guided(_Response):
+    """What every error body says besides ``error``: what to do next (v3 agent guidance)."""
+
+    status: StatusT
+    next_action: ErrorNextAction
+    next_tool: ToolName | None = Field(
+        description="The MCP tool to call next: the same one, to fix (fix_arguments) or repeat "
+        "(wait_then_retry); null when a repeat cannot help."
+    )
+    next_arguments: dict[str, Any] | None = Field(
+        description="With wait_then_retry, this call's own arguments; otherwise null."
+    )
+    hint: str = Field(description="One sentence: what to do next and why.")
+    retry_after: float | None
+
+
+class ErrorOut(_Guided):
     error: ErrorBody
 
 
-class RefusalOut(_Response):
+class RefusalOut(_Guided):
     """An ownership refusal: nothing of the other run's inbox or mail."""
 
-    status: Literal["blocked"]
     reason: Literal["wrong_run", "claimed_by_other_run"]
-    next_action: Literal["stop"]
-    retry_after: None
     trace_id: str
     error: ErrorBody
 
 
-class TroubleOut(_Response):
+class TroubleOut(_Guided):
     """Provider trouble that no envelope can carry (the store could not be read, so there is
     no inbox to describe, or a message read failed): what to do, and the error."""
 
-    status: StatusT
     reason: Reason
-    next_action: NextAction
-    retry_after: float
     trace_id: str
     error: ErrorBody
 

@@ -69,7 +69,7 @@ def create_request(given: CreateInboxIn) -> CreateRequest:
 def wait_request(given: WaitIn, run_id: str | None) -> WaitRequest:
     """``run_id``: the calling run, as the transport names it (body, header or query)."""
     return WaitRequest(
-        timeout_s=given.timeout_s or 0.0,
+        timeout_s=given.timeout_s,
         cursor=given.cursor,
         match=match_from(given.match) if given.match is not None else None,
         run_id=run_id,

@@ -42,7 +42,7 @@ from api.replies import envelope_response
 from api.schemas import WaitIn
 from api.views import wait_request
 from sink import ids, scopes
-from sink.agent import Agent, WaitRequest
+from sink.agent import Agent, WaitRequest, wait_call
 from sink.errors import NotFound, RequestTooLarge, RunsinkError
 from sink.metrics import Metrics
 
@@ -76,7 +76,9 @@ class WaitEndpoint:
         wait = self._request(scope, context, await body())
         _forget_headers(scope)
         gate = self._gate
-        if wait.timeout_s > 0 and not gate.enter():
+        # An omitted timeout_s long-polls (the policy's long_poll_max_s).
+        long_poll = wait.timeout_s is None or wait.timeout_s > 0
+        if long_poll and not gate.enter():
             self._metrics.refused("http", "too_many_long_polls")
             return error_response(
                 503,
@@ -87,6 +89,8 @@ class WaitEndpoint:
         envelope = None
         try:
             work = self._agent.wait(inbox_id, wait, context.explicit_trace)
+            # Noted only now (a parked wait holds nothing more): an error names this call.
+            context.call = wait_call(inbox_id, wait)
             if hangup.listening(scope):  # in this task: no frame nor task of its own
                 with hangup.Hangup(scope) as hung:
                     envelope = await work
@@ -95,7 +99,7 @@ class WaitEndpoint:
             else:
                 envelope = await hangup.watched(receive, work)
         finally:
-            if wait.timeout_s > 0:
+            if long_poll:
                 gate.leave()
         if envelope is None:
             # The client went away: the long-poll ended, nothing was recorded for it.

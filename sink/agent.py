@@ -15,7 +15,7 @@ import json
 from collections.abc import Awaitable
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from sink import ids
 from sink.breaker import BreakerKey
@@ -41,6 +41,7 @@ from sink.errors import (
     UnknownPolicy,
 )
 from sink.guard import Guard
+from sink.guidance import Call, Known, guide, needs_inbox_count, needs_mail_check
 from sink.inbox import (
     Claim,
     Delivery,
@@ -67,8 +68,12 @@ from sink.storage.base import (
     StoredMessage,
     UnroutedMail,
 )
-from sink.vocabulary import NextAction, Reason, State, Status
+from sink.vocabulary import NextAction, Reason, State, Status, Tool
 from sink.waiters import Waiters
+
+T = TypeVar("T")
+# Answers of calls the provider did not answer: they keep (or set) last_error.
+_UNANSWERED = (Reason.PROVIDER_TIMEOUT, Reason.PROVIDER_ERROR, Reason.CIRCUIT_OPEN)
 
 # The store could not be read at all: retry this soon (the database may be back in a moment;
 # a second is what a 503 with Retry-After says too).
@@ -90,7 +95,7 @@ class CreateRequest:
 
 @dataclass(frozen=True, slots=True)
 class WaitRequest:
-    timeout_s: float = 0
+    timeout_s: float | None = None  # None: the policy's long_poll_max_s
     cursor: str | None = None
     match: Match | None = None
     run_id: str | None = None
@@ -171,6 +176,7 @@ class Agent:
         policy = self._settings.policy(policy_name)
         now = self._clock.now()
         local_part = self._ids.local_part()
+        request_json = json.dumps(body, sort_keys=True, separators=(",", ":"))
         inbox = Inbox.fresh(
             inbox_id=self._ids.inbox_id(),
             run_id=request.run_id,
@@ -182,13 +188,14 @@ class Agent:
             poll_budget=policy.budget(request.poll_budget),
             match=request.match,
             trace_id=trace or self._ids.trace_id(),
+            created_with=request_json,
         )
         idempotency_key = key or f"{request.purpose}:{request.run_id}"
         new = NewInbox(
             inbox=inbox,
             local_part=local_part,
             idempotency_key=idempotency_key,
-            request_json=json.dumps(body, sort_keys=True, separators=(",", ":")),
+            request_json=request_json,
             inboxes_per_purpose=policy.inboxes_per_purpose,
             retention_s=policy.retention_s,
         )
@@ -205,10 +212,7 @@ class Agent:
         )
         result = await self._store.create_inbox(new, created_event)
         if result.outcome == CreateOutcome.CONFLICT:
-            raise IdempotencyKeyConflict(
-                f"Idempotency-Key {idempotency_key!r} was used with another body",
-                {"idempotency_key": idempotency_key},
-            )
+            raise _conflict(request, key)
         if result.outcome == CreateOutcome.FORBIDDEN:
             raise PolicyForbids(
                 f"policy {policy_name!r} allows {policy.inboxes_per_purpose} inbox(es) per purpose "
@@ -229,13 +233,16 @@ class Agent:
         )
         capped = policy.capped(request.ttl_s, request.poll_budget)
         envelope = replace(await self._describe(stored, now, trace_id), replayed=replayed)
+        envelope = await self._finish(envelope, Call(Tool.CREATE_INBOX, body), stored)
         return Created(envelope, replayed, capped)
 
     async def get(self, inbox_id: str, trace: str | None, run_id: str | None = None) -> Envelope:
         try:
-            return await self._get(inbox_id, trace, run_id)
+            envelope = await self._get(inbox_id, trace, run_id)
         except ProviderTrouble as exc:
-            return self._unreadable(exc, "get", self._known.inbox(inbox_id), run_id, trace)
+            envelope = self._unreadable(exc, "get", self._known.inbox(inbox_id), run_id, trace)
+        # GET has no tool of its own: a wait is what an agent calls to see the inbox.
+        return await self._finish(envelope, wait_call(inbox_id, WaitRequest(run_id=run_id)))
 
     async def _get(self, inbox_id: str, trace: str | None, run_id: str | None) -> Envelope:
         inbox = await self._load(inbox_id)
@@ -249,10 +256,11 @@ class Agent:
     async def wait(self, inbox_id: str, request: WaitRequest, trace: str | None) -> Envelope:
         cursor_seq = None if request.cursor is None else ids.decode_cursor(inbox_id, request.cursor)
         try:
-            return await self._wait(inbox_id, cursor_seq, request, trace)
+            envelope = await self._wait(inbox_id, cursor_seq, request, trace)
         except ProviderTrouble as exc:
             known = self._known.inbox(inbox_id)
-            return self._unreadable(exc, "wait", known, request.run_id, trace)
+            envelope = self._unreadable(exc, "wait", known, request.run_id, trace)
+        return await self._finish(envelope, wait_call(inbox_id, request))
 
     async def _wait(
         self, inbox_id: str, cursor_seq: int | None, request: WaitRequest, trace: str | None
@@ -289,7 +297,11 @@ class Agent:
 
                 # A half-open probe is a short look: one scan, no long-poll, so the breaker
                 # learns at once whether the provider answers.
-                timeout_s = 0.0 if attempt.probe else request.timeout_s
+                timeout_s = request.timeout_s
+                if timeout_s is None:  # omitted: as long as the policy lets a wait last
+                    timeout_s = policy.long_poll_max_s
+                if attempt.probe:
+                    timeout_s = 0.0
                 deadline = started + max(
                     0.0, min(timeout_s, policy.long_poll_max_s, inbox.expires_at - started)
                 )
@@ -363,9 +375,11 @@ class Agent:
 
     async def claim(self, message_id: str, run_id: str, trace: str | None) -> Envelope:
         try:
-            return await self._claim(message_id, run_id, trace)
+            envelope = await self._claim(message_id, run_id, trace)
         except ProviderTrouble as exc:
-            return self._unreadable(exc, "claim", self._known.inbox_of(message_id), run_id, trace)
+            known = self._known.inbox_of(message_id)
+            envelope = self._unreadable(exc, "claim", known, run_id, trace)
+        return await self._finish(envelope, claim_call(message_id, run_id))
 
     async def _claim(self, message_id: str, run_id: str, trace: str | None) -> Envelope:
         delivery = await self._delivery(message_id)
@@ -542,7 +556,10 @@ class Agent:
             raise
         except ProviderTrouble as exc:
             self._metrics.provider_failure("read", exc.reason)
+            await self._best_effort(self._store.set_last_error(inbox.inbox_id, exc.reason))
             raise
+        if inbox.last_error is not None:  # the provider answered this read
+            await self._best_effort(self._store.set_last_error(inbox.inbox_id, None))
         return stored, inbox
 
     async def messages(
@@ -623,6 +640,50 @@ class Agent:
             can_create = await self._can_create_another(inbox, self._policy(inbox))
         return describe(current, now, can_create, trace_id)
 
+    async def _finish(self, envelope: Envelope, call: Call, inbox: Inbox | None = None) -> Envelope:
+        """The answer as sent: ``last_error`` settled, then the guidance."""
+        if envelope.last_error is not None and envelope.reason not in _UNANSWERED:
+            # The provider answered this call: the last error is no longer the latest news.
+            await self._best_effort(self._store.set_last_error(envelope.inbox_id, None))
+            envelope = replace(envelope, last_error=None)
+        return await self._guided(envelope, call, inbox)
+
+    async def _guided(self, envelope: Envelope, call: Call, inbox: Inbox | None = None) -> Envelope:
+        """``envelope`` with next_tool, next_arguments and hint (``sink/guidance.py``), from
+        what this process knows of the inbox; the store is asked only what the hint needs,
+        and a store that cannot answer leaves the hint less specific, never the answer."""
+        inbox = inbox or self._known.inbox(envelope.inbox_id)
+        if inbox is None:  # the answer came without the inbox loaded (never in practice)
+            known = Known(now=self._clock.now(), created_at=self._clock.now())
+            return guide(envelope, call, known)
+        policy = self._policy(inbox)
+        mail_seen = True
+        if needs_mail_check(envelope) and inbox.cursor_seq == 0:
+            seen = await self._quietly(self._store.deliveries_after(inbox.inbox_id, 0, 1))
+            mail_seen = seen is None or bool(seen)
+        inboxes_left = None
+        if needs_inbox_count(envelope):
+            used = await self._quietly(self._store.count_inboxes(inbox.run_id, inbox.purpose))
+            if used is not None:
+                inboxes_left = max(0, policy.inboxes_per_purpose - used)
+        known = Known(
+            now=self._clock.now(),
+            created_at=inbox.created_at,
+            created_with=inbox.created_with,
+            hint_after_s=policy.hint_after_s,
+            mail_seen=mail_seen,
+            inboxes_left=inboxes_left,
+        )
+        return guide(envelope, call, known)
+
+    async def _quietly(self, work: Awaitable[T]) -> T | None:
+        """``work``'s result, or None when the store fails or is slow (bookkeeping for a hint)."""
+        try:
+            return await asyncio.wait_for(work, 1.0)
+        except Exception as exc:
+            log("bookkeeping_failed", error=type(exc).__name__)
+            return None
+
     async def _can_create_another(self, inbox: Inbox, policy: Policy) -> bool:
         used = await self._store.count_inboxes(inbox.run_id, inbox.purpose)
         return used < policy.inboxes_per_purpose
@@ -646,6 +707,40 @@ class Agent:
             await asyncio.wait_for(work, 1.0)
         except Exception as exc:  # bookkeeping must never turn an answer into a 500
             log("bookkeeping_failed", error=type(exc).__name__)
+
+
+def wait_call(inbox_id: str, request: WaitRequest) -> Call:
+    """A wait as the wait_for_message call it is, with the arguments it was given."""
+    arguments: dict[str, Any] = {"inbox_id": inbox_id}
+    if request.run_id is not None:
+        arguments["run_id"] = request.run_id
+    if request.timeout_s is not None:
+        arguments["timeout_s"] = request.timeout_s
+    if request.cursor is not None:
+        arguments["cursor"] = request.cursor
+    if request.match is not None:
+        arguments["match"] = request.match.as_dict()
+    return Call(Tool.WAIT_FOR_MESSAGE, arguments)
+
+
+def claim_call(message_id: str, run_id: str) -> Call:
+    return Call(Tool.CLAIM_MESSAGE, {"message_id": message_id, "run_id": run_id})
+
+
+def _conflict(request: CreateRequest, key: str | None) -> IdempotencyKeyConflict:
+    """A create whose key names a live inbox made with other arguments (worded for the
+    caller who never sent a key: an MCP agent, or HTTP without Idempotency-Key)."""
+    if key is None:
+        return IdempotencyKeyConflict(
+            f"run {request.run_id!r} and purpose {request.purpose!r} already have a live inbox "
+            "created with other arguments: repeat the earlier arguments, or use another purpose",
+            {"run_id": request.run_id, "purpose": request.purpose},
+        )
+    return IdempotencyKeyConflict(
+        f"Idempotency-Key {key!r} names a live inbox created with another body: repeat the "
+        "earlier body, or use another key",
+        {"idempotency_key": key},
+    )
 
 
 def _polled_event(inbox: Inbox, after: Inbox, look: Look, started: float) -> Event:

@@ -67,6 +67,9 @@ class Envelope:
     unmatched: tuple[Unmatched, ...] = ()
     rescan_cursor: str | None = None
     near_misses: tuple[NearMiss, ...] = ()
+    # Not on the wire: the newest matching unclaimed delivery when newer_matching > 0, so
+    # the guidance can send a claim to it (the newest of a resend usually holds the code).
+    newest_matching: str | None = None
 
 
 def describe(inbox: Inbox, now: float, can_create_another: bool, trace_id: str) -> Envelope:

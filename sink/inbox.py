@@ -121,6 +121,9 @@ class Inbox:
     last_poll_at: float | None = None
     last_poll_latency_ms: float | None = None
     released_at: float | None = None
+    # The create_inbox arguments as the caller gave them (canonical JSON): what agent
+    # guidance repeats to make the run's next inbox. None for inboxes made before v3.
+    created_with: str | None = None
 
     @classmethod
     def fresh(
@@ -136,6 +139,7 @@ class Inbox:
         poll_budget: int,
         trace_id: str,
         match: Match | None = None,
+        created_with: str | None = None,
     ) -> Inbox:
         """A just-created inbox: no poll spent, no cursor, no evidence; its lease starts now."""
         return cls(
@@ -155,6 +159,7 @@ class Inbox:
             evidence=None,
             match=match or Match(),
             trace_id=trace_id,
+            created_with=created_with,
         )
 
     @property
@@ -240,6 +245,7 @@ def after_poll(
         "next_poll_at": next_poll_at,
         "last_poll_at": started,
         "last_poll_latency_ms": round((ended - started) * 1000, 3),
+        "last_error": None,  # the provider answered this poll
     }
     if result.found is not None:
         found = result.found

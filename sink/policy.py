@@ -40,6 +40,7 @@ class Policy:
     max_message_bytes: int = 26214400
     catch_all_retention_s: int = 86400  # caught mail is kept this long (the default policy's)
     agent_body: str = "on_request"  # or "never": agents get the evidence only
+    hint_after_s: float = 60.0  # v3: when a hint says that no mail has arrived at all
     allow_faults: bool = True
 
     def poll_interval(self, polls_spent: int) -> float:
@@ -99,6 +100,7 @@ _FLOAT_KEYS = {
     "provider_deadline_s",
     "breaker_cooldown_s",
     "breaker_cooldown_max_s",
+    "hint_after_s",
 }
 _KEYS = {f.name for f in fields(Policy)} - {"name", "allow_faults"}
 
@@ -115,6 +117,7 @@ _MAXIMUM: dict[str, int] = {
     "provider_deadline_s": _TEN_YEARS_S,
     "breaker_cooldown_s": _TEN_YEARS_S,
     "breaker_cooldown_max_s": _TEN_YEARS_S,
+    "hint_after_s": _TEN_YEARS_S,
     "poll_interval_s": _TEN_YEARS_S,
     "poll_budget": _MILLION,
     "breaker_failure_threshold": _MILLION,

@@ -64,6 +64,13 @@ breaker_cooldown_max_s = 1.0
 [policy.small]
 poll_interval_s = [0]
 max_message_bytes = 2048
+
+[policy.guided]
+# Agent guidance (v3): a short long-poll and an early "no mail at all".
+poll_interval_s = [0]
+long_poll_max_s = 1.5
+hint_after_s = 1
+inboxes_per_purpose = 2
 """
 
 

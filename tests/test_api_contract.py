@@ -280,8 +280,12 @@ def test_wrong_run_is_403_and_leaks_nothing(server: Server) -> None:
         )
     body = response.json()
     assert response.status_code == 403
-    assert set(body) == {"status", "reason", "next_action", "retry_after", "trace_id", "error"}
+    assert set(body) == {
+        "status", "reason", "next_action", "retry_after", "trace_id", "error",
+        "next_tool", "next_arguments", "hint",
+    }  # fmt: skip
     assert (body["status"], body["reason"], body["next_action"]) == ("blocked", "wrong_run", "stop")
+    assert (body["next_tool"], body["next_arguments"]) == (None, None)
     assert inbox["address"] not in response.text and inbox["inbox_id"] not in response.text
 
 

@@ -25,6 +25,7 @@ from sink.storage.base import CreateOutcome, Delivered, Event, Incoming, NewInbo
 from sink.storage.memory import MemoryStore
 from sink.storage.postgres import PostgresStore
 from sink.storage.sqlite import SQLiteStore
+from sink.vocabulary import Reason
 
 T = TypeVar("T")
 Opener = Callable[[Path], AbstractAsyncContextManager[Storage]]
@@ -170,6 +171,38 @@ def test_the_same_key_with_another_body_is_a_conflict(backend: Backend) -> None:
         return (await store.create_inbox(other, created_event(other))).outcome
 
     assert backend.run(scenario) == CreateOutcome.CONFLICT
+
+
+def test_an_inbox_keeps_the_arguments_it_was_created_with(backend: Backend) -> None:
+    """An inbox loads with the create arguments it was stored with (v3: create_new_inbox)."""
+    given = '{"match":{"subject_contains":"Code"},"purpose":"signup","run_id":"run-1","ttl_s":60}'
+
+    async def scenario(store: Storage) -> tuple[str | None, str | None]:
+        new = new_inbox()
+        new = replace(new, inbox=replace(new.inbox, created_with=given))
+        created = await store.create_inbox(new, created_event(new))
+        loaded = await store.load_inbox(new.inbox.inbox_id)
+        assert created.inbox is not None and loaded is not None
+        return created.inbox.created_with, loaded.created_with
+
+    assert backend.run(scenario) == (given, given)
+
+
+def test_a_key_whose_inbox_expired_is_judged_only_by_inboxes_per_purpose(backend: Backend) -> None:
+    """Once its inbox expired, a key takes another body: the run's next inbox, then replays."""
+
+    async def scenario(store: Storage) -> list[str]:
+        first = new_inbox(key="k")
+        await store.create_inbox(first, created_event(first))
+        await store.expire(first.inbox.expire(Reason.LEASE, clock.now()), 86400)
+        other = replace(new_inbox(key="k"), request_json='{"other":1}')
+        again = replace(new_inbox(key="k"), request_json='{"other":1}')
+        return [
+            (await store.create_inbox(other, created_event(other))).outcome,
+            (await store.create_inbox(again, created_event(again))).outcome,
+        ]
+
+    assert backend.run(scenario) == [CreateOutcome.CREATED, CreateOutcome.REPLAYED]
 
 
 def test_inboxes_per_purpose_holds_under_concurrency(backend: Backend) -> None:

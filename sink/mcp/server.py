@@ -20,7 +20,9 @@ from mcp.shared.exceptions import MCPError
 
 from sink import __version__, ids
 from sink.mcp.answers import for_agent, read_options_refused
+from sink.guidance import Call, for_error
 from sink.mcp.tools import INSTRUCTIONS, TOOLS, ToolSpec
+from sink.vocabulary import Tool
 
 Json = dict[str, Any]
 
@@ -51,9 +53,20 @@ class Backend(Protocol):
 BackendFor = Callable[[Any], Backend]
 
 
-def error_body(code: str, message: str, details: Json | None = None) -> Json:
-    """The HTTP API's error shape: ``{"error": {"code", "message", "details"}}``."""
-    return {"error": {"code": code, "message": message, "details": details or {}}}
+def error_body(
+    code: str,
+    message: str,
+    details: Json | None = None,
+    call: Call | None = None,
+    http_status: int = 400,
+) -> Json:
+    """The HTTP API's error shape: ``{"error": {"code", "message", "details"}}`` and what to
+    do next (``sink/guidance.py``), for an error this side finds before any server answers."""
+    guided = for_error(code, http_status, call, message=message, details=details or {})
+    return {
+        "error": {"code": code, "message": message, "details": details or {}},
+        **guided.fields(),
+    }
 
 
 def tools_server(backend_for: BackendFor) -> Server[Any]:
@@ -73,7 +86,7 @@ def tools_server(backend_for: BackendFor) -> Server[Any]:
         if spec is None:
             raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name!r}")
         arguments = {k: v for k, v in (params.arguments or {}).items() if v is not None}
-        refused = check_arguments(spec, arguments)
+        refused = check_arguments(spec, arguments, Call(Tool(spec.name)))
         if refused is not None:
             return tool_result(refused)
         answer = await _dispatch(backend_for(ctx.request), spec.name, arguments)
@@ -89,7 +102,7 @@ def tools_server(backend_for: BackendFor) -> Server[Any]:
     )
 
 
-def check_arguments(spec: ToolSpec, arguments: Json) -> Json | None:
+def check_arguments(spec: ToolSpec, arguments: Json, call: Call | None = None) -> Json | None:
     """The error body for arguments no transport could send, else None.
 
     Unknown arguments are refused (a typo must not be ignored), and every argument the
@@ -103,6 +116,7 @@ def check_arguments(spec: ToolSpec, arguments: Json) -> Json | None:
                 "invalid_request",
                 f"{name}: unknown argument; {spec.name} takes {', '.join(known)}",
                 {"field": name},
+                call,
             )
     if spec.name == "read_message":
         problem = read_options_refused(arguments)
@@ -112,27 +126,32 @@ def check_arguments(spec: ToolSpec, arguments: Json) -> Json | None:
     required = spec.input_schema["required"]
     for name in spec.url_args:
         if name in arguments:
-            refused = _check_url_arg(name, arguments[name])
+            refused = _check_url_arg(name, arguments[name], call)
             if refused is not None:
                 return refused
         elif name in required:
-            return error_body("invalid_request", f"{name}: a value is required", {"field": name})
+            return error_body(
+                "invalid_request", f"{name}: a value is required", {"field": name}, call
+            )
     return None
 
 
-def _check_url_arg(name: str, value: object) -> Json | None:
+def _check_url_arg(name: str, value: object, call: Call | None) -> Json | None:
     if not isinstance(value, str):
-        return error_body("invalid_request", f"{name}: expected a string", {"field": name})
+        return error_body("invalid_request", f"{name}: expected a string", {"field": name}, call)
     if name == "run_id":
         if _RUN_ID.fullmatch(value):
             return None
         return error_body(
-            "invalid_request", "run_id: a run_id is 1-128 chars of A-Za-z0-9._:-", {"field": name}
+            "invalid_request",
+            "run_id: a run_id is 1-128 chars of A-Za-z0-9._:-",
+            {"field": name},
+            call,
         )
     pattern, noun = _IDS[name]
     if pattern.fullmatch(value):
         return None
-    return error_body("not_found", f"no {noun} {value[:64]!r}")
+    return error_body("not_found", f"no {noun} {value[:64]!r}", None, call, 404)
 
 
 def tool_result(body: Json) -> types.CallToolResult:

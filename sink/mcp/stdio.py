@@ -15,7 +15,9 @@ import httpx
 from mcp.server.stdio import stdio_server
 
 from sink import __version__, logs
+from sink.guidance import Call
 from sink.mcp.server import Backend, Json, error_body, tools_server
+from sink.vocabulary import Tool
 
 _TIMEOUT_S = 30.0
 # A long-poll holds its request open for up to timeout_s (server-capped): read beyond it.
@@ -30,26 +32,33 @@ class HttpBackend:
         self._client = client
 
     async def create_inbox(self, body: Json) -> Json:
-        return await self._call("POST", "/v1/inboxes", json=body)
+        call = Call(Tool.CREATE_INBOX, body)
+        return await self._call(call, "POST", "/v1/inboxes", json=body)
 
     async def wait_for_message(self, inbox_id: str, body: Json) -> Json:
+        call = Call(Tool.WAIT_FOR_MESSAGE, {"inbox_id": inbox_id, **body})
         seconds = _TIMEOUT_S + _LONG_POLL_MARGIN_S + _wait_seconds(body.get("timeout_s"))
-        return await self._call(
-            "POST", f"/v1/inboxes/{_segment(inbox_id)}/wait", json=body, seconds=seconds
-        )
+        path = f"/v1/inboxes/{_segment(inbox_id)}/wait"
+        return await self._call(call, "POST", path, json=body, seconds=seconds)
 
     async def read_message(self, message_id: str, run_id: str | None) -> Json:
         params = {} if run_id is None else {"run_id": run_id}
-        return await self._call("GET", f"/v1/messages/{_segment(message_id)}", params=params)
+        call = Call(Tool.READ_MESSAGE, {"message_id": message_id, **params})
+        path = f"/v1/messages/{_segment(message_id)}"
+        return await self._call(call, "GET", path, params=params)
 
     async def claim_message(self, message_id: str, body: Json) -> Json:
-        return await self._call("POST", f"/v1/messages/{_segment(message_id)}/claim", json=body)
+        call = Call(Tool.CLAIM_MESSAGE, {"message_id": message_id, **body})
+        path = f"/v1/messages/{_segment(message_id)}/claim"
+        return await self._call(call, "POST", path, json=body)
 
     async def get_run_report(self, run_id: str) -> Json:
-        return await self._call("GET", f"/v1/runs/{_segment(run_id)}")
+        call = Call(Tool.GET_RUN_REPORT, {"run_id": run_id})
+        return await self._call(call, "GET", f"/v1/runs/{_segment(run_id)}")
 
     async def _call(
         self,
+        call: Call,
         method: str,
         path: str,
         json: Json | None = None,
@@ -62,12 +71,17 @@ class HttpBackend:
             )
         except httpx.TimeoutException:
             return error_body(
-                "server_unreachable", f"runsink at {self._client.base_url} did not answer in time"
+                "server_unreachable",
+                f"runsink at {self._client.base_url} did not answer in time",
+                call=call,
+                http_status=504,
             )
         except httpx.TransportError as exc:
             return error_body(
                 "server_unreachable",
                 f"cannot reach runsink at {self._client.base_url} ({type(exc).__name__})",
+                call=call,
+                http_status=502,
             )
         try:
             body: Any = response.json()
@@ -78,6 +92,8 @@ class HttpBackend:
                 "unexpected_response",
                 f"{method} {path}: HTTP {response.status_code} without a JSON object",
                 {"status": response.status_code},
+                call,
+                502,
             )
         return body
 
@@ -88,6 +104,8 @@ def _segment(value: str) -> str:
 
 
 def _wait_seconds(given: object) -> float:
+    if given is None:  # the server's long_poll_max_s, which this side does not know
+        return _MAX_WAIT_S
     if isinstance(given, bool) or not isinstance(given, int | float) or not math.isfinite(given):
         return 0.0
     return min(max(float(given), 0.0), _MAX_WAIT_S)

@@ -210,7 +210,7 @@ class Store(Protocol):
     async def claim(self, delivery: Delivery, claim: Claim, after: Inbox) -> Claim:
         """Claim atomically; returns the claim that stands (ours, or one made before)."""
 
-    async def set_last_error(self, inbox_id: str, code: str) -> None: ...
+    async def set_last_error(self, inbox_id: str, code: str | None) -> None: ...
 
     async def expire(self, inbox: Inbox, retention_s: int) -> None:
         """Persist an expiry (idempotent) with its event."""

@@ -117,10 +117,11 @@ class MemoryStore:
         known = self._keys.get(new.idempotency_key)
         if known is not None:
             request_json, inbox_id = known
-            if request_json != new.request_json:
-                return CreateResult(CreateOutcome.CONFLICT)
             existing = self._load(inbox_id)
+            # Once the key's inbox has expired, only inboxes_per_purpose judges the key.
             if existing.effective(inbox.created_at).state is not State.EXPIRED:
+                if request_json != new.request_json:
+                    return CreateResult(CreateOutcome.CONFLICT)
                 return CreateResult(CreateOutcome.REPLAYED, existing)
         count = self._count(inbox.run_id, inbox.purpose)
         if count >= new.inboxes_per_purpose:
@@ -182,7 +183,7 @@ class MemoryStore:
             self._events.append(expired_event(after))
         return True
 
-    async def set_last_error(self, inbox_id: str, code: str) -> None:
+    async def set_last_error(self, inbox_id: str, code: str | None) -> None:
         self._check()
         row = self._inboxes.get(inbox_id)
         if row is not None:

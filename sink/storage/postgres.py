@@ -427,12 +427,13 @@ class PostgresStore:
                     new.idempotency_key,
                 )
                 assert row is not None  # keys are never deleted
-                if row["request_json"] != new.request_json:
-                    return CreateResult(CreateOutcome.CONFLICT)
                 existing = await _load_inbox(db, row["inbox_id"])
+                # Once the key's inbox has expired, only inboxes_per_purpose judges the key.
                 if existing is not None:
                     current = existing.effective(inbox.created_at)
                     if current.state is not State.EXPIRED:
+                        if row["request_json"] != new.request_json:
+                            return CreateResult(CreateOutcome.CONFLICT)
                         return CreateResult(CreateOutcome.REPLAYED, existing)
             used = await db.fetchval(
                 """INSERT INTO purpose_counts (run_id, purpose, used) VALUES ($1, $2, 1)
@@ -453,9 +454,10 @@ class PostgresStore:
             await db.execute(
                 """INSERT INTO inboxes (inbox_id, run_id, purpose, local_part, address, policy,
                        created_at, expires_at, poll_budget, polls_used, cursor_seq, state,
-                       match_json, trace_id, evidence_release_at, last_change_reason)
+                       match_json, trace_id, evidence_release_at, last_change_reason,
+                       created_with)
                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, 0, 'created', $10, $11, $12,
-                           'created')""",
+                           'created', $13)""",
                 inbox.inbox_id,
                 inbox.run_id,
                 inbox.purpose,
@@ -468,12 +470,14 @@ class PostgresStore:
                 json.dumps(inbox.match.as_dict()),
                 inbox.trace_id,
                 inbox.expires_at + new.retention_s,
+                inbox.created_with,
             )
             if mine is None:
                 await db.execute(
-                    "UPDATE idempotency SET inbox_id = $2 WHERE key = $1",
+                    "UPDATE idempotency SET inbox_id = $2, request_json = $3 WHERE key = $1",
                     new.idempotency_key,
                     inbox.inbox_id,
+                    new.request_json,
                 )
             await _insert_events(db, [event])
             return CreateResult(CreateOutcome.CREATED, inbox)
@@ -606,7 +610,7 @@ class PostgresStore:
         )
         return [inbox_from_row(row) for row in rows]
 
-    async def set_last_error(self, inbox_id: str, code: str) -> None:
+    async def set_last_error(self, inbox_id: str, code: str | None) -> None:
         async def work(db: Connection) -> None:
             await db.execute(
                 "UPDATE inboxes SET last_error = $1 WHERE inbox_id = $2", code, inbox_id

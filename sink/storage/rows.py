@@ -68,6 +68,7 @@ def inbox_from_row(row: Row) -> Inbox:
         last_poll_at=row["last_poll_at"],
         last_poll_latency_ms=row["last_poll_latency_ms"],
         released_at=row["released_at"],
+        created_with=row["created_with"],
     )
 
 

@@ -394,12 +394,13 @@ class SQLiteStore:
                 )
             )
             if rows:
-                if rows[0]["request_json"] != new.request_json:
-                    return CreateResult(CreateOutcome.CONFLICT)
                 existing = _load_inbox(db, rows[0]["inbox_id"])
+                # Once the key's inbox has expired, only inboxes_per_purpose judges the key.
                 if existing is not None:
                     current = existing.effective(inbox.created_at)
                     if current.state is not State.EXPIRED:
+                        if rows[0]["request_json"] != new.request_json:
+                            return CreateResult(CreateOutcome.CONFLICT)
                         return CreateResult(CreateOutcome.REPLAYED, existing)
             count = _count(db, inbox.run_id, inbox.purpose)
             if count >= new.inboxes_per_purpose:
@@ -407,8 +408,9 @@ class SQLiteStore:
             db.execute(
                 """INSERT INTO inboxes (inbox_id, run_id, purpose, local_part, address, policy,
                        created_at, expires_at, poll_budget, polls_used, cursor_seq, state,
-                       match_json, trace_id, evidence_release_at, last_change_reason)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, 'created', ?, ?, ?, 'created')""",
+                       match_json, trace_id, evidence_release_at, last_change_reason,
+                       created_with)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, 'created', ?, ?, ?, 'created', ?)""",
                 (
                     inbox.inbox_id,
                     inbox.run_id,
@@ -422,11 +424,13 @@ class SQLiteStore:
                     json.dumps(inbox.match.as_dict()),
                     inbox.trace_id,
                     inbox.expires_at + new.retention_s,
+                    inbox.created_with,
                 ),
             )
             db.execute(
                 """INSERT INTO idempotency (key, request_json, inbox_id) VALUES (?, ?, ?)
-                   ON CONFLICT (key) DO UPDATE SET inbox_id = excluded.inbox_id""",
+                   ON CONFLICT (key) DO UPDATE SET inbox_id = excluded.inbox_id,
+                       request_json = excluded.request_json""",
                 (new.idempotency_key, new.request_json, inbox.inbox_id),
             )
             _insert_events(db, [event])
@@ -517,7 +521,7 @@ class SQLiteStore:
         )
         return [inbox_from_row(row) for row in rows]
 
-    async def set_last_error(self, inbox_id: str, code: str) -> None:
+    async def set_last_error(self, inbox_id: str, code: str | None) -> None:
         def work(db: sqlite3.Connection) -> None:
             db.execute("UPDATE inboxes SET last_error = ? WHERE inbox_id = ?", (code, inbox_id))
 
