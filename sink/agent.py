@@ -72,8 +72,6 @@ from sink.vocabulary import NextAction, Reason, State, Status, Tool
 from sink.waiters import Waiters
 
 T = TypeVar("T")
-# Answers of calls the provider did not answer: they keep (or set) last_error.
-_UNANSWERED = (Reason.PROVIDER_TIMEOUT, Reason.PROVIDER_ERROR, Reason.CIRCUIT_OPEN)
 
 # The store could not be read at all: retry this soon (the database may be back in a moment;
 # a second is what a 503 with Retry-After says too).
@@ -233,7 +231,7 @@ class Agent:
         )
         capped = policy.capped(request.ttl_s, request.poll_budget)
         envelope = replace(await self._describe(stored, now, trace_id), replayed=replayed)
-        envelope = await self._finish(envelope, Call(Tool.CREATE_INBOX, body), stored)
+        envelope = await self._guided(envelope, Call(Tool.CREATE_INBOX, body), stored)
         return Created(envelope, replayed, capped)
 
     async def get(self, inbox_id: str, trace: str | None, run_id: str | None = None) -> Envelope:
@@ -242,7 +240,7 @@ class Agent:
         except ProviderTrouble as exc:
             envelope = self._unreadable(exc, "get", self._known.inbox(inbox_id), run_id, trace)
         # GET has no tool of its own: a wait is what an agent calls to see the inbox.
-        return await self._finish(envelope, wait_call(inbox_id, WaitRequest(run_id=run_id)))
+        return await self._guided(envelope, wait_call(inbox_id, WaitRequest(run_id=run_id)))
 
     async def _get(self, inbox_id: str, trace: str | None, run_id: str | None) -> Envelope:
         inbox = await self._load(inbox_id)
@@ -260,7 +258,7 @@ class Agent:
         except ProviderTrouble as exc:
             known = self._known.inbox(inbox_id)
             envelope = self._unreadable(exc, "wait", known, request.run_id, trace)
-        return await self._finish(envelope, wait_call(inbox_id, request))
+        return await self._guided(envelope, wait_call(inbox_id, request))
 
     async def _wait(
         self, inbox_id: str, cursor_seq: int | None, request: WaitRequest, trace: str | None
@@ -379,7 +377,7 @@ class Agent:
         except ProviderTrouble as exc:
             known = self._known.inbox_of(message_id)
             envelope = self._unreadable(exc, "claim", known, run_id, trace)
-        return await self._finish(envelope, claim_call(message_id, run_id))
+        return await self._guided(envelope, claim_call(message_id, run_id))
 
     async def _claim(self, message_id: str, run_id: str, trace: str | None) -> Envelope:
         delivery = await self._delivery(message_id)
@@ -413,6 +411,8 @@ class Agent:
             # Lost a race: someone claimed it between our read and our write.
             return self._claimed_before(inbox, delivery, standing, run_id, now, trace_id)
         self._metrics.claim("claimed")
+        if inbox.last_error is not None:  # the provider answered this claim
+            await self._best_effort(self._store.set_last_error(inbox.inbox_id, None))
         log(
             "claimed",
             run_id=run_id,
@@ -639,14 +639,6 @@ class Agent:
         if current.state is State.EXPIRED:
             can_create = await self._can_create_another(inbox, self._policy(inbox))
         return describe(current, now, can_create, trace_id)
-
-    async def _finish(self, envelope: Envelope, call: Call, inbox: Inbox | None = None) -> Envelope:
-        """The answer as sent: ``last_error`` settled, then the guidance."""
-        if envelope.last_error is not None and envelope.reason not in _UNANSWERED:
-            # The provider answered this call: the last error is no longer the latest news.
-            await self._best_effort(self._store.set_last_error(envelope.inbox_id, None))
-            envelope = replace(envelope, last_error=None)
-        return await self._guided(envelope, call, inbox)
 
     async def _guided(self, envelope: Envelope, call: Call, inbox: Inbox | None = None) -> Envelope:
         """``envelope`` with next_tool, next_arguments and hint (``sink/guidance.py``), from

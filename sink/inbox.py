@@ -287,4 +287,5 @@ def after_claim(inbox: Inbox, delivery: Delivery, claim: Claim) -> Inbox:
         reason=None,
         evidence=evidence,
         cursor_seq=max(inbox.cursor_seq, delivery.seq),
+        last_error=None,  # the provider answered this claim
     )

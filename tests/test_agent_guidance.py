@@ -132,7 +132,7 @@ def test_error_bodies_say_what_to_do(server: Server) -> None:
 
 
 def test_a_failed_read_repeats_itself_and_success_clears_last_error(server: Server) -> None:
-    """Provider trouble names the same call; last_error stays only until a call succeeds."""
+    """Provider trouble names the same call; last_error lasts until a call the provider answers."""
     run_id = new_run_id()
     with server.http() as client:
         inbox = create_inbox(client, run_id, policy="guided")
@@ -143,8 +143,10 @@ def test_a_failed_read_repeats_itself_and_success_clears_last_error(server: Serv
             assert client.post("/v1/faults", json=fault).status_code == 201
         read = client.get(f"/v1/messages/{message_id}", headers={"X-Run-Id": run_id})
         failed = wait(client, inbox["inbox_id"], run_id=run_id).json()
+        reported = client.get(f"/v1/inboxes/{inbox['inbox_id']}").json()
+        time.sleep(failed["retry_after"])
+        answered = wait(client, inbox["inbox_id"], run_id=run_id).json()
         after = client.get(f"/v1/inboxes/{inbox['inbox_id']}").json()
-        again = client.get(f"/v1/inboxes/{inbox['inbox_id']}").json()
     body = read.json()
     assert read.status_code == 503
     assert (body["status"], body["next_action"], body["next_tool"]) == (
@@ -159,7 +161,9 @@ def test_a_failed_read_repeats_itself_and_success_clears_last_error(server: Serv
         "run_id": run_id,
         "timeout_s": 0,
     }
-    assert (after["last_error"], again["last_error"]) == (None, None)
+    assert reported["last_error"] == "provider_error"  # a GET reports; it calls no provider
+    assert answered["state"] == "received"
+    assert (answered["last_error"], after["last_error"]) == (None, None)
 
 
 def test_a_replayed_create_says_so_and_a_conflict_speaks_of_arguments(server: Server) -> None:

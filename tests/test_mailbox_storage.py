@@ -22,7 +22,7 @@ from sink.storage.base import Delivered, Incoming, Storage
 from sink.storage.memory import MemoryStore
 from sink.storage.postgres import PostgresStore
 from sink.storage.postgres_mail import PostgresMail
-from sink.storage.sqlite import SQLiteStore, _refold
+from sink.storage.sqlite import SQLiteStore, _migrations, _refold
 from tests.pg_cluster import Cluster
 from tests.support import psql
 from tests.test_storage import created_event, new_inbox
@@ -35,6 +35,8 @@ OLD_INBOX = (
     "evidence_release_at) VALUES ('ib_aaaaaaaaaaaaaaaaaaaa', 'r1', 'p', 'l', "
     "'l@sink.test', 'ci', 0, 9e9, 5, 'created', '{}', 't', 9e9)"
 )
+
+LATEST_SQLITE = _migrations()[-1][0]  # the schema version a migrated file has
 
 
 RAW = b"From: Acme <a@acme.example>\r\nTo: x@gmail.com\r\nSubject: Hello there\r\n\r\nbody text\r\n"
@@ -139,7 +141,7 @@ def test_a_v1_store_is_indexed_at_the_upgrade(tmp_path: Path) -> None:
 
     assert run(path, search) == ["msg_aaaaaaaaaaaaaaaaaaaaaaaa"]
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert db.execute("PRAGMA user_version").fetchone()[0] == LATEST_SQLITE
 
 
 ATTACHED = (
@@ -244,7 +246,7 @@ def test_a_v2_store_with_mail_upgrades_in_place(tmp_path: Path) -> None:
     assert len(found["after"]) == 1 and found["after"][0].startswith("3:")
     assert found["new"] == [found["after"][0].split(":", 1)[1]]
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert db.execute("PRAGMA user_version").fetchone()[0] == LATEST_SQLITE
         assert db.execute("SELECT indexed_upto FROM index_state").fetchone()[0] == 4
         assert (
             db.execute("SELECT COUNT(*) FROM sqlite_sequence WHERE name = 'deliveries'").fetchone()[
@@ -317,7 +319,7 @@ def test_a_v3_store_is_searchable_after_the_v4_upgrade_refolds_its_text(tmp_path
     }
     assert _searches(path) == expected
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert db.execute("PRAGMA user_version").fetchone()[0] == LATEST_SQLITE
         assert db.execute("SELECT refold_upto FROM index_state").fetchone()[0] == 0
         # As if the process stopped before the rebuild's first batch committed.
         db.execute("DELETE FROM message_text")

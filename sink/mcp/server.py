@@ -19,8 +19,8 @@ from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from sink import __version__, ids
-from sink.mcp.answers import for_agent, read_options_refused
 from sink.guidance import Call, for_error
+from sink.mcp.answers import for_agent, read_options_refused
 from sink.mcp.tools import INSTRUCTIONS, TOOLS, ToolSpec
 from sink.vocabulary import Tool
 
@@ -90,7 +90,9 @@ def tools_server(backend_for: BackendFor) -> Server[Any]:
         if refused is not None:
             return tool_result(refused)
         answer = await _dispatch(backend_for(ctx.request), spec.name, arguments)
-        return tool_result(for_agent(spec.name, arguments, answer))
+        return tool_result(
+            for_agent(spec.name, arguments, _repeat_as_given(spec, arguments, answer))
+        )
 
     return Server(
         "runsink",
@@ -100,6 +102,14 @@ def tools_server(backend_for: BackendFor) -> Server[Any]:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+
+
+def _repeat_as_given(spec: ToolSpec, arguments: Json, answer: Json) -> Json:
+    """An answer that says to repeat this call names it with the arguments the tool was
+    given (the backend saw only what it sends over HTTP: read_message's options, say)."""
+    if answer.get("next_action") == "wait_then_retry" and answer.get("next_tool") == spec.name:
+        return {**answer, "next_arguments": dict(arguments)}
+    return answer
 
 
 def check_arguments(spec: ToolSpec, arguments: Json, call: Call | None = None) -> Json | None:
@@ -122,7 +132,7 @@ def check_arguments(spec: ToolSpec, arguments: Json, call: Call | None = None) -
         problem = read_options_refused(arguments)
         if problem is not None:
             field, message = problem
-            return error_body("invalid_request", f"{field}: {message}", {"field": field})
+            return error_body("invalid_request", f"{field}: {message}", {"field": field}, call)
     required = spec.input_schema["required"]
     for name in spec.url_args:
         if name in arguments:
