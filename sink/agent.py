@@ -55,7 +55,7 @@ from sink.inbox import (
 from sink.lastknown import LastKnown
 from sink.logs import log
 from sink.longpoll import Ending, LongPolls, Look
-from sink.message import ParsedMessage, parse
+from sink.message import Analysis, ParsedMessage, parse
 from sink.metrics import Metrics
 from sink.policy import Policy
 from sink.storage.base import (
@@ -509,7 +509,11 @@ class Agent:
         withheld = agent and self._policy(inbox).agent_body == "never"
         if stored.raw is None:
             return ReadResult(stored, None, inbox.trace_id, withheld)
-        parsed = await asyncio.to_thread(parse, stored.raw)
+        kept = Analysis.from_json(stored.analysis)
+        parsed = await asyncio.to_thread(parse, stored.raw, kept)
+        if kept is None:  # the first read works it out; every later one reads it back
+            analysis = Analysis.of(parsed).to_json()
+            await self._best_effort(self._store.keep_analysis(message_id, analysis))
         log(
             "message_read",
             run_id=inbox.run_id,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import binascii
 import codecs
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from email.message import Message
@@ -32,6 +33,8 @@ MAX_VALUE_CHARS = 65536  # of one header value
 MAX_ADDRESSES = 1000  # per address header
 SUBJECT_MAX_CHARS = 998  # RFC 5322 2.1.1 line limit
 FILENAME_MAX_CHARS = 255
+# Bumped when what analyse() finds changes: kept analyses of another version are redone.
+ANALYSIS_VERSION = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +83,53 @@ class ParsedMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class Analysis:
+    """What read_message works out from a message's content; kept by the store after the
+    first read, so later reads (on any replica) give the same answer without the work."""
+
+    links: tuple[str, ...]
+    codes: tuple[Code, ...]
+    hidden_text: str | None
+    content_flags: tuple[str, ...]
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "v": ANALYSIS_VERSION,
+                "links": list(self.links),
+                "codes": [[code.value, list(code.sources)] for code in self.codes],
+                "hidden_text": self.hidden_text,
+                "content_flags": list(self.content_flags),
+            },
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Analysis | None:
+        """The kept analysis, or None when there is none (or it is of another version, which
+        the read then works out and keeps anew)."""
+        if not text:
+            return None
+        try:
+            data = json.loads(text)
+            if data.get("v") != ANALYSIS_VERSION:
+                return None
+            return cls(
+                links=tuple(str(link) for link in data["links"]),
+                codes=tuple(Code(str(v), tuple(map(str, s))) for v, s in data["codes"]),
+                hidden_text=data["hidden_text"],
+                content_flags=tuple(str(flag) for flag in data["content_flags"]),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    @classmethod
+    def of(cls, parsed: ParsedMessage) -> Analysis:
+        return cls(parsed.links, parsed.codes_detail, parsed.hidden_text, parsed.content_flags)
+
+
+@dataclass(frozen=True, slots=True)
 class Part:
     """An attachment with its bytes: for download, and for the cid: images of the HTML."""
 
@@ -98,8 +148,13 @@ def summarize(raw: bytes) -> Summary:
         return Summary(subject="", from_addr="", to=(), cc=(), date=None)
 
 
-def parse(raw: bytes) -> ParsedMessage:
-    """The whole message: headers, bodies, attachments, links and codes."""
+def parse(raw: bytes, kept: Analysis | None = None) -> ParsedMessage:
+    """The whole message: headers, bodies, attachments, links and codes.
+
+    ``kept`` is the analysis of an earlier parse of the same bytes (the store keeps it from
+    the first read): its links, codes, hidden text and flags are taken as they are, not
+    worked out again.
+    """
     try:
         head_end, body_start = _head_span(raw, 0, len(raw))
         fields = _fields(raw[: min(head_end, MAX_HEAD_BYTES)])
@@ -107,21 +162,7 @@ def parse(raw: bytes) -> ParsedMessage:
         bodies = _Bodies(scan_budget=_scan_budget(raw))
         _walk(raw, body_start, len(raw), fields, 0, bodies)
         text, html = bodies.text(), bodies.html()
-        evidence = extract_evidence(text, html, summary.subject)
-        content = Content(
-            subject=summary.subject,
-            from_name=summary.from_name,
-            text=text,
-            html=html,
-            visible_html=evidence.visible_html,
-            hidden_text=evidence.hidden_text,
-            attribute_text=evidence.attribute_text,
-            attachment_names=tuple(bodies.names),
-            codes=evidence.codes,
-            link_text_mismatch=evidence.link_text_mismatch,
-        )
-        flags = content_flags(content)
-        codes = demoted(evidence.codes, content) if flags else evidence.codes
+        found = kept or analyse(summary, text, html, tuple(bodies.names))
         return ParsedMessage(
             headers=_headers(fields),
             subject=summary.subject,
@@ -132,13 +173,13 @@ def parse(raw: bytes) -> ParsedMessage:
             text=text,
             html=html,
             attachments=tuple(bodies.attachments),
-            links=evidence.links,
-            codes=tuple(code.value for code in codes),
+            links=found.links,
+            codes=tuple(code.value for code in found.codes),
             from_name=summary.from_name,
             parse_warnings=summary.warnings,
-            codes_detail=codes,
-            hidden_text=evidence.hidden_text,
-            content_flags=flags,
+            codes_detail=found.codes,
+            hidden_text=found.hidden_text,
+            content_flags=found.content_flags,
         )
     except Exception:  # a bug here must not make a message unreadable: keep the header facts
         summary = summarize(raw)
@@ -157,6 +198,28 @@ def parse(raw: bytes) -> ParsedMessage:
             from_name=summary.from_name,
             parse_warnings=(*summary.warnings, "the message body could not be parsed"),
         )
+
+
+def analyse(
+    summary: Summary, text: str | None, html: str | None, attachment_names: tuple[str, ...]
+) -> Analysis:
+    """Links, codes, hidden text and flags: what a person sees in the content, and what not."""
+    evidence = extract_evidence(text, html, summary.subject)
+    content = Content(
+        subject=summary.subject,
+        from_name=summary.from_name,
+        text=text,
+        html=html,
+        visible_html=evidence.visible_html,
+        hidden_text=evidence.hidden_text,
+        attribute_text=evidence.attribute_text,
+        attachment_names=attachment_names,
+        codes=evidence.codes,
+        link_text_mismatch=evidence.link_text_mismatch,
+    )
+    flags = content_flags(content)
+    codes = demoted(evidence.codes, content) if flags else evidence.codes
+    return Analysis(evidence.links, codes, evidence.hidden_text, flags)
 
 
 def searchable_text(raw: bytes) -> str:

@@ -279,6 +279,33 @@ def test_a_shared_message_keeps_its_body_until_every_inbox_is_released(backend: 
     assert released is None and kept is not None and kept.startswith(b"From:")
 
 
+def test_a_kept_analysis_is_read_back_until_the_body_is_released(backend: Backend) -> None:
+    """keep_analysis keeps the first analysis (a second does not replace it), message()
+    returns it, and releasing the run clears it with the body."""
+
+    async def scenario(store: Storage) -> list[str | None]:
+        new = new_inbox("run-k")
+        await store.create_inbox(new, created_event(new))
+        await store.save_message(incoming(new.inbox))
+        (delivery,) = await store.deliveries_after(new.inbox.inbox_id, 0, 10)
+        seen = []
+        for analysis in ('{"v":1,"first":true}', '{"v":1,"second":true}'):
+            await store.keep_analysis(delivery.message_id, analysis)
+            stored = await store.message(delivery.message_id)
+            seen.append(stored.analysis if stored else "missing")
+        await store.release_run("run-k", clock.now())
+        stored = await store.message(delivery.message_id)
+        seen.append(stored.analysis if stored else "missing")
+        await store.keep_analysis(delivery.message_id, '{"v":1,"late":true}')
+        stored = await store.message(delivery.message_id)
+        seen.append(stored.analysis if stored else "missing")
+        return seen
+
+    first, again, released, late = backend.run(scenario)
+    assert first == again == '{"v":1,"first":true}'
+    assert released is None and late is None
+
+
 def test_save_poll_refuses_a_stale_snapshot(backend: Backend) -> None:
     """A poll recorded from a stale snapshot (another poll got there first) is refused."""
 

@@ -8,6 +8,7 @@ store (memory, SQLite, PostgreSQL); and ``agent_body = "never"`` across MCP and 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from email.message import EmailMessage
 from typing import Any
 
@@ -15,7 +16,7 @@ import httpx
 import pytest
 
 from sink.fake import FakeSink
-from tests.support import Server, create_inbox, new_run_id, wait
+from tests.support import Server, create_inbox, new_run_id, psql, wait
 from tests.test_mcp import call, connect
 
 DECOY_SUBJECT = (
@@ -228,3 +229,36 @@ def test_agent_body_on_request_gives_a_run_token_the_body(server: Server) -> Non
         agent = {"Authorization": f"Bearer {token}"}
         assert "482913" in http.get(f"/v1/messages/{message_id}", headers=agent).json()["text"]
         assert http.get(f"/v1/messages/{message_id}/raw", headers=agent).status_code == 200
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_the_first_read_keeps_its_analysis_and_later_reads_use_it(
+    request: pytest.FixtureRequest, store: str
+) -> None:
+    """Flags and codes are worked out once, at the first read, and read back after: an
+    analysis changed in the database is what the next read answers."""
+    server: Server = request.getfixturevalue("server" if store == "sqlite" else "pg_server")
+    run_id = new_run_id("kept")
+    with server.http() as http:
+        message_id = _received(server, http, run_id, subject=DECOY_SUBJECT, body=DECOY_BODY)[
+            "message"
+        ]["message_id"]
+        first = http.get(f"/v1/messages/{message_id}").json()
+        planted = (
+            '{"v":1,"links":[],"codes":[["424242",["text"]]],"hidden_text":null,'
+            '"content_flags":["zero_width"]}'
+        )
+        key = "message_pk" if store == "sqlite" else "message_key"
+        sql = (
+            f"UPDATE messages SET analysis = '{planted}' WHERE {key} = "
+            f"(SELECT {key} FROM deliveries WHERE message_id = '{message_id}')"
+        )
+        if store == "sqlite":
+            with sqlite3.connect(server.db, timeout=10) as db:
+                assert db.execute(sql).rowcount == 1
+        else:
+            psql(str(server.db), sql)
+        again = http.get(f"/v1/messages/{message_id}").json()
+    assert first["codes"] == ["482913", "999999"]
+    assert again["codes"] == ["424242"] and again["content_flags"] == ["zero_width"]
+    assert again["text"] == first["text"]  # the body is still the message's own

@@ -98,6 +98,7 @@ class StoredMessage:
     cc: tuple[str, ...]
     date: str | None
     released_at: float | None
+    analysis: str | None = None  # kept by keep_analysis at the first read; None once released
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +204,10 @@ class Store(Protocol):
     async def raw(self, message_id: str) -> bytes | None: ...
 
     async def message(self, message_id: str) -> StoredMessage | None: ...
+
+    async def keep_analysis(self, message_id: str, analysis: str) -> None:
+        """Keep what the first read worked out from the message's content (sink.message
+        Analysis, as JSON) with the message, until its body is released; a kept one stays."""
 
     async def save_poll(self, before: Inbox, after: Inbox, event: Event) -> bool:
         """Record a poll unless another poll of the inbox was recorded since ``before``."""

@@ -59,6 +59,7 @@ class _Message:
     rcpts: tuple[str, ...] = ()  # every envelope recipient (deliveries' and caught)
     document: dict[str, str] | None = None  # the search text, made at the first search
     has_attachment: bool = False
+    analysis: str | None = None  # kept at the first read (keep_analysis)
 
 
 @dataclass(slots=True)
@@ -273,7 +274,14 @@ class MemoryStore:
             cc=tuple(message.summary.cc),
             date=message.summary.date,
             released_at=inbox.released_at or message.released_at,
+            analysis=message.analysis if inbox.released_at is None else None,
         )
+
+    async def keep_analysis(self, message_id: str, analysis: str) -> None:
+        self._check()
+        found = self._deliveries.get(message_id)
+        if found is not None and found.message.raw is not None and found.message.analysis is None:
+            found.message.analysis = analysis
 
     async def claim(self, delivery: Delivery, claim: Claim, after: Inbox) -> Claim:
         self._check()
@@ -542,6 +550,7 @@ class MemoryStore:
         for message in {id(e.message): e.message for e in gone}.values():
             if message.raw is not None and not self._needed(message):
                 message.raw = None
+                message.analysis = None
                 message.released_at = now
         return len(gone)
 
@@ -619,6 +628,7 @@ class MemoryStore:
                 # until every one is released.
                 if message.raw is not None and not self._needed(message):
                     message.raw = None
+                    message.analysis = None
                     message.released_at = now
             run_id = self._inboxes[inbox_id].inbox.run_id
             self._events.append(Event(run_id=run_id, type="released", at=now, inbox_id=inbox_id))

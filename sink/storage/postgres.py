@@ -26,9 +26,8 @@ ids, delivered at COMMIT; each replica LISTENs on a dedicated connection
 (``_Listener``) and, on every (re)connect, wakes every wait it holds so that a
 notification lost while it was down costs latency, never a wake-up.
 
-Driver errors never leave this module: a full disk becomes ``StoreFull``, a write's own
-bad data (SQLSTATE classes 22, 23) ``StorageError``, and everything else the driver raises
-(its whole tree, client-side errors included) ``StorageUnavailable``.
+Driver errors never leave this module: connection trouble becomes
+``StorageUnavailable``, anything else ``StorageError``.
 """
 
 from __future__ import annotations
@@ -121,6 +120,14 @@ def _refused(retry_after: float) -> Admission:
     )
 
 
+# SQLSTATE classes that mean "not now" rather than "wrong": connection exceptions (08),
+# insufficient resources (53: too many connections, disk full), operator intervention
+# (57: shutdown, restart, cannot connect now), and a read-only transaction (25006: a
+# standby after a failover).
+_UNAVAILABLE_CLASSES = ("08", "53", "57")
+_UNAVAILABLE_STATES = ("25006", "40001", "40P01")
+
+
 class WakeTarget(Protocol):
     """What the listener wakes: the process's waiters (``sink/waiters.py``)."""
 
@@ -135,34 +142,25 @@ def is_postgres_url(text: str) -> bool:
     return text.startswith(("postgresql://", "postgres://"))
 
 
-# SQLSTATE classes that are about the data a statement was given (22: data exception, 23:
-# integrity constraint): the one write is wrong, not the database (a batch retries alone).
-_DATA_CLASSES = ("22", "23")
-
-
 def _translate(exc: BaseException, what: str) -> StorageError:
-    """Every driver error is ours: a full store, one write's own fault (``StorageError``), or
-    the database unavailable, which is everything else asyncpg can raise, on the server's side
-    (shutdown, restart, a standby) or the client's (``InterfaceError``, ``InternalClientError``
-    as in a ``pg_ctl stop -m fast``, a reset socket)."""
     if isinstance(exc, StorageError):
         return exc
     state = getattr(exc, "sqlstate", None) or ""
     if state == DISK_FULL:
         return StoreFull(f"{what}: the database has no space left")
-    if isinstance(exc, asyncpg.PostgresError) and state.startswith(_DATA_CLASSES):
-        return StorageError(f"{what} failed ({type(exc).__name__}: {state})")
-    return StorageUnavailable(f"{what}: the database is unavailable ({type(exc).__name__})")
+    if (
+        isinstance(
+            exc,
+            OSError | TimeoutError | asyncpg.InterfaceError | asyncpg.PostgresConnectionError,
+        )
+        or state.startswith(_UNAVAILABLE_CLASSES)
+        or state in _UNAVAILABLE_STATES
+    ):
+        return StorageUnavailable(f"{what}: the database is unavailable ({type(exc).__name__})")
+    return StorageError(f"{what} failed ({type(exc).__name__}: {state or 'no sqlstate'})")
 
 
-_DRIVER_ERRORS = (
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    asyncpg.InternalClientError,
-    OSError,  # ConnectionError included
-    EOFError,  # asyncio.IncompleteReadError: the server went away mid-message
-    TimeoutError,
-)
+_DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
 
 
 @contextlib.asynccontextmanager
@@ -665,6 +663,7 @@ class PostgresStore:
             """SELECT d.seq, d.message_id, d.inbox_id, m.subject, m.from_addr, m.received_at,
                       m.size, d.claim_id, d.claim_run_id, d.claimed_at, d.rcpt_json,
                       CASE WHEN i.released_at IS NULL THEN m.raw END AS raw,
+                      CASE WHEN i.released_at IS NULL THEN m.analysis END AS analysis,
                       m.mail_from, m.to_json, m.cc_json, m.date, i.run_id,
                       COALESCE(i.released_at, m.released_at) AS released_at
                FROM deliveries d JOIN messages m ON m.message_key = d.message_key
@@ -685,7 +684,20 @@ class PostgresStore:
             cc=tuple(json.loads(row["cc_json"])),
             date=row["date"],
             released_at=row["released_at"],
+            analysis=row["analysis"],
         )
+
+    async def keep_analysis(self, message_id: str, analysis: str) -> None:
+        async def work(db: Connection) -> None:
+            await db.execute(
+                """UPDATE messages SET analysis = $1
+                   WHERE message_key = (SELECT message_key FROM deliveries WHERE message_id = $2)
+                     AND raw IS NOT NULL AND analysis IS NULL""",
+                analysis,
+                message_id,
+            )
+
+        await self._transaction("keep_analysis", work)
 
     async def claim(self, delivery: Delivery, claim: Claim, after: Inbox) -> Claim:
         async def work(db: Connection) -> Claim:
@@ -1346,13 +1358,8 @@ class _Deliveries:
                 for item in batch:  # find the one that fails; the others are stored
                     await self._commit_one(item)
                 return
-            except Exception as exc:  # never a sender left without an answer (nor a lost task)
-                _settle(batch, StorageUnavailable(f"save_message: {type(exc).__name__}"))
-                return
             _settle(batch, None)
         finally:
-            # Cancelled (shutdown) or failed mid-retry: whoever has no answer yet gets a 451.
-            _settle(batch, StorageUnavailable("save_message: the commit was interrupted"))
             self._slots.release()
 
     async def _commit_one(self, item: tuple[Incoming, asyncio.Future[None]]) -> None:
@@ -1561,7 +1568,7 @@ async def _release(db: Connection, inbox_ids: list[str], now: float, runs: dict[
     )
     await lock_messages(db, held, inbox_ids)
     await db.execute(
-        """UPDATE messages SET raw = NULL, released_at = $1
+        """UPDATE messages SET raw = NULL, analysis = NULL, released_at = $1
            WHERE raw IS NOT NULL
              AND message_key IN (SELECT message_key FROM deliveries
                                  WHERE inbox_id = ANY($2::text[]))

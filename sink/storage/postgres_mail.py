@@ -457,7 +457,7 @@ async def _drop_unneeded_bodies(db: Connection, keys: list[str], now: float) -> 
         keys,
     )
     await db.execute(
-        """UPDATE messages m SET raw = NULL, released_at = $2
+        """UPDATE messages m SET raw = NULL, analysis = NULL, released_at = $2
            WHERE m.message_key = ANY($1::text[]) AND m.raw IS NOT NULL
              AND NOT EXISTS (SELECT 1 FROM caught c WHERE c.message_key = m.message_key)
              AND NOT EXISTS (

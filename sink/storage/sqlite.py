@@ -610,6 +610,7 @@ class SQLiteStore:
             """SELECT d.seq, d.message_id, d.inbox_id, m.subject, m.from_addr, m.received_at,
                       m.size, d.claim_id, d.claim_run_id, d.claimed_at, d.rcpt_json,
                       CASE WHEN i.released_at IS NULL THEN m.raw END AS raw,
+                      CASE WHEN i.released_at IS NULL THEN m.analysis END AS analysis,
                       m.mail_from, m.to_json, m.cc_json, m.date, i.run_id,
                       COALESCE(i.released_at, m.released_at) AS released_at
                FROM deliveries d JOIN messages m ON m.message_pk = d.message_pk
@@ -630,7 +631,19 @@ class SQLiteStore:
             cc=tuple(json.loads(row["cc_json"])),
             date=row["date"],
             released_at=row["released_at"],
+            analysis=row["analysis"],
         )
+
+    async def keep_analysis(self, message_id: str, analysis: str) -> None:
+        def work(db: sqlite3.Connection) -> None:
+            db.execute(
+                """UPDATE messages SET analysis = ?
+                   WHERE message_pk = (SELECT message_pk FROM deliveries WHERE message_id = ?)
+                     AND raw IS NOT NULL AND analysis IS NULL""",
+                (analysis, message_id),
+            )
+
+        await self._transaction(work)
 
     async def claim(self, delivery: Delivery, claim: Claim, after: Inbox) -> Claim:
         def work(db: sqlite3.Connection) -> Claim:
@@ -1479,7 +1492,8 @@ def _drop_unneeded_bodies(db: sqlite3.Connection, pks: list[int], now: float) ->
         if needed:
             continue
         cur = db.execute(
-            "UPDATE messages SET raw = NULL, released_at = ? WHERE message_pk = ? "
+            "UPDATE messages SET raw = NULL, analysis = NULL, released_at = ? "
+            "WHERE message_pk = ? "
             "AND raw IS NOT NULL",
             (now, pk),
         )
