@@ -12,7 +12,9 @@ Each round starts, one after another and in turn first, each in a fresh process:
   and the default loop and log level, exec until `GET /readyz` answers 200 (probed every
   5 ms over a raw socket, so that the probe costs next to nothing).
 
-Idle RSS is `VmRSS` 0.5 s after ready. The table shows the median and the range. A first,
+CPU to ready is the process's user + system time when it is ready (`/proc/<pid>/stat`;
+clock ticks of 10 ms): unlike the wall time it leaves out waiting for a core on a busy
+machine. Idle RSS is `VmRSS` 0.5 s after ready. The table shows the median and the range. A first,
 unmeasured round writes the bytecode caches (as `pip install` does), since a shell with
 `PYTHONDONTWRITEBYTECODE` would otherwise make every start compile runsink anew.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import select
 import socket
 import statistics
@@ -51,6 +54,13 @@ def _rss_mb(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds so far (/proc/<pid>/stat): the figure the machine's load
+    moves least, where exec-to-ready also counts the time spent waiting for a core."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _stop(process: subprocess.Popen[bytes]) -> None:
     process.terminate()
     try:
@@ -60,12 +70,18 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.wait(5)
 
 
-def python_pass() -> tuple[float, float]:
+Figures = tuple[float, float, float]  # exec to ready (s), CPU to ready (s), idle RSS (MiB)
+
+
+def python_pass() -> Figures:
     """Exec to exit of ``python -c pass``; the RSS of an interpreter that runs nothing but
     a read of its stdin (a child's peak RSS from wait4 counts its parent's pages)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     subprocess.run([sys.executable, "-c", "pass"], env=_environment(), check=True)
     elapsed = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     idle = subprocess.Popen(
         [sys.executable, "-c", "import sys; sys.stdin.read()"],
         stdin=subprocess.PIPE,
@@ -73,7 +89,7 @@ def python_pass() -> tuple[float, float]:
     )
     try:
         time.sleep(IDLE_S)
-        return elapsed, _rss_mb(idle.pid)
+        return elapsed, cpu, _rss_mb(idle.pid)
     finally:
         assert idle.stdin is not None
         idle.stdin.close()
@@ -82,7 +98,7 @@ def python_pass() -> tuple[float, float]:
 
 def _measure(
     command: list[str], ready: Callable[[subprocess.Popen[bytes]], bool], cwd: Path = REPO
-) -> tuple[float, float]:
+) -> Figures:
     started = time.perf_counter()
     process = subprocess.Popen(
         command,
@@ -103,13 +119,14 @@ def _measure(
                 raise RuntimeError(f"{command[1:3]} not ready within {DEADLINE_S} s")
             time.sleep(PROBE_EVERY_S)
         elapsed = time.perf_counter() - started
+        cpu = _cpu_s(process.pid)
         time.sleep(IDLE_S)
-        return elapsed, _rss_mb(process.pid)
+        return elapsed, cpu, _rss_mb(process.pid)
     finally:
         _stop(process)
 
 
-def bare_aiosmtpd() -> tuple[float, float]:
+def bare_aiosmtpd() -> Figures:
     """Ready once it prints its `listening` line (after `create_server` returned)."""
 
     def said_listening(process: subprocess.Popen[bytes]) -> bool:
@@ -120,7 +137,7 @@ def bare_aiosmtpd() -> tuple[float, float]:
     return _measure([sys.executable, str(THIS_FILE), "bare-sink"], said_listening)
 
 
-def runsink(folder: Path, tree: Path = REPO) -> tuple[float, float]:
+def runsink(folder: Path, tree: Path = REPO) -> Figures:
     """Ready once `GET /readyz` is 200; the code of ``tree`` (``python -m`` runs the package
     in its working directory), by this interpreter and its dependencies."""
     http_port = free_port()
@@ -139,6 +156,11 @@ def runsink(folder: Path, tree: Path = REPO) -> tuple[float, float]:
     return _measure(command, answers_ready, tree)
 
 
+def _spread(values: list[float], shape: str) -> str:
+    low, high = shape.format(min(values)), shape.format(max(values))
+    return f"{shape.format(statistics.median(values))} ({low}-{high})"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
@@ -154,14 +176,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rounds = 3 if args.quick else args.rounds
     with tempfile.TemporaryDirectory(prefix="runsink-startup-") as tmp:
-        measures: dict[str, Callable[[], tuple[float, float]]] = {
+        measures: dict[str, Callable[[], Figures]] = {
             "python -c pass": python_pass,
             "bare aiosmtpd": bare_aiosmtpd,
             "runsink serve": lambda: runsink(Path(tmp)),
         }
         for tree in args.also:
             measures[f"runsink serve ({tree})"] = lambda tree=tree: runsink(Path(tmp), tree)
-        results: dict[str, list[tuple[float, float]]] = {name: [] for name in measures}
+        results: dict[str, list[Figures]] = {name: [] for name in measures}
         names = list(measures)
         for name in names:  # unmeasured: compiles and caches the bytecode, warms the disk cache
             measures[name]()
@@ -170,15 +192,15 @@ def main(argv: list[str] | None = None) -> int:
             for name in names[shift:] + names[:shift]:
                 results[name].append(measures[name]())
     print(f"Start-up, {rounds} rounds, median (range); load average {os.getloadavg()[0]:.2f}\n")
-    print("| process | exec to ready, ms | idle RSS, MiB |")
-    print("|---|---|---|")
-    for name, pairs in results.items():
-        times = [t * 1000 for t, _ in pairs]
-        rss = [r for _, r in pairs]
-        print(
-            f"| {name} | {statistics.median(times):.0f} ({min(times):.0f}-{max(times):.0f}) "
-            f"| {statistics.median(rss):.1f} ({min(rss):.1f}-{max(rss):.1f}) |"
-        )
+    print("| process | exec to ready, ms | CPU to ready, ms | idle RSS, MiB |")
+    print("|---|---|---|---|")
+    for name, figures in results.items():
+        columns = [
+            _spread([f[0] * 1000 for f in figures], "{:.0f}"),
+            _spread([f[1] * 1000 for f in figures], "{:.0f}"),
+            _spread([f[2] for f in figures], "{:.1f}"),
+        ]
+        print(f"| {name} | " + " | ".join(columns) + " |")
     return 0
 
 
