@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from api.ui.render import visible, visible_plain
+from sink.mcp.answers import for_agent
 from sink.untrusted import untrusted, untrusted_body, visible_body, wrap
 from sink.untrusted import visible as shown
 
@@ -48,3 +49,25 @@ def test_a_cut_body_never_ends_inside_an_escape() -> None:
     assert untrusted_body("abcdef", 3) == ("abc", True)
     assert untrusted_body("ab\u202ecd", 5) == ("ab", True)
     assert untrusted_body(None, 5) == (None, False)
+
+
+def test_mcp_answers_wrap_every_summary_of_mail() -> None:
+    """The wait's message, unmatched entries and find_mail summaries carry the sender's words
+    under untrusted; the server's own fields and error bodies stay as they are."""
+    summary = {"message_id": "m_1", "received_at": "t", "from": "a@b.test", "subject": "x\u202e"}
+    wrapped = {
+        "message_id": "m_1",
+        "received_at": "t",
+        "untrusted": {"from": "a@b.test", "subject": "x⟨U+202E⟩"},
+    }
+    envelope = {"state": "received", "hint": "claim it", "message": summary, "unmatched": [summary]}
+    assert for_agent("wait_for_message", {}, envelope) == {
+        "state": "received",
+        "hint": "claim it",
+        "message": wrapped,
+        "unmatched": [wrapped],
+    }
+    found = {"messages": [{**summary, "caught": False}], "next_cursor": None, "has_more": False}
+    assert for_agent("find_mail", {}, found)["messages"] == [{**wrapped, "caught": False}]
+    error = {"error": {"code": "not_found", "message": "no message 'x'", "details": {}}}
+    assert for_agent("read_message", {}, error) == error

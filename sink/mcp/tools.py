@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from sink import ids
+from sink.flags import FLAGS
 from sink.untrusted import SENTENCE
 from sink.vocabulary import NEXT_ACTIONS, REASONS, STATES, STATUSES
 from sink.vocabulary import TOOLS as TOOL_NAMES
@@ -122,17 +123,12 @@ start again with create_inbox and trigger the email again.
 
 READ_MESSAGE = (
     """\
-Read one message's evidence: codes (likely one-time codes; a code in both the subject \
-and the body first, then the body's, then the subject's), links (action links first), \
-attachments (metadata), content_flags, and under `untrusted` the sender's from, \
-from_name and subject. The body only with include_body (text) or include_html, cut to \
-max_body_chars (default 4000; truncated says so); null when the policy gives agents no \
-bodies (agent_body = never). Consumes nothing. Pass run_id so mail of another run is \
-refused (wrong_run). Empty codes and links once the evidence is released.
-
-content_flags are facts, not verdicts: addresses_ai_agent, forged_boundary, \
-hidden_text, bidi_controls, zero_width, link_text_mismatch, subject_code_not_in_body. \
-untrusted.from is not verified; from_name can say anything.
+A message's evidence: codes (a code in both subject and body first, then the body's, then \
+the subject's), links (action links first), attachments (metadata), content_flags (facts, \
+not verdicts) and, under `untrusted`, from (not verified), from_name and subject. \
+include_body / include_html add untrusted.text / .html, cut to max_body_chars (4000; \
+truncated says so); null when the policy keeps bodies from agents. Changes nothing. Pass \
+run_id so mail of another run is refused (wrong_run).
 
 """
     + _ERRORS
@@ -360,7 +356,7 @@ MESSAGE_SCHEMA = _object(
                 {"filename": _STR, "content_type": _STR, "size": _INT, "sha256": _STR}
             ),
         },
-        "content_flags": _STRINGS,
+        "content_flags": {"type": "array", "items": {"enum": list(FLAGS)}},
         "untrusted": _object(
             {
                 "from": _STR,
