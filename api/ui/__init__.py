@@ -18,10 +18,12 @@ def serve(app: Starlette, edge: ASGIApp, runtime: Runtime) -> ASGIApp:
     live.instrument(runtime.metrics.registry, runtime.events)
     tokens = access.Tokens(app.state.authority)
     sessions = access.Sessions()
+    throttle = access.SignInThrottle()
     public = Starlette(routes=pages.PUBLIC_ROUTES)
     for state in (app.state, public.state):
         state.ui_sessions = sessions
         state.ui_tokens = tokens
+        state.ui_throttle = throttle
         state.ui_csrf = pages.new_csrf()
         state.runtime = runtime
     public_edge = EdgeMiddleware(public, runtime.metrics, None)

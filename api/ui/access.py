@@ -15,7 +15,7 @@ from __future__ import annotations
 import hmac
 import secrets
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -30,7 +30,14 @@ from sink.tokens import Grant
 COOKIE = "runsink_session"
 CSRF_HEADER = "x-runsink-csrf"
 SESSION_S = 12 * 3600
-MAX_SESSIONS = 1000
+MAX_SESSIONS_PER_TOKEN = 1000
+"""Live sessions one token may hold; past it a sign-in is refused (429), never another
+session evicted. With the configured tokens this bounds memory: sessions end at their
+expiry or sign-out, and expired ones are swept."""
+SWEEP_S = 60.0
+FAILED_SIGNINS_PER_MINUTE = 10
+_THROTTLE_WINDOW_S = 60.0
+_THROTTLE_ADDRESSES = 10_000  # client addresses remembered at most (the oldest go first)
 _SAFE_METHODS = ("GET", "HEAD")
 FORM_PATHS = ("/signin", "/signout")  # the UI's own form posts (urlencoded, same origin)
 
@@ -52,11 +59,12 @@ class Tokens:
     def required(self) -> bool:
         return self._authority.keyring.configured
 
-    def verify(self, given: str) -> bool:
-        if not self.required:
-            return True
+    def verify(self, given: str) -> str | None:
+        """The name of the token's entry (whose sessions it counts against), if it may sign in."""
         grant = self._authority.verify(given.strip(), time.time())
-        return isinstance(grant, Grant) and grant.scope.kind in (Kind.ADMIN, Kind.READ)
+        if isinstance(grant, Grant) and grant.scope.kind in (Kind.ADMIN, Kind.READ):
+            return grant.name
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,21 +73,29 @@ class Session:
     token: str
     csrf: str
     expires: float
+    holder: str  # the token's entry name (never the token)
 
 
 class Sessions:
-    """Signed-in browsers, in memory (a restart asks them to sign in again)."""
+    """Signed-in browsers, in memory (a restart asks them to sign in again). A session lasts
+    until it expires or signs out: no other sign-in ever evicts it."""
 
     def __init__(self) -> None:
-        self._by_id: OrderedDict[str, Session] = OrderedDict()
+        self._by_id: dict[str, Session] = {}
+        self._per_holder: Counter[str] = Counter()
+        self._swept = 0.0
 
-    def open(self, token: str) -> Session:
+    def open(self, token: str, holder: str) -> Session | None:
+        """A new session, or None when ``holder`` already has its most (the caller says 429)."""
+        now = time.time()
+        self._sweep(now)
+        if self._per_holder[holder] >= MAX_SESSIONS_PER_TOKEN:
+            return None
         session = Session(
-            secrets.token_urlsafe(32), token, secrets.token_urlsafe(24), time.time() + SESSION_S
+            secrets.token_urlsafe(32), token, secrets.token_urlsafe(24), now + SESSION_S, holder
         )
         self._by_id[session.session_id] = session
-        while len(self._by_id) > MAX_SESSIONS:
-            self._by_id.popitem(last=False)
+        self._per_holder[holder] += 1
         return session
 
     def find(self, headers: Headers) -> Session | None:
@@ -90,12 +106,60 @@ class Sessions:
         if session is None:
             return None
         if session.expires <= time.time():
-            self._by_id.pop(session_id, None)
+            self.close(session_id)
             return None
         return session
 
     def close(self, session_id: str) -> None:
-        self._by_id.pop(session_id, None)
+        session = self._by_id.pop(session_id, None)
+        if session is not None:
+            self._per_holder[session.holder] -= 1
+            if not self._per_holder[session.holder]:
+                del self._per_holder[session.holder]
+
+    def _sweep(self, now: float) -> None:
+        """Forget expired sessions, at most once a ``SWEEP_S`` (their browsers never came back)."""
+        if now - self._swept < SWEEP_S:
+            return
+        self._swept = now
+        for session in [s for s in self._by_id.values() if s.expires <= now]:
+            self.close(session.session_id)
+
+
+class SignInThrottle:
+    """Failed sign-ins per client address: past ``FAILED_SIGNINS_PER_MINUTE`` in a minute,
+    every sign-in from it is refused until the oldest failure is a minute old (a token is
+    not guessed one try after another)."""
+
+    def __init__(self) -> None:
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def retry_after(self, address: str, now: float) -> float | None:
+        """Seconds until ``address`` may try again, or None when it may now."""
+        failures = self._recent(address, now)
+        if failures is None or len(failures) < FAILED_SIGNINS_PER_MINUTE:
+            return None
+        return failures[0] + _THROTTLE_WINDOW_S - now
+
+    def failed(self, address: str, now: float) -> None:
+        failures = self._recent(address, now)
+        if failures is None:
+            failures = self._failures[address] = deque(maxlen=FAILED_SIGNINS_PER_MINUTE)
+            while len(self._failures) > _THROTTLE_ADDRESSES:
+                self._failures.popitem(last=False)
+        failures.append(now)
+        self._failures.move_to_end(address)
+
+    def _recent(self, address: str, now: float) -> deque[float] | None:
+        failures = self._failures.get(address)
+        if failures is None:
+            return None
+        while failures and failures[0] <= now - _THROTTLE_WINDOW_S:
+            failures.popleft()
+        if not failures:
+            del self._failures[address]
+            return None
+        return failures
 
 
 def cookie_header(session: Session | None, secure: bool) -> str:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -327,12 +329,29 @@ async def signin(request: Request) -> Response:
     tokens: access.Tokens = request.app.state.ui_tokens
     if not tokens.required:
         return RedirectResponse(_local(request.query_params.get("next")), status_code=303)
-    if not token or not tokens.verify(token):
+    throttle: access.SignInThrottle = request.app.state.ui_throttle
+    address = request.client.host if request.client else ""
+    now = time.monotonic()
+    wait_s = throttle.retry_after(address, now)
+    if wait_s is not None:
+        return _too_many(request, "Too many failed sign-ins from this address.", wait_s)
+    holder = tokens.verify(token) if token else None
+    if holder is None:
+        throttle.failed(address, now)
         return _signin(request, "That token is not this server's.", 401)
-    session = sessions.open(token)
+    session = sessions.open(token, holder)
+    if session is None:
+        text = "This token has too many sessions open: sign out of one, or wait for one to end."
+        return _too_many(request, text, access.SWEEP_S)
     response = RedirectResponse(_local(request.query_params.get("next")), status_code=303)
     response.headers["Set-Cookie"] = access.cookie_header(session, request.url.scheme == "https")
     response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _too_many(request: Request, problem: str, wait_s: float) -> Response:
+    response = _signin(request, f"{problem} Try again in {math.ceil(wait_s)} s.", 429)
+    response.headers["Retry-After"] = str(max(1, math.ceil(wait_s)))
     return response
 
 
