@@ -82,6 +82,8 @@ class WaitIn(_Request):
     cursor: Annotated[str, StringConstraints(max_length=256)] | None = None
     match: MatchIn | None = None
     run_id: RunId | None = None
+    # v3: "newest" returns the newest unclaimed match beyond the cursor (a resend's).
+    order: Literal["oldest", "newest"] | None = None
 
 
 class ClaimIn(_Request):

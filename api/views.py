@@ -73,6 +73,7 @@ def wait_request(given: WaitIn, run_id: str | None) -> WaitRequest:
         cursor=given.cursor,
         match=match_from(given.match) if given.match is not None else None,
         run_id=run_id,
+        order=given.order or "oldest",
     )
 
 

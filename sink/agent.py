@@ -23,6 +23,7 @@ from sink.clock import Clock, SystemClock, rfc3339_or_none
 from sink.config import Settings
 from sink.envelope import (
     Envelope,
+    Unmatched,
     already_claimed,
     blocked,
     describe,
@@ -40,6 +41,7 @@ from sink.errors import (
     ProviderTrouble,
     UnknownPolicy,
 )
+from sink.evidence import SHOWN, EvidenceFacts
 from sink.guard import Guard
 from sink.guidance import Call, Known, guide, needs_inbox_count, needs_mail_check
 from sink.inbox import (
@@ -76,6 +78,9 @@ T = TypeVar("T")
 # The store could not be read at all: retry this soon (the database may be back in a moment;
 # a second is what a 503 with Retry-After says too).
 UNREADABLE_RETRY_S = 1.0
+# The evidence facts of an answer (sink/evidence.py) are left out past this: the answer
+# itself matters more.
+_FACTS_WITHIN_S = 2.0
 # Two times this close are one instant (a wait's deadline computed as start + (lease - start)
 # may differ from the lease in its last bits).
 _SAME_INSTANT_S = 1e-6
@@ -91,12 +96,18 @@ class CreateRequest:
     match: Match = field(default_factory=Match)
 
 
+WAIT_ORDERS = ("oldest", "newest")
+
+
 @dataclass(frozen=True, slots=True)
 class WaitRequest:
     timeout_s: float | None = None  # None: the policy's long_poll_max_s
     cursor: str | None = None
     match: Match | None = None
     run_id: str | None = None
+    # v3: "newest" returns the newest unclaimed match beyond the cursor (a resend's valid
+    # code), passing the older ones over; "oldest" is v1's order.
+    order: str = "oldest"
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +165,7 @@ class Agent:
         self._clock = clock or SystemClock()
         self._ids = new_ids
         self._polls = LongPolls(store, waiters, self._clock, metrics)
+        self._facts = EvidenceFacts(store, self._polls)
         # Replicas sharing a database share each inbox's one wait in progress there.
         self._slots = store if isinstance(store, PollSlots) else None
         # What this process last knew of each inbox: the "unchanged" state of a provider-
@@ -278,7 +290,7 @@ class Agent:
             async with self._guard.attempt(key, policy, at=started) as attempt:
                 if attempt.refused:
                     self._metrics.blocked("wait", "circuit_open")
-                    view = await self._describe(inbox, started, trace_id)
+                    view = await self._describe(inbox, started, trace_id, facts=False)
                     return blocked(view, Reason.CIRCUIT_OPEN, attempt.retry_after)
                 gate = wait_gate(inbox, started)
                 busy_until = self._polls.busy_until(inbox_id)
@@ -320,7 +332,8 @@ class Agent:
                         left = retry_at - policy.provider_deadline_s - started
                         return blocked(view, Reason.TOO_EARLY, max(0.1, left))
                     slot_until = until
-                look = await self._polls.look(inbox, match, position, deadline, attempt)
+                newest = request.order == "newest"
+                look = await self._polls.look(inbox, match, position, deadline, attempt, newest)
                 if look.ending is Ending.ENDED:
                     # Released (or swept) while we waited: answer as the store has it now.
                     latest = await self._load(inbox_id)
@@ -328,7 +341,11 @@ class Agent:
                 if look.ending is Ending.CLOSING:
                     # Shutting down: answer with the current envelope; this wait spends nothing.
                     return await self._describe(inbox, look.ended_at, trace_id)
-                after = after_poll(inbox, policy, look.scan, started, look.ended_at)
+                scan = look.scan
+                if scan.found is None and not scan.mismatched:
+                    # Nothing arrived; caught mail that nearly did says why (near misses).
+                    scan = replace(scan, misaddressed=await self._near_missed(inbox_id))
+                after = after_poll(inbox, policy, scan, started, look.ended_at)
                 event = _polled_event(inbox, after, look, started)
                 saved = await attempt.call(partial(self._store.save_poll, inbox, after, event))
                 if saved:
@@ -386,7 +403,9 @@ class Agent:
         trace_id = trace or inbox.trace_id
         now = self._clock.now()
         if delivery.claim is not None:
-            return self._claimed_before(inbox, delivery, delivery.claim, run_id, now, trace_id)
+            return await self._claimed_before(
+                inbox, delivery, delivery.claim, run_id, now, trace_id
+            )
         await self._check_owner(run_id, inbox, "claim", policy)
         current = inbox.effective(now)
         if current.state is State.EXPIRED:
@@ -402,14 +421,14 @@ class Agent:
             async with self._guard.attempt(key, policy, at=now) as attempt:
                 if attempt.refused:
                     self._metrics.blocked("claim", "circuit_open")
-                    view = await self._describe(inbox, now, trace_id)
+                    view = await self._describe(inbox, now, trace_id, facts=False)
                     return blocked(view, Reason.CIRCUIT_OPEN, attempt.retry_after)
                 standing = await attempt.call(lambda: self._store.claim(delivery, claim, after))
         except ProviderTrouble as exc:
             return await self._provider_trouble(exc, key, inbox, now, trace_id)
         if standing.claim_id != claim.claim_id:
             # Lost a race: someone claimed it between our read and our write.
-            return self._claimed_before(inbox, delivery, standing, run_id, now, trace_id)
+            return await self._claimed_before(inbox, delivery, standing, run_id, now, trace_id)
         self._metrics.claim("claimed")
         if inbox.last_error is not None:  # the provider answered this claim
             await self._best_effort(self._store.set_last_error(inbox.inbox_id, None))
@@ -422,7 +441,7 @@ class Agent:
         )
         return await self._describe(after_claim(inbox, delivery, standing), now, trace_id)
 
-    def _claimed_before(
+    async def _claimed_before(
         self,
         inbox: Inbox,
         delivery: Delivery,
@@ -445,7 +464,7 @@ class Agent:
         shown = replace(current, state=State.RECEIVED, evidence=claimed.as_evidence())
         view = describe(shown, now, False, trace_id)
         view = replace(view, state=state, status=Status.COMPLETED, next_action=NextAction.PROCEED)
-        return already_claimed(view)
+        return already_claimed(await self._with_facts(view, shown, now))
 
     async def _provider_trouble(
         self, exc: ProviderTrouble, key: BreakerKey, inbox: Inbox, now: float, trace_id: str
@@ -462,7 +481,9 @@ class Agent:
             reason=exc.reason,
         )
         await self._best_effort(self._store.set_last_error(inbox.inbox_id, exc.reason))
-        view = await self._describe(replace(inbox, last_error=exc.reason), now, trace_id)
+        view = await self._describe(
+            replace(inbox, last_error=exc.reason), now, trace_id, facts=False
+        )
         cooldown = await self._guard.cooldown_left(key)
         return provider_trouble(view, exc.reason, cooldown or 1.0)
 
@@ -636,13 +657,52 @@ class Agent:
             raise NotFound(f"no message {message_id!r}")
         return stored
 
-    async def _describe(self, inbox: Inbox, now: float, trace_id: str) -> Envelope:
+    async def _describe(
+        self, inbox: Inbox, now: float, trace_id: str, facts: bool = True
+    ) -> Envelope:
+        """The envelope as of ``now``; with ``facts`` (not when the provider is the trouble),
+        what the store knows beyond it: resends, a mismatch's mail, near misses."""
         self._known.saw(inbox)
         current = inbox.effective(now)
         can_create = False
         if current.state is State.EXPIRED:
             can_create = await self._can_create_another(inbox, self._policy(inbox))
-        return describe(current, now, can_create, trace_id)
+        view = describe(current, now, can_create, trace_id)
+        return await self._with_facts(view, current, now) if facts else view
+
+    async def _with_facts(self, view: Envelope, inbox: Inbox, now: float) -> Envelope:
+        """``newer_matching`` with a message; ``unmatched`` and ``rescan_cursor`` on a
+        mismatch; ``near_misses`` while there is no evidence. Best effort and bounded: an
+        answer never fails or waits long for want of them."""
+        try:
+            return await asyncio.wait_for(self._facts_of(view, inbox, now), _FACTS_WITHIN_S)
+        except (TimeoutError, ProviderTrouble):
+            return view
+
+    async def _facts_of(self, view: Envelope, inbox: Inbox, now: float) -> Envelope:
+        if view.message is not None:
+            newer = await self._facts.newer_matching(
+                inbox.inbox_id, inbox.criteria, view.message.seq, now
+            )
+            return replace(view, newer_matching=newer)
+        if view.reason is Reason.EVIDENCE_MISMATCH and inbox.rescan_seq is not None:
+            passed = await self._facts.unmatched(inbox.inbox_id, inbox.rescan_seq, inbox.cursor_seq)
+            view = replace(
+                view,
+                unmatched=tuple(
+                    Unmatched(d.message_id, d.received_at, d.from_addr, d.subject) for d in passed
+                ),
+                rescan_cursor=ids.encode_cursor(inbox.inbox_id, inbox.rescan_seq),
+            )
+        near = await self._store.near_misses(inbox.inbox_id, SHOWN)
+        return replace(view, near_misses=tuple(near))
+
+    async def _near_missed(self, inbox_id: str) -> bool:
+        """Whether caught mail was recorded as a near miss of the inbox (best effort)."""
+        try:
+            return bool(await asyncio.wait_for(self._store.near_misses(inbox_id, 1), 1.0))
+        except (TimeoutError, ProviderTrouble):
+            return False
 
     async def _guided(self, envelope: Envelope, call: Call, inbox: Inbox | None = None) -> Envelope:
         """``envelope`` with next_tool, next_arguments and hint (``sink/guidance.py``), from

@@ -99,7 +99,8 @@ def describe(inbox: Inbox, now: float, can_create_another: bool, trace_id: str) 
     if current.state is State.CREATED:
         return base
     if current.state is State.WAITING:
-        mismatch = current.reason == Reason.EVIDENCE_MISMATCH
+        # Mail arrived and none matched, or only near misses did: check the trigger.
+        mismatch = current.reason in (Reason.EVIDENCE_MISMATCH, Reason.EVIDENCE_MISADDRESSED)
         wait_s = 0.0 if current.next_poll_at is None else current.next_poll_at - now
         return replace(
             base,

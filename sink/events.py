@@ -357,7 +357,7 @@ def _state_after(event: Event) -> tuple[str, str | None] | None:
         outcome = str(event.detail.get("outcome"))
         if outcome == "received":
             return ("received", None)
-        if outcome in ("evidence_not_found", "evidence_mismatch"):
+        if outcome in ("evidence_not_found", "evidence_mismatch", "evidence_misaddressed"):
             return ("waiting", outcome)
         return None  # "timeout": the expired event recorded with it says so
     return None

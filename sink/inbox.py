@@ -124,6 +124,15 @@ class Inbox:
     # The create_inbox arguments as the caller gave them (canonical JSON): what agent
     # guidance repeats to make the run's next inbox. None for inboxes made before v3.
     created_with: str | None = None
+    # The last wait's criteria (its ``match``, else the creation's) and where it began: a
+    # later GET or claim counts resends by them, and a mismatch can be looked at again.
+    wait_match: Match | None = None
+    rescan_seq: int | None = None
+
+    @property
+    def criteria(self) -> Match:
+        """What this inbox's evidence is matched by: the last wait's, else the creation's."""
+        return self.wait_match if self.wait_match is not None else self.match
 
     @classmethod
     def fresh(
@@ -226,6 +235,18 @@ class ScanResult:
     found: Delivery | None
     last_seq: int  # the position after the last delivery looked at (or the start)
     mismatched: bool  # mail arrived beyond the cursor, but none matched
+    first_seq: int = 0  # the position the wait began at (its cursor)
+    match: Match | None = None  # the criteria it matched by
+    misaddressed: bool = False  # caught mail nearly reached the inbox (a near miss)
+
+    @property
+    def reason(self) -> Reason:
+        """Why nothing was found: mail that did not match wins over a near miss."""
+        if self.mismatched:
+            return Reason.EVIDENCE_MISMATCH
+        if self.misaddressed:
+            return Reason.EVIDENCE_MISADDRESSED
+        return Reason.EVIDENCE_NOT_FOUND
 
 
 def after_poll(
@@ -246,6 +267,8 @@ def after_poll(
         "last_poll_at": started,
         "last_poll_latency_ms": round((ended - started) * 1000, 3),
         "last_error": None,  # the provider answered this poll
+        "wait_match": result.match,
+        "rescan_seq": result.first_seq,
     }
     if result.found is not None:
         found = result.found
@@ -264,7 +287,7 @@ def after_poll(
     waited = replace(
         inbox,
         state=State.WAITING,
-        reason=Reason.EVIDENCE_MISMATCH if result.mismatched else Reason.EVIDENCE_NOT_FOUND,
+        reason=result.reason,
         evidence=None,
         cursor_seq=cursor,
         **common,  # type: ignore[arg-type]

@@ -61,9 +61,19 @@ class LongPolls:
         self._bodies.clear()
 
     async def look(
-        self, inbox: Inbox, match: Match, position: int, deadline: float, attempt: Attempt
+        self,
+        inbox: Inbox,
+        match: Match,
+        position: int,
+        deadline: float,
+        attempt: Attempt,
+        newest: bool = False,
     ) -> Look:
-        """Scan, then wait and scan again, until a match, the deadline or the inbox's end."""
+        """Scan, then wait and scan again, until a match, the deadline or the inbox's end.
+
+        ``newest``: the newest unclaimed match beyond the cursor rather than the oldest.
+        """
+        first = position
         mismatched = False
         found: Delivery | None = None
         self._in_flight[inbox.inbox_id] = deadline
@@ -72,7 +82,7 @@ class LongPolls:
         try:
             while True:
                 woken.clear()
-                result = await attempt.call(partial(self._scan, inbox, match, position))
+                result = await attempt.call(partial(self._scan, inbox, match, position, newest))
                 position = max(position, result.last_seq)
                 mismatched = mismatched or result.mismatched
                 found = result.found
@@ -92,26 +102,38 @@ class LongPolls:
             ending = Ending.CLOSING
         else:
             ending = Ending.DEADLINE
-        return Look(ScanResult(found, position, mismatched), ending, self._clock.now())
+        scan = ScanResult(found, position, mismatched, first_seq=first, match=match)
+        return Look(scan, ending, self._clock.now())
 
-    async def _scan(self, inbox: Inbox, match: Match, after_seq: int) -> ScanResult:
-        """Deliveries beyond the cursor, oldest first: the first unclaimed match, or none."""
+    async def _scan(
+        self, inbox: Inbox, match: Match, after_seq: int, newest: bool = False
+    ) -> ScanResult:
+        """Deliveries beyond the cursor, oldest first: the first unclaimed match, or none
+        (with ``newest``, the last one)."""
         position = after_seq
         mismatched = False
         now = self._clock.now()
+        unclaimed: list[Delivery] = []  # with ``newest``: matched newest first, below
         for _ in range(_SCAN_PAGES_PER_LOOK):
             page = await self._store.deliveries_after(inbox.inbox_id, position, _SCAN_PAGE)
             for delivery in page:
                 if delivery.claim is None:
-                    if await self._matches(match, delivery, now):
+                    if newest:
+                        unclaimed.append(delivery)
+                    elif await self.matches(match, delivery, now):
                         return ScanResult(delivery, position, mismatched)
-                    mismatched = True
+                    else:
+                        mismatched = True
                 position = delivery.seq
             if len(page) < _SCAN_PAGE:
                 break
-        return ScanResult(None, position, mismatched)
+        for delivery in reversed(unclaimed):
+            if await self.matches(match, delivery, now):
+                return ScanResult(delivery, position, True)
+        return ScanResult(None, position, mismatched or bool(unclaimed))
 
-    async def _matches(self, match: Match, delivery: Delivery, now: float) -> bool:
+    async def matches(self, match: Match, delivery: Delivery, now: float) -> bool:
+        """Whether a delivery meets the criteria (a body is read once, then cached)."""
         if not match.headers_match(delivery.subject, delivery.from_addr, delivery.received_at, now):
             return False
         if not match.needs_body:

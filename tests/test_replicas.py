@@ -197,6 +197,29 @@ def test_a_release_on_one_replica_ends_a_wait_on_the_other(pair: tuple[Server, S
     assert (answer["state"], answer["reason"]) == ("expired", "lease")
 
 
+def test_a_typo_caught_by_one_replica_is_a_near_miss_of_an_inbox_made_on_another(
+    pair: tuple[Server, Server],
+) -> None:
+    """B's new inbox reaches A's near-miss index (the create's NOTIFY): A records the
+    mistyped mail it catches as the inbox's near miss, and B's run report shows it."""
+    a, b = pair
+    run_id = new_run_id()
+    with a.http() as on_a, b.http() as on_b:
+        inbox = create_inbox(on_b, run_id)
+        local, _, domain = inbox["address"].partition("@")
+        typo = f"{local[:-1]}@{domain}"
+        deadline = time.monotonic() + 10
+        near: list[dict[str, object]] = []
+        while not near:  # the notification crosses in milliseconds; a mail takes longer
+            assert time.monotonic() < deadline, "A never learnt of B's inbox"
+            a.send(typo, subject="Your code")
+            events = on_b.get(f"/v1/runs/{run_id}").json()["events"]
+            near = [e for e in events if e["type"] == "near_miss"]
+        assert near[0]["inbox_id"] == inbox["inbox_id"]
+        assert near[0]["detail"] == {"address": typo, "distance": 1}
+        assert on_a.get(f"/v1/runs/{run_id}").json()["events"][-1]["type"] == "near_miss"
+
+
 def _until_long_polls(client: httpx.Client, count: int, deadline_s: float = 10.0) -> None:
     """Until the replica holds ``count`` long-polls (it registers them before it scans)."""
     deadline = time.monotonic() + deadline_s

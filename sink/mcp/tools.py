@@ -273,6 +273,11 @@ _WAIT_INPUT = _object(
             **_RUN_ID,
             "description": "Your run's id; the server refuses (wrong_run) an inbox of another run.",
         },
+        "order": {
+            "enum": ["oldest", "newest"],
+            "description": "Which unclaimed match beyond the cursor (default oldest); newest "
+            "takes a resend's, passing older ones over.",
+        },
     },
     required=("inbox_id",),
     closed=True,

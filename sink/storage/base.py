@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
+from sink.envelope import NearMiss
 from sink.inbox import Claim, Delivery, Inbox
 from sink.message import Summary
+from sink.nearmiss import NearMissFound
 from sink.search import Query
 
 
@@ -83,6 +85,9 @@ class Incoming:
     late: tuple[Late, ...] = ()
     caught_id: str | None = None  # set when ``unrouted`` is: the caught mail's id
     caught_until: float = 0.0  # caught mail is kept until then (catch_all_retention_s)
+    # The live inboxes the caught recipients nearly reached: the store finds them (its
+    # ``NearIndex``) when it stores the caught mail, and records them with it.
+    near_misses: tuple[NearMissFound, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +229,10 @@ class Store(Protocol):
         """Expire the run's live inboxes (lease) and release their bodies now."""
 
     async def add_events(self, events: list[Event]) -> None: ...
+
+    async def near_misses(self, inbox_id: str, limit: int) -> list[NearMiss]:
+        """Caught mail recorded as near misses of the inbox (when it was stored), newest first
+        (ties by arrival order)."""
 
     async def run_report(self, run_id: str) -> tuple[list[InboxReport], list[Event]]: ...
 

@@ -14,9 +14,11 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from sink.envelope import NearMiss
 from sink.errors import StorageError
 from sink.inbox import Claim, Delivery, Evidence, Inbox
 from sink.message import Summary, search_fields
+from sink.nearmiss import LiveAddress, NearIndex
 from sink.search import Query, texts_match
 from sink.storage.base import (
     CaughtMessage,
@@ -32,7 +34,13 @@ from sink.storage.base import (
     StoredMessage,
     UnroutedMail,
 )
-from sink.storage.rows import accepted_event, claimed_event, expired_event, late_events
+from sink.storage.rows import (
+    accepted_event,
+    claimed_event,
+    expired_event,
+    late_events,
+    near_miss_event,
+)
 from sink.vocabulary import Reason, State
 
 _NEVER = 1e18  # evidence_release_at of an inbox whose expiry set no retention
@@ -99,6 +107,8 @@ class MemoryStore:
         self._pks = itertools.count(1)
         self._listing_seq = itertools.count(1)
         self._events: list[Event] = []
+        self._near = NearIndex()  # the live inboxes' local parts, for near misses
+        self._near_misses: dict[str, list[NearMiss]] = {}  # by inbox, in arrival order
         self._signing_key = secrets.token_bytes(32)  # lives as long as the store, as its data
 
     async def open(self) -> None:
@@ -135,6 +145,11 @@ class MemoryStore:
         self._by_inbox[inbox.inbox_id] = []
         self._keys[new.idempotency_key] = (new.request_json, inbox.inbox_id)
         self._events.append(event)
+        self._near.add(
+            LiveAddress(
+                inbox.inbox_id, inbox.run_id, inbox.address, inbox.created_at, inbox.expires_at
+            )
+        )
         return CreateResult(CreateOutcome.CREATED, stored)
 
     async def load_inbox(self, inbox_id: str) -> Inbox | None:
@@ -177,11 +192,14 @@ class MemoryStore:
             last_poll_latency_ms=after.last_poll_latency_ms,
             expired_at=after.expired_at,
             last_error=after.last_error,
+            wait_match=after.wait_match,
+            rescan_seq=after.rescan_seq,
         )
         row.evidence_message_id = after.evidence.message_id if after.evidence else None
         self._events.append(event)
         if after.state is State.EXPIRED:
             self._events.append(expired_event(after))
+            self._near.remove([after.inbox_id])
         return True
 
     async def set_last_error(self, inbox_id: str, code: str | None) -> None:
@@ -228,6 +246,7 @@ class MemoryStore:
                 )
                 self._events.append(accepted_event(d, incoming.received_at, size))
             if incoming.caught_id:
+                self._record_near_misses(incoming)
                 entry = _Entry(
                     next(self._listing_seq),
                     incoming.caught_id,
@@ -239,6 +258,20 @@ class MemoryStore:
                 )
                 self._listing[entry.id] = self._caught[entry.id] = entry
         self._events.extend(late_events(incoming.late, incoming.received_at, size))
+
+    def _record_near_misses(self, incoming: Incoming) -> None:
+        at = incoming.received_at
+        for found in self._near.find(incoming.unrouted, at):
+            seen = NearMiss(found.address, at, found.distance)
+            self._near_misses.setdefault(found.inbox_id, []).append(seen)
+            self._events.append(near_miss_event(found, at))
+
+    async def near_misses(self, inbox_id: str, limit: int) -> list[NearMiss]:
+        self._check()
+        recorded = self._near_misses.get(inbox_id, [])
+        order = {id(m): n for n, m in enumerate(recorded)}
+        newest = sorted(recorded, key=lambda m: (m.received_at, order[id(m)]), reverse=True)
+        return newest[:limit]
 
     async def deliveries_after(self, inbox_id: str, after_seq: int, limit: int) -> list[Delivery]:
         self._check()
@@ -606,6 +639,7 @@ class MemoryStore:
         )
         row.last_change_reason = cause or inbox.reason
         self._events.append(expired_event(inbox, cause))
+        self._near.remove([inbox.inbox_id])
 
     def _release_rows(self, rows: list[_Inbox], now: float) -> int:
         inboxes = [self._load(r.inbox.inbox_id) for r in rows]

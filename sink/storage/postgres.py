@@ -41,6 +41,7 @@ import uuid
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextvars import ContextVar
+from dataclasses import replace
 from functools import partial
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
@@ -58,9 +59,11 @@ from sink.breaker import (
     BreakerState,
     Transition,
 )
+from sink.envelope import NearMiss
 from sink.errors import StorageError, StorageUnavailable, StoreFull
 from sink.inbox import Claim, Delivery, Inbox
 from sink.logs import warn
+from sink.nearmiss import LiveAddress, NearIndex
 from sink.storage.base import (
     CreateOutcome,
     CreateResult,
@@ -79,6 +82,7 @@ from sink.storage.pg_events import CAUGHT, EventFeed, LiveTarget
 from sink.storage.pg_space import DISK_FULL, SpaceGate, probe
 from sink.storage.postgres_mail import PostgresMail, lock_messages
 from sink.storage.rows import (
+    LIVE_ADDRESSES,
     accepted_event,
     claimed_event,
     delivery_from_row,
@@ -86,6 +90,9 @@ from sink.storage.rows import (
     inbox_from_row,
     json_strings,
     late_events,
+    live_from_row,
+    match_json_or_none,
+    near_miss_event,
 )
 from sink.storage.sqlite import RouteCache
 from sink.vocabulary import Reason, State
@@ -251,6 +258,10 @@ class PostgresStore:
         self._deliveries = _Deliveries(self)
         self._listener: _Listener | None = None
         self._routes = RouteCache()
+        # The live inboxes' local parts, for near misses (sink/nearmiss.py): loaded at open,
+        # kept by this replica's commits and, through the listener, by every other
+        # replica's creates ("c") and ends ("e"); loaded again on every reconnect.
+        self._near = NearIndex()
         self._committed_at = -_PROBE_TRUSTED_S  # when ping last saw a commit succeed
         # After a disk-full error, new mail and inboxes wait for a probe to find space.
         self._space = SpaceGate(self._probe_space)
@@ -288,6 +299,7 @@ class PostgresStore:
                     max_inactive_connection_lifetime=60.0,
                     server_settings={**_NAMED, "synchronous_commit": "off"},
                 )
+                self._near.keep_only(await self._live_addresses(self._pool))
                 break
             except _DRIVER_ERRORS as exc:
                 error = _translate(exc, "opening the store")
@@ -325,6 +337,15 @@ class PostgresStore:
         self._pool = self._leases = None
 
     # -- plumbing ----------------------------------------------------------------
+
+    @staticmethod
+    async def _live_addresses(db: Connection | asyncpg.Pool) -> list[LiveAddress]:
+        return [live_from_row(row) for row in await db.fetch(LIVE_ADDRESSES, timeout=30)]
+
+    def _ended(self, inbox_ids: list[str]) -> None:
+        """Inboxes that just expired (or were released): no route, no near misses any more."""
+        self._routes.forget(inbox_ids)
+        self._near.remove(inbox_ids)
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -480,16 +501,28 @@ class PostgresStore:
                     new.request_json,
                 )
             await _insert_events(db, [event])
+            # Every other replica's near-miss index learns of it at COMMIT (see _Listener).
+            await db.execute("SELECT pg_notify($1, $2)", CHANNEL, self._created_payload(inbox))
             return CreateResult(CreateOutcome.CREATED, inbox)
 
         await self._space.admit()
         try:
-            return await self._transaction("create_inbox", work)
+            result = await self._transaction("create_inbox", work)
+            if result.outcome == CreateOutcome.CREATED:
+                self._near.add(_live(inbox))
+            return result
         except _Forbidden as refused:
             return CreateResult(CreateOutcome.FORBIDDEN, count=refused.count)
         except StoreFull:
             self._space.filled()
             raise
+
+    def _created_payload(self, inbox: Inbox) -> str:
+        # Ids, run ids and addresses hold no spaces; times as repr (exact round trip).
+        return (
+            f"{self.replica_id} c {inbox.inbox_id} {inbox.run_id} {inbox.address} "
+            f"{inbox.created_at!r} {inbox.expires_at!r}"
+        )
 
     async def load_inbox(self, inbox_id: str) -> Inbox | None:
         rows = await self._fetch("load_inbox", _INBOX_SELECT + " WHERE i.inbox_id = $1", inbox_id)
@@ -559,12 +592,14 @@ class PostgresStore:
             *_columns(_event_rows(events), 6),
             CHANNEL,
             payloads,
+            match_json_or_none(after.wait_match),
+            after.rescan_seq,
         )
         saved = bool(rows[0][0])
         if saved:
             self._committed(events)
         if saved and after.state is State.EXPIRED:
-            self._routes.forget([after.inbox_id])
+            self._ended([after.inbox_id])
         return saved
 
     async def take_poll_slot(self, inbox: Inbox, now: float, until: float) -> float | None:
@@ -599,7 +634,7 @@ class PostgresStore:
                 await self._notify(db, "e", [inbox.inbox_id])
 
         await self._transaction("expire", work)
-        self._routes.forget([inbox.inbox_id])
+        self._ended([inbox.inbox_id])
 
     async def expire_due(self, now: float, limit: int) -> list[Inbox]:
         rows = await self._fetch(
@@ -621,6 +656,9 @@ class PostgresStore:
     # -- messages ----------------------------------------------------------------
 
     async def save_message(self, incoming: Incoming) -> None:
+        if incoming.caught_id is not None:
+            found = self._near.find(incoming.unrouted, incoming.received_at)
+            incoming = replace(incoming, near_misses=tuple(found))
         await self._space.admit()
         try:
             await self._deliveries.save(incoming)
@@ -628,6 +666,16 @@ class PostgresStore:
             self._space.filled()
             raise
         self.mail.stored()
+
+    async def near_misses(self, inbox_id: str, limit: int) -> list[NearMiss]:
+        rows = await self._fetch(
+            "near_misses",
+            "SELECT address, received_at, distance FROM near_misses WHERE inbox_id = $1 "
+            "ORDER BY received_at DESC, id DESC LIMIT $2",
+            inbox_id,
+            limit,
+        )
+        return [NearMiss(r["address"], r["received_at"], r["distance"]) for r in rows]
 
     async def deliveries_after(self, inbox_id: str, after_seq: int, limit: int) -> list[Delivery]:
         rows = await self._fetch(
@@ -756,7 +804,7 @@ class PostgresStore:
             return ids
 
         released = await self._transaction("release_run", work)
-        self._routes.forget(released)
+        self._ended(released)
         return released
 
     async def release_due(self, now: float, limit: int) -> int:
@@ -789,7 +837,7 @@ class PostgresStore:
             return ids
 
         released = await self._transaction("release", work)
-        self._routes.forget(released)
+        self._ended(released)
         return len(released)
 
     async def used_bytes(self) -> int:
@@ -1134,6 +1182,18 @@ class PostgresStore:
             )
             for row in rows:
                 next_seq[row[0]] = int(row[1]) - per_inbox[row[0]] + 1
+        # Near misses only of inboxes still live now (this replica's index may be a moment
+        # behind another's expiry).
+        near_ids = sorted({n.inbox_id for item in items for n in item.near_misses})
+        still_live: set[str] = set()
+        if near_ids:
+            rows = await db.fetch(
+                "SELECT inbox_id FROM inboxes WHERE inbox_id = ANY($1::text[]) "
+                "AND state <> 'expired' AND released_at IS NULL",
+                near_ids,
+            )
+            still_live = {r[0] for r in rows}
+        near: list[tuple[Any, ...]] = []
         messages: list[tuple[Any, ...]] = []
         deliveries: list[tuple[Any, ...]] = []
         caught: list[tuple[Any, ...]] = []
@@ -1180,6 +1240,12 @@ class PostgresStore:
                 # No run's event: the live feed's row for caught mail (pg_events.py).
                 detail = json.dumps({"size": size})
                 event_rows.append((None, None, item.caught_id, item.received_at, CAUGHT, detail))
+            for found in item.near_misses:
+                if found.inbox_id in still_live:
+                    near.append((found.inbox_id, found.address, item.received_at, found.distance))
+                    missed = near_miss_event(found, item.received_at)
+                    events.append(missed)
+                    event_rows += _event_rows([missed])
             lates = late_events(dropped, item.received_at, size)
             events += lates
             event_rows += _event_rows(lates)
@@ -1201,6 +1267,12 @@ class PostgresStore:
             CHANNEL,
             payloads,
         )
+        if near:
+            await db.executemany(
+                "INSERT INTO near_misses (inbox_id, address, received_at, distance) "
+                "VALUES ($1, $2, $3, $4)",
+                near,
+            )
 
 
 # One statement: the conditional take, and what the inbox held when it was refused (a
@@ -1224,7 +1296,7 @@ WITH u AS (
         state = $4, reason = $5, evidence_message_id = $6, last_poll_at = $7,
         last_poll_latency_ms = $8, expired_at = $9, last_error = $10,
         last_change_reason = CASE WHEN state <> $4 THEN $11 ELSE last_change_reason END,
-        poll_until = NULL
+        poll_until = NULL, wait_match_json = $22, rescan_seq = $23
     WHERE inbox_id = $12 AND polls_used = $13 AND state <> 'expired'
     RETURNING inbox_id
 ), e AS (
@@ -1396,14 +1468,23 @@ class _Ends:
 
     def end(self, inbox_ids: Iterable[str]) -> None:
         ids = list(inbox_ids)
-        self._store._routes.forget(ids)
+        self._store._ended(ids)
         self._target.end(ids)
+
+    def created(self, live: LiveAddress) -> None:
+        """Another replica created an inbox: near misses of it are found here too."""
+        self._store._near.add(live)
 
     def watched(self) -> list[str]:
         # Called on every (re)connect: what was announced meanwhile is unknown, so every
         # cached route goes too.
         self._store._routes = RouteCache()
         return self._target.watched()
+
+    async def caught_up(self, connection: Connection) -> None:
+        """On every (re)connect: creates and ends announced meanwhile are unknown, so the
+        near-miss index becomes the live inboxes as the database has them now."""
+        self._store._near.keep_only(await self._store._live_addresses(connection))
 
 
 class _Listener:
@@ -1416,7 +1497,7 @@ class _Listener:
     """
 
     def __init__(
-        self, dsn: str, replica_id: str, target: WakeTarget, feed: EventFeed | None = None
+        self, dsn: str, replica_id: str, target: _Ends, feed: EventFeed | None = None
     ) -> None:
         self._dsn = dsn
         self._replica_id = replica_id
@@ -1445,6 +1526,9 @@ class _Listener:
             return
         if sender == self._replica_id:
             return  # this replica already woke its own waits after its commit
+        if kind == "c":
+            self._target.created(_live_from_payload(ids))
+            return
         inbox_ids = ids.split(",") if ids else []
         if kind == "e":
             self._target.end(inbox_ids)
@@ -1488,6 +1572,7 @@ class _Listener:
     async def _catch_up(self, connection: Connection) -> None:
         if self._feed is not None:  # the events first: the wake-ups below come after them
             await self._feed.reconnected(connection)
+        await self._target.caught_up(connection)
         watched = self._target.watched()
         if not watched:
             return
@@ -1499,6 +1584,18 @@ class _Listener:
         ended = [r[0] for r in rows]
         self._target.end(ended)
         self._target.wake(watched)
+
+
+def _live(inbox: Inbox) -> LiveAddress:
+    return LiveAddress(
+        inbox.inbox_id, inbox.run_id, inbox.address, inbox.created_at, inbox.expires_at
+    )
+
+
+def _live_from_payload(text: str) -> LiveAddress:
+    """A "c" notification's inbox (``_created_payload``)."""
+    inbox_id, run_id, address, created_at, expires_at = text.split(" ")
+    return LiveAddress(inbox_id, run_id, address, float(created_at), float(expires_at))
 
 
 def _set_on_termination(lost: asyncio.Event, _connection: object) -> None:

@@ -9,6 +9,7 @@ from json.encoder import encode_basestring_ascii
 from typing import Any, Protocol
 
 from sink.inbox import Claim, Delivery, Evidence, Inbox, Match
+from sink.nearmiss import LiveAddress, NearMissFound
 from sink.storage.base import CaughtMessage, Delivered, Event, Late, Listed
 from sink.vocabulary import Reason, State
 
@@ -62,6 +63,8 @@ def inbox_from_row(row: Row) -> Inbox:
         reason=None if row["reason"] is None else Reason(row["reason"]),
         evidence=evidence,
         match=Match(**json.loads(row["match_json"])),
+        wait_match=_match_or_none(row["wait_match_json"]),
+        rescan_seq=row["rescan_seq"],
         trace_id=row["trace_id"],
         last_error=row["last_error"],
         expired_at=row["expired_at"],
@@ -69,6 +72,40 @@ def inbox_from_row(row: Row) -> Inbox:
         last_poll_latency_ms=row["last_poll_latency_ms"],
         released_at=row["released_at"],
         created_with=row["created_with"],
+    )
+
+
+def _match_or_none(text: str | None) -> Match | None:
+    return None if text is None else Match(**json.loads(text))
+
+
+def match_json_or_none(match: Match | None) -> str | None:
+    """A wait's criteria as its column keeps them (None before any wait)."""
+    return None if match is None else json.dumps(match.as_dict())
+
+
+# The live inboxes, for a store's near-miss index (SQLite and PostgreSQL alike).
+LIVE_ADDRESSES = (
+    "SELECT inbox_id, run_id, address, created_at, expires_at FROM inboxes "
+    "WHERE state <> 'expired' AND released_at IS NULL"
+)
+
+
+def live_from_row(row: Row) -> LiveAddress:
+    return LiveAddress(
+        row["inbox_id"], row["run_id"], row["address"], row["created_at"], row["expires_at"]
+    )
+
+
+def near_miss_event(found: NearMissFound, received_at: float) -> Event:
+    """The run report's ``near_miss`` entry: the caught address and how far it is, never
+    the mail's content (it stays caught mail)."""
+    return Event(
+        run_id=found.run_id,
+        type="near_miss",
+        at=received_at,
+        inbox_id=found.inbox_id,
+        detail={"address": found.address, "distance": found.distance},
     )
 
 

@@ -25,10 +25,12 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
+from sink.envelope import NearMiss
 from sink.errors import StorageError
 from sink.inbox import Claim, Delivery, Inbox
 from sink.logs import warn
 from sink.message import search_fields
+from sink.nearmiss import LiveAddress, NearIndex
 from sink.search import Query, Text, folded, fts_any, fts_expression, texts_match
 from sink.storage.base import (
     CaughtMessage,
@@ -47,6 +49,7 @@ from sink.storage.base import (
     UnroutedMail,
 )
 from sink.storage.rows import (
+    LIVE_ADDRESSES,
     accepted_event,
     caught_from_row,
     claimed_event,
@@ -56,6 +59,9 @@ from sink.storage.rows import (
     json_strings,
     late_events,
     listed_from_row,
+    live_from_row,
+    match_json_or_none,
+    near_miss_event,
 )
 from sink.storage.sqlite_writer import CONNECTION_PRAGMAS, Writer, note
 from sink.vocabulary import Reason, State
@@ -318,6 +324,9 @@ class SQLiteStore:
         # Every RCPT asks for a route; this process is the only writer, so it knows each
         # moment a route changes (an inbox expires) and forgets it right after that commit.
         self._routes = RouteCache()
+        # The live inboxes' local parts, for near misses: loaded at open, then kept by this
+        # process's own commits (it is the only writer), like the routes.
+        self._near = NearIndex()
         self._committed_at = -_PROBE_TRUSTED_S  # when ping last saw a commit succeed
         # The search index follows the commits in batches (see _index_pending).
         self._unindexed = True  # there may be mail not yet indexed
@@ -335,6 +344,8 @@ class SQLiteStore:
             self._reader.row_factory = sqlite3.Row
             for pragma in CONNECTION_PRAGMAS:
                 await self._reader.execute(pragma)
+            for row in await self._reader.execute_fetchall(LIVE_ADDRESSES):
+                self._near.add(live_from_row(row))
         except (sqlite3.Error, OSError, StorageError) as exc:
             raise StorageError(f"cannot open the store at {self._path}: {exc}") from exc
 
@@ -436,7 +447,15 @@ class SQLiteStore:
             _insert_events(db, [event])
             return CreateResult(CreateOutcome.CREATED, inbox)
 
-        return await self._transaction(work)
+        result = await self._transaction(work)
+        if result.outcome == CreateOutcome.CREATED:
+            inbox = new.inbox
+            self._near.add(
+                LiveAddress(
+                    inbox.inbox_id, inbox.run_id, inbox.address, inbox.created_at, inbox.expires_at
+                )
+            )
+        return result
 
     async def load_inbox(self, inbox_id: str) -> Inbox | None:
         rows = await self._read(_INBOX_SELECT + " WHERE i.inbox_id = ?", (inbox_id,))
@@ -475,7 +494,8 @@ class SQLiteStore:
                 """UPDATE inboxes SET polls_used = ?, next_poll_at = ?, cursor_seq = ?, state = ?,
                        reason = ?, evidence_message_id = ?, last_poll_at = ?,
                        last_poll_latency_ms = ?, expired_at = ?, last_error = ?,
-                       last_change_reason = CASE WHEN state != ? THEN ? ELSE last_change_reason END
+                       last_change_reason = CASE WHEN state != ? THEN ? ELSE last_change_reason END,
+                       wait_match_json = ?, rescan_seq = ?
                    WHERE inbox_id = ? AND polls_used = ? AND state != 'expired'""",
                 (
                     after.polls_used,
@@ -490,6 +510,8 @@ class SQLiteStore:
                     after.last_error,
                     after.state.value,
                     after.reason or "evidence_found",
+                    match_json_or_none(after.wait_match),
+                    after.rescan_seq,
                     after.inbox_id,
                     before.polls_used,
                 ),
@@ -504,7 +526,7 @@ class SQLiteStore:
 
         saved = await self._transaction(work)
         if saved and after.state is State.EXPIRED:
-            self._routes.forget([after.inbox_id])
+            self._ended([after.inbox_id])
         return saved
 
     async def expire(self, inbox: Inbox, retention_s: int) -> None:
@@ -512,7 +534,7 @@ class SQLiteStore:
             _persist_expiry(db, inbox, retention_s)
 
         await self._transaction(work)
-        self._routes.forget([inbox.inbox_id])
+        self._ended([inbox.inbox_id])
 
     async def expire_due(self, now: float, limit: int) -> list[Inbox]:
         rows = await self._read(
@@ -529,7 +551,15 @@ class SQLiteStore:
 
     # -- messages ----------------------------------------------------------------
 
+    def _ended(self, inbox_ids: list[str]) -> None:
+        """Inboxes that just expired (or were released): no route, no near misses any more."""
+        self._routes.forget(inbox_ids)
+        self._near.remove(inbox_ids)
+
     async def save_message(self, incoming: Incoming) -> None:
+        if incoming.caught_id is not None:
+            found = self._near.find(incoming.unrouted, incoming.received_at)
+            incoming = replace(incoming, near_misses=tuple(found))
         # Concurrent deliveries (and agent writes) share a commit, and the deliveries side by
         # side in it one write: see sqlite_writer.py.
         await self._writer.shared(_insert_batch, incoming)
@@ -582,6 +612,14 @@ class SQLiteStore:
         async with self._index_lock:
             while not await self._index_batch(_INDEX_BATCH_IDLE):
                 pass
+
+    async def near_misses(self, inbox_id: str, limit: int) -> list[NearMiss]:
+        rows = await self._read(
+            "SELECT address, received_at, distance FROM near_misses WHERE inbox_id = ? "
+            "ORDER BY received_at DESC, id DESC LIMIT ?",
+            (inbox_id, limit),
+        )
+        return [NearMiss(r["address"], r["received_at"], r["distance"]) for r in rows]
 
     async def deliveries_after(self, inbox_id: str, after_seq: int, limit: int) -> list[Delivery]:
         rows = await self._read(
@@ -696,7 +734,7 @@ class SQLiteStore:
             return [i.inbox_id for i in inboxes]
 
         released = await self._transaction(work)
-        self._routes.forget(released)
+        self._ended(released)
         return released
 
     async def release_due(self, now: float, limit: int) -> int:
@@ -734,7 +772,7 @@ class SQLiteStore:
             return [i.inbox_id for i in inboxes]
 
         released = await self._transaction(work)
-        self._routes.forget(released)
+        self._ended(released)
         if released:
             await self._maintenance("PRAGMA incremental_vacuum")
         return len(released)
@@ -1261,6 +1299,7 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
     messages: list[tuple[Any, ...]] = []
     deliveries: list[tuple[Any, ...]] = []
     caught: list[tuple[Any, ...]] = []
+    near: list[tuple[Any, ...]] = []
     events: list[Event] = []
     for item in items:
         size = len(item.raw)
@@ -1286,6 +1325,9 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
                 events.append(accepted_event(d, item.received_at, size))
             if item.caught_id:
                 caught.append((item.caught_id, pk, json_strings(item.unrouted), item.caught_until))
+            for found in item.near_misses:
+                near.append((found.inbox_id, found.address, item.received_at, found.distance))
+                events.append(near_miss_event(found, item.received_at))
         events.extend(late_events(item.late, item.received_at, size))
     if messages:
         db.executemany(
@@ -1301,6 +1343,11 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
         db.executemany(
             "INSERT INTO caught (caught_id, message_pk, rcpt_json, expires_at) VALUES (?, ?, ?, ?)",
             caught,
+        )
+        db.executemany(
+            "INSERT INTO near_misses (inbox_id, address, received_at, distance) "
+            "VALUES (?, ?, ?, ?)",
+            near,
         )
     if events:
         _insert_events(db, events)
