@@ -684,7 +684,7 @@ class Agent:
             newer = await self._facts.newer_matching(
                 inbox.inbox_id, inbox.criteria, view.message.seq, now
             )
-            return replace(view, newer_matching=newer)
+            return replace(view, newer_matching=newer.count, newest_matching=newer.newest)
         if view.reason is Reason.EVIDENCE_MISMATCH and inbox.rescan_seq is not None:
             passed = await self._facts.unmatched(inbox.inbox_id, inbox.rescan_seq, inbox.cursor_seq)
             view = replace(
@@ -776,6 +776,8 @@ def wait_call(inbox_id: str, request: WaitRequest) -> Call:
         arguments["cursor"] = request.cursor
     if request.match is not None:
         arguments["match"] = request.match.as_dict()
+    if request.order != "oldest":
+        arguments["order"] = request.order
     return Call(Tool.WAIT_FOR_MESSAGE, arguments)
 
 

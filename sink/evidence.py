@@ -13,6 +13,8 @@ Three facts an agent cannot see from one envelope, read from the inbox's own del
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sink.inbox import Delivery, Match
 from sink.longpoll import LongPolls
 from sink.storage.base import Store
@@ -24,24 +26,40 @@ _PAGE = 200
 _COUNTED_AT_MOST = 2000
 
 
+@dataclass(frozen=True, slots=True)
+class Newer:
+    """The matching mail after a message: how many, and the newest one's id (or None)."""
+
+    count: int
+    newest: str | None
+
+
 class EvidenceFacts:
     def __init__(self, store: Store, polls: LongPolls) -> None:
         self._store = store
         self._polls = polls
 
-    async def newer_matching(self, inbox_id: str, match: Match, after_seq: int, now: float) -> int:
+    async def newer_matching(
+        self, inbox_id: str, match: Match, after_seq: int, now: float
+    ) -> Newer:
         """Unclaimed deliveries after ``after_seq`` that meet ``match``."""
         count = 0
+        newest: Delivery | None = None
         position = after_seq
         for _ in range(_COUNTED_AT_MOST // _PAGE):
             page = await self._store.deliveries_after(inbox_id, position, _PAGE)
             for delivery in page:
                 if delivery.claim is None and await self._polls.matches(match, delivery, now):
                     count += 1
+                    if newest is None or (delivery.received_at, delivery.seq) > (
+                        newest.received_at,
+                        newest.seq,
+                    ):
+                        newest = delivery
                 position = delivery.seq
             if len(page) < _PAGE:
                 break
-        return count
+        return Newer(count, newest.message_id if newest is not None else None)
 
     async def unmatched(self, inbox_id: str, first_seq: int, last_seq: int) -> list[Delivery]:
         """The unclaimed deliveries in ``(first_seq, last_seq]`` (what a wait that matched

@@ -103,6 +103,10 @@ def test_a_received_answer_counts_the_newer_matching_deliveries(backend: Backend
         waited = await world.wait(inbox.inbox_id, match=code)
         assert waited.state is State.RECEIVED and waited.message is not None
         assert waited.message.subject == "Your code 111" and waited.newer_matching == 2
+        page = await world.agent.messages(inbox.inbox_id, None, 50, world.run_id)
+        subjects = {d.message_id: d.subject for d in page.messages}
+        assert waited.newest_matching is not None
+        assert subjects[waited.newest_matching] == "Your code 333"  # the resend's newest
         got = await world.get(inbox.inbox_id)  # by the last wait's criteria, not "anything"
         assert got.newer_matching == 2
         claimed = await world.agent.claim(waited.message.message_id, world.run_id, None)
