@@ -262,7 +262,7 @@ class _Renderer(HTMLParser):
     def _read_style(self, css: str) -> None:
         """Classes and ids a ``<style>`` block hides (top-level rules; not those of @media,
         which hide things on one kind of screen only)."""
-        for selectors, body in _CSS_RULE.findall(_CSS_MEDIA.sub(" ", css[:65536])):
+        for selectors, body in _css_rules(css[:65536]):
             if not _hides(_declarations(body)):
                 continue
             for selector in selectors.split(","):
@@ -299,8 +299,6 @@ def _lines(pieces: list[str]) -> str:
 # --- what a reader cannot see ---------------------------------------------------------------
 
 _PAGE = "#ffffff"  # mail is read on white unless it says otherwise
-_CSS_MEDIA = re.compile(r"@media[^{]*\{(?:[^{}]*\{[^{}]*\})*[^{}]*\}", re.IGNORECASE)
-_CSS_RULE = re.compile(r"([^{}]+)\{([^{}]*)\}")
 _CSS_SIMPLE = re.compile(r"(?:[a-z][a-z0-9]*)?([.#])([\w-]+)", re.IGNORECASE)
 _LENGTH = re.compile(r"(-?[0-9]*\.?[0-9]+)\s*([a-z%]*)")
 _NAMED_COLOURS = {
@@ -313,6 +311,32 @@ _RGB = re.compile(
     r"rgba?\(\s*([0-9.]+)%?\s*[, ]\s*([0-9.]+)%?\s*[, ]\s*([0-9.]+)%?"
     r"\s*(?:[,/]\s*([0-9.]+%?))?\s*\)"
 )
+
+
+def _css_rules(css: str) -> list[tuple[str, str]]:
+    """The top-level rules of a style sheet as (selectors, declarations), in one pass: the
+    rules inside ``@media`` (or any other block) are left out, as is anything unclosed."""
+    rules: list[tuple[str, str]] = []
+    depth = 0
+    start = 0  # where the current selectors (or @-prelude) begin
+    opened = 0  # where the current top-level block's body begins
+    nested = False
+    for position, char in enumerate(css):
+        if char == "{":
+            if depth == 0:
+                opened = position + 1
+                nested = False
+            else:
+                nested = True
+            depth += 1
+        elif char == "}" and depth:
+            depth -= 1
+            if depth == 0:
+                selectors = css[start : opened - 1].strip()
+                if not nested and not selectors.startswith("@"):
+                    rules.append((selectors, css[opened:position]))
+                start = position + 1
+    return rules
 
 
 def _declarations(style: str) -> dict[str, str]:

@@ -59,11 +59,12 @@ _BOUNDARY = re.compile(
     r"(?:[_ ](?:END|START|BEGIN|CONTENT|OUTPUT|RESULT))*\]"
     r"|\[(?:END|BEGIN|START)[_ ](?:OF[_ ])?(?:EMAIL|MESSAGE|UNTRUSTED|DATA|CONTENT|TOOL)[A-Z_ ]*\]"
     r"|<<\s*/?SYS\s*>>"
-    r"|^\s*(?:`{3,}|~{3,})\s*(?:system|assistant|user|tool|developer)\b"
-    r"|^\s*#{1,6}\s*(?:system|assistant|user|tool|developer)(?:\s+(?:prompt|message))?\s*:?\s*$"
-    r"|^\s*(?:-{3,}|={3,}|\*{3,})\s*(?:end|begin|start)\s+(?:of\s+)?(?:the\s+)?(?:email|message"
-    r"|untrusted|tool|data|content|user|system)"
-    r"|^\s*(?:human|assistant)\s*:\s"
+    r"|^[ \t]*(?:`{3,}|~{3,})[ \t]*(?:system|assistant|user|tool|developer)\b"
+    r"|^[ \t]*#{1,6}[ \t]*(?:system|assistant|user|tool|developer)(?:[ \t]+(?:prompt|message))?"
+    r"[ \t]*:?[ \t]*$"
+    r"|^[ \t]*(?:-{3,}|={3,}|\*{3,})[ \t]*(?:end|begin|start)[ \t]+(?:of[ \t]+)?(?:the[ \t]+)?"
+    r"(?:email|message|untrusted|tool|data|content|user|system)"
+    r"|^[ \t]*(?:human|assistant)[ \t]*:[ \t]"
     r"|[\"']role[\"']\s*:\s*[\"'](?:system|assistant|tool|developer)[\"']",
     re.IGNORECASE | re.MULTILINE,
 )
@@ -74,7 +75,6 @@ _ZERO_WIDTH = "\u180e\u200b\u200c\u200d\u2060\ufeff"
 _ZERO_WIDTH_INSIDE = re.compile(rf"\w[{_ZERO_WIDTH}]+\w")
 _ZERO_WIDTH_ANY = re.compile(rf"[{_ZERO_WIDTH}]")
 _NO_ZERO_WIDTH = dict.fromkeys(map(ord, _ZERO_WIDTH + "\u00ad"))
-_COMMENT = re.compile(r"<!--(.*?)-->", re.DOTALL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +96,7 @@ class Content:
 def content_flags(content: Content) -> tuple[str, ...]:
     """The flags that hold for this content, in the contract's order."""
     html = (content.html or "")[:MAX_LOOK_CHARS]
-    comments = " ".join(m.group(1) for m in _COMMENT.finditer(html))
+    comments = " ".join(_comments(html))
     # Everything a model could be given: over MCP it reads the subject, the name and the
     # attachment names; with include_body and include_html, the text and the HTML source.
     spoken = [
@@ -149,6 +149,20 @@ def _suspect(line: str) -> bool:
     return bool(
         _ADDRESSES_AI.search(line) or _AUTHORITY_LABEL.search(line) or _BOUNDARY.search(line)
     )
+
+
+def _comments(html: str) -> list[str]:
+    """The texts of the HTML's complete comments, in one pass (a regex would rescan the rest
+    of the mail from each unclosed ``<!--``)."""
+    found: list[str] = []
+    position = html.find("<!--")
+    while position >= 0:
+        end = html.find("-->", position + 4)
+        if end < 0:
+            break  # no comment after this one can close either
+        found.append(html[position + 4 : end])
+        position = html.find("<!--", end + 3)
+    return found
 
 
 def _zero_width(content: Content, html: str) -> bool:

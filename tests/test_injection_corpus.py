@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
 
 from sink.mcp.answers import read_answer
 from sink.message import ParsedMessage, parse
-from tests.corpus.injection import HOSTILE, ORDINARY, Case
+from tests.corpus.injection import HOSTILE, ORDINARY, Case, mail
 
 
 def _http_json(parsed: ParsedMessage) -> dict[str, Any]:
@@ -66,3 +67,22 @@ def test_an_agent_reads_bidi_controls_as_visible_escapes() -> None:
     body = read_answer(_http_json(parse(by_name["rlo_reversed_code"].raw)), {"include_body": True})
     assert body["untrusted"]["text"] == "Your code is ⟨U+202E⟩319284⟨U+202C⟩.\n"
     assert body["codes"] == ["482913"]
+
+
+@pytest.mark.parametrize(
+    ("text", "html"),
+    [
+        (None, "<style>" + "a" * 65536 + "</style>"),  # a rule regex would be quadratic here
+        (None, "<style>" + "{a{" * 20000 + "</style>"),
+        (None, "<p>x</p>" + "<!--" * 60000),  # so would a comment regex
+        ("\n" * 200_000 + "x", None),  # and a role-header regex spanning blank lines
+        ("ignore " + "all " * 50_000, None),
+        (None, '<div style="display:none">' * 20000 + "x"),
+    ],
+)
+def test_crafted_mail_is_analysed_in_linear_time(text: str | None, html: str | None) -> None:
+    """Hidden text, style sheets and flags never take quadratic time on crafted mail."""
+    raw = mail("crafted", text, html)
+    started = time.perf_counter()
+    parse(raw)
+    assert time.perf_counter() - started < 5  # the quadratic versions need minutes
