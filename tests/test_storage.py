@@ -605,3 +605,12 @@ def test_shared_writes_run_as_one_and_a_failing_one_fails_alone(tmp_path: Path) 
     with sqlite3.connect(path) as db:
         stored = [row[0] for row in db.execute("SELECT n FROM t ORDER BY n")]
     assert stored == [n for n in range(20) if n != 13]
+
+
+def test_every_migration_has_a_number_of_its_own() -> None:
+    """Two migrations with one number would leave one unapplied on an upgraded store."""
+    from sink.storage import postgres
+
+    for found in (_migrations(), postgres._migrations()):
+        numbers = [number for number, _ in found]
+        assert len(numbers) == len(set(numbers)), numbers
