@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -118,11 +119,11 @@ def test_playwright_example_signs_up_in_chromium_from_the_packed_client(example:
 
 
 def test_a_failing_playwright_test_carries_the_run_report(example: Path) -> None:
-    """A test that fails waiting for mail gets the runsink run report attached, and says why."""
+    """A failing test (its worker started its own server) says why and carries the run report."""
     output = run(
-        ["npx", "playwright", "test", "--project=failing", "--reporter=json"],
+        ["npx", "playwright", "test", "-c", "playwright.failing.config.ts", "--reporter=json"],
         example,
-        {**example_env(), "SHOW_FAILURE": "1"},
+        example_env(),
         ok=False,
     )
     tests = [t for spec in _specs(json.loads(output)) for t in spec["tests"]]
@@ -139,6 +140,36 @@ def test_a_failing_playwright_test_carries_the_run_report(example: Path) -> None
     assert report["run_id"] in error
     assert [i["inbox_id"] for i in report["report"]["inboxes"]] == [report["inbox_id"]]
     assert any(e["type"] == "polled" for e in report["report"]["events"]), report["summary"]
+
+
+def test_readme_and_example_type_check_against_the_packed_client(example: Path) -> None:
+    """The README's Playwright example and the example's TypeScript compile (strict), installed."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## JavaScript and Playwright") :]
+    section = section[: section.index("\n## ", 5)]
+    (block,) = re.findall(r"```ts\n(.*?)```", section, re.S)
+    check = example / "readme-check.spec.ts"
+    check.write_text(block)
+    types = CLIENT / "node_modules" / "@types"
+    try:
+        run(
+            [
+                "node",
+                str(CLIENT / "node_modules" / "typescript" / "bin" / "tsc"),
+                *("--noEmit", "--strict", "--skipLibCheck", "--allowJs", "--target", "es2022"),
+                *("--module", "nodenext", "--moduleResolution", "nodenext"),
+                *("--typeRoots", str(types), "--types", "node"),
+                check.name,
+                "tests/signup.spec.ts",
+                "failing/never-sent.spec.ts",
+                "global-setup.ts",
+                "playwright.config.ts",
+                "playwright.failing.config.ts",
+            ],
+            example,
+        )
+    finally:
+        check.unlink()
 
 
 def _specs(suite: dict[str, Any]) -> Iterator[dict[str, Any]]:

@@ -14,6 +14,7 @@
  *   -> reject (never silently create another inbox); so does a refusal of the run;
  * - an error answer that says `wait_then_retry` (a 503 with `Retry-After`: the server at its
  *   long-poll cap, provider trouble or an open circuit on read) -> pause that long, call again;
+ *   no answer at all (`TransportError`: the server is down or unreachable) rejects at once;
  * - the deadline is hard: a pause that would pass it rejects at once instead of sleeping for
  *   nothing.
  */

@@ -84,7 +84,7 @@ export class Transport {
       throw new TransportError(
         `${method} ${url.pathname}: no answer from the runsink server at ${this.url} (${why}); ` +
           "check that it runs and that RUNSINK_URL points at it",
-        { cause, nextAction: "wait_then_retry" },
+        { cause },
       );
     }
     if (bytes !== null) return { status: response.status, headers: response.headers, body: bytes };

@@ -31,7 +31,7 @@ export interface WaitOptions extends Match {
 export interface ExpectOptions extends Match {
   /** `oldest` (default) or `newest` unclaimed matching delivery (the resend usually holds the valid code). */
   order?: Order;
-  /** The overall deadline in seconds. Default: until the lease ends (the budget ends it earlier). */
+  /** The overall deadline in seconds. Default: until the lease ends (the budget ends it earlier), or `inbox.deadline`. */
   timeoutS?: number;
   /** Claim the message before reading it (default true). */
   claim?: boolean;
@@ -74,6 +74,12 @@ export class Inbox {
   readonly created: CreatedJson;
   /** The last answer seen for this inbox. */
   envelope: EnvelopeJson;
+  /**
+   * When set, expectMessage's default deadline is the earlier of this and the lease end. The
+   * Playwright fixture sets it to 1 s before the test's timeout, so that a missing mail fails
+   * with runsink's reason and hint rather than with the runner's timeout.
+   */
+  deadline: Date | null = null;
 
   constructor(
     private readonly api: InboxApi,
@@ -265,8 +271,9 @@ export class Inbox {
   }
 
   private untilLeaseEnd(clock: Clock): number {
-    const left = (Date.parse(this.created.expires_at) - clock.wallMs()) / 1000;
-    return Math.max(0, left) + LEASE_SLACK_S;
+    const lease = Math.max(0, (Date.parse(this.created.expires_at) - clock.wallMs()) / 1000) + LEASE_SLACK_S;
+    if (this.deadline === null) return lease;
+    return Math.min(lease, Math.max(0, (this.deadline.getTime() - clock.wallMs()) / 1000));
   }
 
   private messageIdOr(given: string | undefined): string {

@@ -3,7 +3,8 @@
  *
  * - `inbox` (per test): an inbox of its own, leased to a run id made from the test's title path,
  *   id and retry (cleaned to the run_id alphabet, at most 128 characters). `inbox.address` is
- *   ready to type into a form. After the test the run is released; when the test failed, its run
+ *   ready to type into a form; its expectMessage gives up 1 s before the test's timeout (with
+ *   runsink's reason and hint) unless given `timeoutS`. After the test the run is released; when the test failed, its run
  *   report is attached first (`runsink-run-report`, JSON: inboxes and events, no mail content).
  *   Options: `test.use({ runsinkInbox: { purpose, policy, ttlS, pollBudget } })`.
  * - `sink` (per test): a `Sink` for the server.
@@ -87,6 +88,8 @@ export const test = base.extend<RunsinkTestFixtures, RunsinkWorkerFixtures>({
       ...(runsinkInbox.ttlS !== undefined && { ttlS: runsinkInbox.ttlS }),
       ...(runsinkInbox.pollBudget !== undefined && { pollBudget: runsinkInbox.pollBudget }),
     });
+    // Fail with runsink's reason and hint just before the runner's own timeout would.
+    if (testInfo.timeout > 0) inbox.deadline = new Date(Date.now() + testInfo.timeout - 1000);
     try {
       await use(inbox);
     } finally {

@@ -8,6 +8,7 @@ import {
   InboxExpired,
   ProviderError,
   RunsinkError,
+  TransportError,
   WrongRun,
 } from "../../dist/errors.js";
 import { Expectation } from "../../dist/expect.js";
@@ -150,5 +151,14 @@ describe("Expectation", () => {
     assert.equal(p.waitTimeout(100), 10);
     assert.equal(p.waitTimeout(119.5), 5.5);
     assert.equal(p.waitTimeout(130), 0);
+  });
+});
+
+describe("Expectation and a server that does not answer", () => {
+  it("rejects a TransportError at once instead of retrying until the deadline", () => {
+    const down = new TransportError("POST /v1/inboxes/ib_1/wait: no answer from the runsink server");
+    const error = rejection(() => plan(600).afterError(down, 101));
+    assert.ok(error instanceof TransportError);
+    assert.match(error.message, /no answer from the runsink server/);
   });
 });

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { BudgetSpent, ProviderError, RunsinkError, UnexpectedMessage } from "../../dist/errors.js";
+import { BudgetSpent, EvidenceNotFound, ProviderError, RunsinkError, UnexpectedMessage } from "../../dist/errors.js";
 import { Inbox, type Clock, type InboxApi } from "../../dist/inbox.js";
 import { Message } from "../../dist/message.js";
 import type { EnvelopeJson, MessageJson } from "../../dist/types.js";
@@ -118,6 +118,18 @@ describe("Inbox.expectMessage", () => {
       return true;
     });
     assert.ok(api.clock.t <= 605 && api.clock.t >= 590, String(api.clock.t));
+  });
+
+  it("gives up at inbox.deadline when it comes before the lease end", async () => {
+    const api = new ScriptedApi(Array.from({ length: 20 }, () => envelope()));
+    const inbox = new Inbox(api, created());
+    inbox.deadline = new Date(api.clock.wallMs() + 20_000);
+    await assert.rejects(inbox.expectMessage(), (error: unknown) => {
+      assert.ok(error instanceof EvidenceNotFound && error.deadlineExceeded);
+      assert.match(error.message, /gave up after timeoutS=20/);
+      return true;
+    });
+    assert.equal(api.clock.t, 20);
   });
 
   it("skips the claim with claim: false", async () => {
