@@ -290,6 +290,10 @@ class CodeOut(_Response):
 class SmtpEnvelopeOut(_Response):
     mail_from: str
     rcpt_to: list[str]
+    auth_user: str | None = Field(
+        description="The user name the SMTP client logged in with (AUTH); null without AUTH. "
+        "Never the password."
+    )
 
 
 class MessageOut(_Response):

@@ -213,7 +213,9 @@ def message_out(result: ReadResult) -> MessageOut:
         subject=delivery.subject,
         date=stored.date,
         **_parsed_fields(parsed, result.withheld),
-        envelope=SmtpEnvelopeOut(mail_from=stored.mail_from, rcpt_to=list(stored.rcpts)),
+        envelope=SmtpEnvelopeOut(
+            mail_from=stored.mail_from, rcpt_to=list(stored.rcpts), auth_user=stored.auth_user
+        ),
         size=delivery.size,
         claimed=delivery.claim is not None,
         received_at=rfc3339(delivery.received_at),
@@ -289,7 +291,9 @@ def caught_message_out(read: CaughtRead) -> CaughtMessageOut:
         subject=listed.subject,
         date=caught.date,
         **_parsed_fields(parsed),
-        envelope=SmtpEnvelopeOut(mail_from=listed.mail_from, rcpt_to=list(listed.rcpts)),
+        envelope=SmtpEnvelopeOut(
+            mail_from=listed.mail_from, rcpt_to=list(listed.rcpts), auth_user=caught.auth_user
+        ),
         size=listed.size,
         received_at=rfc3339(listed.received_at),
         expires_at=rfc3339(caught.expires_at),

@@ -48,7 +48,9 @@ class Settings:
     api_token: str | None = field(default=None, repr=False)
     tokens_file: Path | None = None
     insecure_no_auth: bool = False
-    smtp_auth: tuple[str, str] | None = None
+    # --smtp-auth USER:PASSWORD pairs: AUTH checks them. Empty: any login is accepted.
+    smtp_auth: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    no_smtp_auth: bool = False  # --no-smtp-auth: no AUTH offered at all (v2)
     smtp_max_connections: int = 512
     smtp_no_starttls: bool = False
     smtp_require_tls: bool = False
@@ -126,7 +128,8 @@ _OPTIONS: list[tuple[str, str, str]] = [
     ("api-token", "RUNSINK_API_TOKEN", "text"),
     ("tokens-file", "RUNSINK_TOKENS_FILE", "file"),
     ("insecure-no-auth", "RUNSINK_INSECURE_NO_AUTH", "bool"),
-    ("smtp-auth", "RUNSINK_SMTP_AUTH", "text"),
+    ("smtp-auth", "RUNSINK_SMTP_AUTH", "logins"),
+    ("no-smtp-auth", "RUNSINK_NO_SMTP_AUTH", "bool"),
     ("smtp-max-connections", "RUNSINK_SMTP_MAX_CONNECTIONS", "positive"),
     ("smtp-no-starttls", "RUNSINK_SMTP_NO_STARTTLS", "bool"),
     ("smtp-require-tls", "RUNSINK_SMTP_REQUIRE_TLS", "bool"),
@@ -169,7 +172,11 @@ _HELP: dict[str, str] = {
     "(default: none)",
     "insecure-no-auth": "serve the API without a token on a non-loopback --http-host "
     "(default: off)",
-    "smtp-auth": "USER:PASSWORD that SMTP clients must AUTH with (default: none, no AUTH)",
+    "smtp-auth": "USER:PASSWORD that SMTP clients must AUTH with (PLAIN, LOGIN, CRAM-MD5); "
+    "repeatable, split at the first colon; the environment variable holds one pair "
+    "(default: none: any login is accepted, and mail without AUTH too)",
+    "no-smtp-auth": "offer no SMTP AUTH at all; the AUTH command is 502 (default: off: AUTH "
+    "offered, any login accepted)",
     "smtp-max-connections": "open SMTP connections; one more gets 421 or the place of one "
     "idle; lowered to fit the descriptor limit (default: 512)",
     "http-max-connections": "open HTTP connections; one more gets the place of an idle one, "
@@ -207,13 +214,18 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(
                 f"--{flag}", dest=dest, action="store_true", default=None, help=text
             )
-        elif kind in ("domains", "hosts", "origins"):
+        elif kind in ("domains", "hosts", "origins", "logins"):
             parser.add_argument(
                 f"--{flag}",
                 dest=dest,
                 action="append",
                 default=None,
-                metavar={"domains": "DOMAIN", "hosts": "NAME", "origins": "ORIGIN"}[kind],
+                metavar={
+                    "domains": "DOMAIN",
+                    "hosts": "NAME",
+                    "origins": "ORIGIN",
+                    "logins": "USER:PASSWORD",
+                }[kind],
                 help=text,
             )
         else:
@@ -297,6 +309,10 @@ def _parse(source: str, kind: str, value: object) -> object:
         given = value if isinstance(value, list) else text.replace(",", " ").split()
         check = _allowed_host if kind == "hosts" else _allowed_origin
         return tuple(dict.fromkeys(check(source, str(item)) for item in given))
+    if kind == "logins":
+        return tuple(
+            _login(source, str(item)) for item in (value if isinstance(value, list) else [text])
+        )
     if kind == "level":
         if text.lower() not in _LEVELS:
             raise ConfigError(f"{source}: expected one of {', '.join(_LEVELS)}, got {text!r}")
@@ -316,16 +332,22 @@ def _parse(source: str, kind: str, value: object) -> object:
         if not text:
             raise ConfigError(f"{source}: expected a file path")
         return Path(text)
-    if source.startswith("--smtp-auth"):
-        user, sep, password = text.partition(":")
-        if not sep or not user or not password:
-            raise ConfigError(f"{source}: expected USER:PASSWORD")
-        return (user, password)
     if source.startswith("--api-token"):
         problem = check_token_text(text)
         if problem is not None:
             raise ConfigError(f"{source}: {problem}")
     return text
+
+
+def _login(source: str, text: str) -> tuple[str, str]:
+    """``USER:PASSWORD``, split at the first colon (a password may hold colons)."""
+    user, colon, password = text.partition(":")
+    if not colon or not user or not password:
+        # Never echo the value: it holds a password.
+        raise ConfigError(f"{source}: expected USER:PASSWORD (a user name, a colon, a password)")
+    if any(not c.isprintable() for c in text):
+        raise ConfigError(f"{source}: USER:PASSWORD must not hold control characters")
+    return user, password
 
 
 def _domain(source: str, text: str) -> str:
@@ -378,6 +400,11 @@ def _check(settings: Settings) -> None:
         raise ConfigError(
             f"--default-policy: unknown policy {settings.default_policy!r} "
             f"(known: {', '.join(sorted(settings.policies))})"
+        )
+    if settings.smtp_auth and settings.no_smtp_auth:
+        raise ConfigError(
+            "--smtp-auth with --no-smtp-auth: the first checks logins, the second offers no "
+            "AUTH at all; give one or neither"
         )
     if (settings.tls_cert is None) != (settings.tls_key is None):
         raise ConfigError("--tls-cert and --tls-key go together: give both or neither")

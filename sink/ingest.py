@@ -6,6 +6,7 @@ codes: they answer with an ``Outcome`` that ``sink/smtp/listener.py`` turns into
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import string
 import unicodedata
@@ -134,7 +135,13 @@ class Ingest:
                 return False
         return True
 
-    async def deliver(self, mail_from: str, recipients: list[Recipient], raw: bytes) -> DataVerdict:
+    async def deliver(
+        self,
+        mail_from: str,
+        recipients: list[Recipient],
+        raw: bytes,
+        auth_user: str | None = None,
+    ) -> DataVerdict:
         """Store the message once, deliver it to each live inbox, then wake their waiters.
 
         Returns only once the message is durably stored (the caller answers 250 then).
@@ -183,6 +190,7 @@ class Ingest:
             late=tuple(late.values()),
             caught_id=self._ids.caught_id() if unrouted else None,
             caught_until=now + self._settings.catch_all_retention_s,
+            auth_user=auth_user,
         )
         await self._store.save_message(incoming)
         self._waiters.wake(d.inbox_id for d in deliveries)
@@ -215,8 +223,29 @@ class Ingest:
         return DataVerdict.STORED
 
 
+def _address_literal(text: str) -> bool:
+    """RFC 5321 4.1.3: a dotted-quad IPv4 address, or ``IPv6:`` and an IPv6 address.
+
+    No other tag is registered; ``[300.1.1.1]`` or ``[mail]`` is no address at all.
+    """
+    tag, colon, rest = text.partition(":")
+    try:
+        if not colon:
+            ipaddress.IPv4Address(text)  # four decimal parts, each 0-255, no leading zeros
+        elif tag.upper() == "IPV6" and "%" not in rest:  # no zone: not part of the grammar
+            ipaddress.IPv6Address(rest)
+        else:
+            return False
+    except ValueError:
+        return False
+    return True
+
+
 def _valid_address(address: str) -> bool:
-    if len(address) > 320 or _ADDRESS.fullmatch(address) is None:
+    if len(address) > 320 or (parsed := _ADDRESS.fullmatch(address)) is None:
+        return False
+    domain = parsed.group(2)
+    if domain.startswith("[") and not _address_literal(domain[1:-1]):
         return False
     # Non-ASCII controls, format characters (zero-width joiners), separators (no-break
     # spaces) and undecodable bytes (surrogate escapes) are not part of any mailbox.

@@ -28,6 +28,7 @@ from sink.ingest import Ingest
 from sink.logs import announce, warn
 from sink.mailbox import Mailbox, MailStore
 from sink.metrics import Metrics
+from sink.smtp.auth import Logins
 from sink.smtp.listener import Handler, Limits, smtp_factory
 from sink.smtp.tls import server_context
 from sink.storage.sqlite import SQLiteStore
@@ -109,7 +110,7 @@ class Runtime:
             self.ingest,
             self.metrics,
             self.faults,
-            self.settings.smtp_auth is not None,
+            None if self.settings.no_smtp_auth else Logins(self.settings.smtp_auth),
             Limits(max_connections=sized.smtp_connections),
             require_tls=self.settings.smtp_require_tls,
             accepted_domains=self.settings.accepted_domains,

@@ -485,7 +485,11 @@ def test_read_message_returns_bodies_links_codes_and_envelope(server: Server) ->
     assert "482913" in body["text"] and "<b>482913</b>" in body["html"]
     assert body["codes"][0] == "482913"
     assert body["links"][0] == "https://app.test/verify?t=abc"
-    assert body["envelope"] == {"mail_from": "noreply@app.test", "rcpt_to": [inbox["address"]]}
+    assert body["envelope"] == {
+        "mail_from": "noreply@app.test",
+        "rcpt_to": [inbox["address"]],
+        "auth_user": None,  # the sender did not log in (v3)
+    }
     assert body["released_at"] is None and body["claimed"] is False
     assert mismatch.status_code == 403 and mismatch.json()["reason"] == "wrong_run"
     assert raw.headers["content-type"].startswith("message/rfc822")

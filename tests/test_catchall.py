@@ -68,7 +68,11 @@ def test_mail_to_gmail_is_250_caught_readable_and_never_evidence(
     assert read["caught"] is True
     assert read["codes"] == ["482913"]
     assert (read["from"], read["from_name"], read["parse_warnings"]) == (SENDER, "Acme", [])
-    assert read["envelope"] == {"mail_from": SENDER, "rcpt_to": ["someone@gmail.com"]}
+    assert read["envelope"] == {
+        "mail_from": SENDER,
+        "rcpt_to": ["someone@gmail.com"],
+        "auth_user": None,  # the sender did not log in (v3)
+    }
     raw = http.get(f"/v1/unrouted/{item['id']}/raw")
     assert raw.headers["content-type"] == "message/rfc822"
     assert b"Your code is 482913" in raw.content

@@ -54,14 +54,14 @@ def plain(to: str, subject: str = "Hello", body: str = "Hello from the app.\r\n"
 
 def test_ehlo_advertises_the_contracts_extensions(server: Server) -> None:
     """EHLO offers SIZE, 8BITMIME, SMTPUTF8, PIPELINING, ENHANCEDSTATUSCODES; no STARTTLS
-    without a certificate (contract v2), no AUTH without credentials."""
+    without a certificate (contract v2); AUTH PLAIN LOGIN CRAM-MD5 (contract v3)."""
     with server.smtp() as client:
         code, _ = client.ehlo("client.example.test")
         assert code == 250
         assert client.esmtp_features["size"] == str(LARGEST_MESSAGE_BYTES)
         for extension in ("8bitmime", "smtputf8", "pipelining", "enhancedstatuscodes"):
             assert extension in client.esmtp_features, extension
-        assert "auth" not in client.esmtp_features
+        assert client.esmtp_features["auth"].split() == ["PLAIN", "LOGIN", "CRAM-MD5"]
         assert "starttls" not in client.esmtp_features
 
 

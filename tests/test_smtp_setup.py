@@ -15,7 +15,8 @@ import pytest
 from sink.config import Settings
 from sink.ingest import Ingest
 from sink.metrics import Metrics
-from sink.smtp.listener import Authenticator, Handler, RunsinkSMTP, smtp_factory
+from sink.smtp.auth import Logins
+from sink.smtp.listener import Handler, RunsinkSMTP, smtp_factory
 from sink.storage.memory import MemoryStore
 from sink.waiters import Waiters
 from tests.support import make_certificate
@@ -31,8 +32,6 @@ def _comparable(connection: RunsinkSMTP, value: Any) -> Any:
         return {key: _comparable(connection, item) for key, item in value.items()}
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # aiosmtpd's _AuthMechAttr
         return tuple(_comparable(connection, item) for item in value)
-    if isinstance(value, Authenticator):  # made per connection by smtp_factory
-        return ("authenticator", vars(value) if hasattr(value, "__dict__") else None)
     if isinstance(value, asyncio.StreamReader):
         return ("reader", value._limit)  # type: ignore[attr-defined]
     if callable(value) and getattr(value, "__self__", None) is connection:
@@ -51,11 +50,16 @@ def _state(connection: RunsinkSMTP) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["plain", "starttls"])
-@pytest.mark.parametrize("auth", [False, True], ids=["no-auth", "auth"])
+@pytest.mark.parametrize("auth", ["none", "any", "checked"])
 def test_a_later_connection_is_set_up_as_aiosmtpd_sets_up_the_first(
-    tmp_path: Path, tls: bool, auth: bool
+    tmp_path: Path, tls: bool, auth: str
 ) -> None:
-    settings = Settings(db=tmp_path / "runsink.db", smtp_auth=("user", "secret") if auth else None)
+    settings = Settings(
+        db=tmp_path / "runsink.db",
+        smtp_auth=(("user", "secret"),) if auth == "checked" else (),
+        no_smtp_auth=auth == "none",
+    )
+    logins = None if auth == "none" else Logins(settings.smtp_auth)
     context = None
     if tls:
         cert, key = make_certificate(tmp_path, "sink.test")
@@ -65,7 +69,7 @@ def test_a_later_connection_is_set_up_as_aiosmtpd_sets_up_the_first(
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
         handler = Handler(
-            Ingest(MemoryStore(), Waiters(), settings, Metrics()), Metrics(), None, auth
+            Ingest(MemoryStore(), Waiters(), settings, Metrics()), Metrics(), None, logins
         )
         first = smtp_factory(settings, handler, context, loop)  # aiosmtpd's own set-up
         assert RunsinkSMTP in handler.learned

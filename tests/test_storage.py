@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -304,6 +304,36 @@ def test_a_kept_analysis_is_read_back_until_the_body_is_released(backend: Backen
     first, again, released, late = backend.run(scenario)
     assert first == again == '{"v":1,"first":true}'
     assert released is None and late is None
+
+
+def test_the_auth_user_is_kept_with_evidence_and_caught_mail(backend: Backend) -> None:
+    """The SMTP AUTH user name comes back with the delivery and the caught mail; None without."""
+
+    async def scenario(store: Storage) -> list[str | None]:
+        new = new_inbox()
+        await store.create_inbox(new, created_event(new))
+        authed = replace(
+            incoming(new.inbox),
+            unrouted=("else@elsewhere.test",),
+            caught_id=ids.RANDOM.caught_id(),
+            caught_until=clock.now() + 60,
+            auth_user="ci-app@example.test",
+        )
+        await store.save_message(authed)
+        await store.save_message(incoming(new.inbox))
+        first, second = await store.deliveries_after(new.inbox.inbox_id, 0, 10)
+        users = []
+        for delivery in (first, second):
+            stored = await store.message(delivery.message_id)
+            assert stored is not None
+            users.append(stored.auth_user)
+        assert authed.caught_id is not None
+        mail: Any = store.mail if isinstance(store, PostgresStore) else store  # as runtime.py
+        caught = await mail.caught_message(authed.caught_id)
+        assert caught is not None
+        return [*users, caught.auth_user]
+
+    assert backend.run(scenario) == ["ci-app@example.test", None, "ci-app@example.test"]
 
 
 def test_save_poll_refuses_a_stale_snapshot(backend: Backend) -> None:

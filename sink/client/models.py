@@ -173,6 +173,7 @@ class Attachment:
 class SmtpEnvelope:
     mail_from: str
     rcpt_to: tuple[str, ...]
+    auth_user: str | None = None  # the SMTP AUTH user name; None without AUTH
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +248,9 @@ class Message:
             links=_strs(data, "links"),
             codes=_strs(data, "codes"),
             envelope=SmtpEnvelope(
-                mail_from=_str(smtp, "mail_from"), rcpt_to=_strs(smtp, "rcpt_to")
+                mail_from=_str(smtp, "mail_from"),
+                rcpt_to=_strs(smtp, "rcpt_to"),
+                auth_user=_optional_str(smtp, "auth_user"),
             ),
             size=_int(data, "size"),
             claimed=bool(data.get("claimed", False)),

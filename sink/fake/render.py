@@ -95,7 +95,11 @@ def message(result: agent.ReadResult) -> Message:
             ],
             "hidden_text": parsed.hidden_text if parsed else None,
             "content_flags": list(parsed.content_flags) if parsed else [],
-            "envelope": {"mail_from": stored.mail_from, "rcpt_to": list(stored.rcpts)},
+            "envelope": {
+                "mail_from": stored.mail_from,
+                "rcpt_to": list(stored.rcpts),
+                "auth_user": stored.auth_user,
+            },
             "size": delivery.size,
             "claimed": delivery.claim is not None,
             "received_at": rfc3339(delivery.received_at),

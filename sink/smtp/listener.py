@@ -27,22 +27,13 @@ import asyncio.sslproto as sslproto
 import collections
 import contextlib
 import functools
-import hmac
 import re
 import ssl
 import weakref
 from dataclasses import dataclass
 from typing import Any, AnyStr
 
-from aiosmtpd.smtp import (
-    SMTP,
-    AuthResult,
-    Envelope,
-    LoginPassword,
-    Session,
-    TLSSetupException,
-    syntax,
-)
+from aiosmtpd.smtp import SMTP, AuthResult, Envelope, Session, TLSSetupException, syntax
 
 from sink.config import Settings
 from sink.errors import StoreFull
@@ -51,6 +42,7 @@ from sink.guard import apply_fault
 from sink.ingest import DataVerdict, Ingest, Recipient, Verdict
 from sink.logs import log, warn
 from sink.metrics import Metrics
+from sink.smtp.auth import Logins
 from sink.smtp.loop import LeanLoopSMTP
 from sink.smtp.setup import KNOWN_ARGUMENTS, Learned, learn, set_up
 from sink.smtp.syntax import command_path, header_field_count, http_request_line
@@ -69,6 +61,7 @@ _RCPT_REPLIES = {
     Verdict.BAD_ADDRESS: "553 5.1.3 Malformed address",
     Verdict.TOO_BIG: "552 5.3.4 Message size exceeds this inbox's limit",
 }
+_AUTH_LINE = "250-AUTH PLAIN LOGIN CRAM-MD5"
 _MAIL_SYNTAX = "501 5.5.4 Syntax: MAIL FROM:<address> [SP <mail-parameters>]"
 _TOO_MUCH_DATA = "552 5.3.4 Error: too much mail data"
 _RCPT_SYNTAX = "501 5.5.4 Syntax: RCPT TO:<address>"
@@ -164,7 +157,7 @@ class Handler:
         ingest: Ingest,
         metrics: Metrics,
         faults: FaultRegistry | None,
-        auth_enabled: bool,
+        logins: Logins | None,
         limits: Limits | None = None,
         require_tls: bool = False,
         accepted_domains: tuple[str, ...] = (),
@@ -174,7 +167,7 @@ class Handler:
         self._unknown_reply = "550 5.1.1 No inbox for this address; this sink accepts mail for " + (
             ", ".join(accepted_domains) or "its own domain"
         )
-        self.requires_auth = auth_enabled
+        self.logins = logins  # None: no AUTH at all (--no-smtp-auth)
         self.requires_tls = require_tls
         self.limits = limits or Limits()
         self.connections = ConnectionGate(self.limits.max_connections)
@@ -204,9 +197,12 @@ class Handler:
         responses: list[str],
     ) -> list[str]:
         session.host_name = hostname
-        if not self.requires_auth:
-            # aiosmtpd advertises AUTH (always failing) without credentials; we offer none.
+        if self.logins is None:
+            # --no-smtp-auth: aiosmtpd advertises AUTH whatever its set-up; we offer none.
             responses = [r for r in responses if not r.startswith("250-AUTH")]
+        else:
+            # The contract's order, strongest last (aiosmtpd sorts them by name).
+            responses = [_AUTH_LINE if r.startswith("250-AUTH") else r for r in responses]
         # aiosmtpd answers pipelined commands in order but does not advertise it (RFC 2920);
         # every reply carries an enhanced status code (RunsinkSMTP.push).
         return [*responses[:-1], "250-PIPELINING", "250-ENHANCEDSTATUSCODES", responses[-1]]
@@ -217,10 +213,10 @@ class Handler:
         if self.requires_tls and session.ssl is None:
             # --smtp-require-tls: nothing travels in the clear (RFC 3207 4: 530).
             return "530 5.7.0 Must issue a STARTTLS command first"
-        if self.requires_auth and not session.authenticated:
-            # Credentials are configured: mail from a client that did not use them is
-            # refused, so an app that forgot its SMTP login fails here as it would in
-            # production (RFC 4954 6).
+        if self.logins is not None and self.logins.checking and not session.authenticated:
+            # --smtp-auth: mail from a client that did not use its login is refused, so an
+            # app that forgot its SMTP login fails here as it would in production (RFC 4954
+            # 6). By default a client that does not authenticate is served as before.
             return "530 5.7.0 Authentication required"
         if not self._ingest.check_sender(address):
             return "553 5.1.7 Malformed sender address"
@@ -279,8 +275,12 @@ class Handler:
         if header_field_count(raw, stop_after=limit) > limit:
             self._metrics.message("rejected")
             return f"552 5.3.4 Too many header fields (the limit is {limit})"
+        # Only the user name is in the session (sink/smtp/auth.py), never a password.
+        auth_user = session.auth_data if session.authenticated else None
         try:
-            verdict = await self._ingest.deliver(envelope.mail_from or "", recipients, raw)
+            verdict = await self._ingest.deliver(
+                envelope.mail_from or "", recipients, raw, auth_user=auth_user
+            )
         except Exception as exc:  # nothing was acknowledged: the sender sends it again
             return self._trouble("data", exc)
         if verdict is DataVerdict.TOO_BIG:
@@ -288,6 +288,12 @@ class Handler:
         if verdict is DataVerdict.ALL_LATE_REJECTED:
             return "550 5.1.1 The recipient's inbox has expired"
         return "250 2.0.0 OK: stored"
+
+    async def auth_CRAM__MD5(self, server: SMTP, args: list[str]) -> AuthResult:
+        """AUTH CRAM-MD5 (RFC 2195): aiosmtpd's hook for a mechanism of the handler's."""
+        if self.logins is None:  # never offered: RunsinkSMTP.smtp_AUTH answers first
+            return AuthResult(success=False, handled=False)
+        return await self.logins.cram_md5(server, args)
 
     async def handle_exception(self, error: Exception) -> str:
         """The last resort for an exception in a command: never aiosmtpd's ``500 Error``."""
@@ -365,24 +371,6 @@ def _declared_size(options: list[str]) -> int | None:
     return None
 
 
-class Authenticator:
-    """AUTH PLAIN/LOGIN against the one configured credential (constant-time compare)."""
-
-    def __init__(self, user: str, password: str) -> None:
-        self._user = user.encode()
-        self._password = password.encode()
-
-    def __call__(
-        self, server: SMTP, session: Session, envelope: Envelope, mechanism: str, auth_data: Any
-    ) -> AuthResult:
-        if not isinstance(auth_data, LoginPassword):
-            return AuthResult(success=False, handled=False)
-        user_ok = hmac.compare_digest(auth_data.login, self._user)
-        password_ok = hmac.compare_digest(auth_data.password, self._password)
-        # handled=False: aiosmtpd answers 535 5.7.8 on failure, 235 on success.
-        return AuthResult(success=user_ok and password_ok, handled=False)
-
-
 # -- the protocol: aiosmtpd's SMTP with our limits and our path syntax -------------------
 
 
@@ -413,7 +401,7 @@ class RunsinkSMTP(LeanLoopSMTP):
         *,
         limits: Limits,
         gate: ConnectionGate,
-        authenticator: Authenticator | None,
+        authenticator: Any,
         implicit_tls: ssl.SSLContext | None = None,
         **kwargs: Any,
     ) -> None:
@@ -428,7 +416,8 @@ class RunsinkSMTP(LeanLoopSMTP):
             # Our own 530 at MAIL (Handler.handle_MAIL): aiosmtpd's auth_required=True with
             # auth_require_tls=False warns on every connection.
             auth_required=False,
-            auth_require_tls=False,
+            # --smtp-require-tls: AUTH is offered only once TLS is up (its EHLO rule).
+            auth_require_tls=handler.requires_tls,
             **kwargs,
         )
         # aiosmtpd's set-up, less its introspection after the first connection (setup.py).
@@ -444,6 +433,7 @@ class RunsinkSMTP(LeanLoopSMTP):
         self._limits = limits
         self._gate = gate
         self._admitted = False
+        self._over_limit = False  # the gate was full when this connection came
         self._active_at = 0.0
         self._spoke = False
         # Not "auth_*": aiosmtpd takes every auth_* member of the protocol and the handler
@@ -465,6 +455,7 @@ class RunsinkSMTP(LeanLoopSMTP):
         first = self._original_transport is None
         if first:
             self._admitted = self._gate.enter(self)
+            self._over_limit = not self._admitted
         super().connection_made(transport)
         if first and self._implicit_tls is not None:
             self._begin_implicit_tls(self._implicit_tls)
@@ -546,9 +537,9 @@ class RunsinkSMTP(LeanLoopSMTP):
                     self._original_transport.close()
                 self.connection_lost(error)
                 return
-        if self.transport is None or self.transport.is_closing():
+        if self._hung_up:
             return  # refused while being set up (an HTTP request line): no greeting
-        if not self._admitted:
+        if self._over_limit:
             log("smtp_refused", reason="too_many_connections", limit=self._gate.limit)
             self.event_handler.refused("too_many_connections")
             self._hang_up(f"421 4.3.2 {self.hostname} Too many connections, try again later")
@@ -575,6 +566,7 @@ class RunsinkSMTP(LeanLoopSMTP):
         """Send a last reply and close; nothing more is read from this connection."""
         # The transport is asyncio's or uvloop's (which does not subclass asyncio's classes).
         transport: Any = self.transport
+        self._hung_up = True
         if transport is None or transport.is_closing():
             return
         transport.write(reply.encode() + b"\r\n")
@@ -607,6 +599,12 @@ class RunsinkSMTP(LeanLoopSMTP):
 
     async def push(self, status: AnyStr) -> None:
         if self._write_reply(status):
+            await self._drain()
+
+    async def _drain(self) -> None:
+        # Lost under this reply: the reader ends after what had arrived, which is still
+        # answered (sink/smtp/loop.py), the replies dropped.
+        with contextlib.suppress(ConnectionResetError):
             await self._writer.drain()
 
     def _write_reply(self, status: AnyStr) -> bool:
@@ -627,6 +625,8 @@ class RunsinkSMTP(LeanLoopSMTP):
         # reply: the transport sends at once what it can, and drain() only matters (waits
         # for a peer that stopped reading, or raises once the connection is lost) when
         # something is left in its buffer or it is closing.
+        if self.transport is None:
+            return False  # the client is gone: nobody to read it (sink/smtp/loop.py)
         if reply[3:4] == b"-":
             # A line of a multi-line reply (EHLO's seven): sent with its last line, in one
             # write, not one system call each.
@@ -637,6 +637,8 @@ class RunsinkSMTP(LeanLoopSMTP):
             self._reply_lines.clear()
         writer = self._writer
         writer.write(reply + b"\r\n")
+        if self.transport is None:
+            return False  # lost in this very write (a broken pipe): nothing to drain
         transport = writer.transport
         return bool(transport.is_closing() or transport.get_write_buffer_size())
 
@@ -675,7 +677,7 @@ class RunsinkSMTP(LeanLoopSMTP):
             self, self.session, self.envelope, address, mail_options
         )
         if self._write_reply(reply):
-            await self._writer.drain()
+            await self._drain()
 
     def _mail_options_refusal(self, options: dict[str, str | None]) -> str | None:
         for key, value in options.items():
@@ -722,7 +724,7 @@ class RunsinkSMTP(LeanLoopSMTP):
             return
         reply = await self._handler.handle_RCPT(self, self.session, self.envelope, address, [])
         if self._write_reply(reply):
-            await self._writer.drain()
+            await self._drain()
 
     @syntax("DATA")
     async def smtp_DATA(self, arg: str) -> None:
@@ -748,7 +750,7 @@ class RunsinkSMTP(LeanLoopSMTP):
         # again (restarted at the final dot).
         self._reset_timeout(self._limits.data_timeout_s)
         if self._write_reply("354 End data with <CR><LF>.<CR><LF>"):
-            await self._writer.drain()
+            await self._drain()
         try:
             content, reply = await self._read_data()
         except asyncio.CancelledError:
@@ -766,7 +768,7 @@ class RunsinkSMTP(LeanLoopSMTP):
                 self._storing = False
         self.envelope = self._create_envelope()  # aiosmtpd's post-DATA state
         if self._write_reply(reply):
-            await self._writer.drain()
+            await self._drain()
         if self.transport is not None:
             self._reset_timeout()
 
@@ -846,11 +848,25 @@ class RunsinkSMTP(LeanLoopSMTP):
         await super().smtp_STARTTLS(arg)
 
     @syntax("AUTH <mechanism>", when="offers_auth")
-    async def smtp_AUTH(self, arg: str) -> None:
+    async def smtp_AUTH(self, arg: str | None) -> None:
+        # aiosmtpd's, with three replies of RFC 4954's and RFC 3207's that it lacks; its
+        # mechanisms (sink/smtp/auth.py) and its replies to a malformed exchange stay.
         if not self.offers_auth:
             await self.push("502 5.5.1 AUTH is not enabled on this server")
             return
-        await super().smtp_AUTH(arg)
+        if self._auth_require_tls and not self._tls_protocol:
+            # --smtp-require-tls: nothing but EHLO, STARTTLS, NOOP and QUIT before TLS
+            # (RFC 3207 4); aiosmtpd says 538, which asks for another mechanism.
+            await self.push("530 5.7.0 Must issue a STARTTLS command first")
+            return
+        if self.envelope is not None and self.envelope.mail_from is not None:
+            await self.push("503 5.5.1 AUTH is not allowed during a mail transaction")  # 4954 4
+            return
+        if arg:
+            # Mechanism names are case-insensitive (RFC 4954 4); aiosmtpd's lookup is not.
+            mechanism, space, response = arg.partition(" ")
+            arg = mechanism.upper() + space + response
+        await super().smtp_AUTH(arg)  # None: its 501
 
 
 def smtp_factory(
@@ -862,13 +878,12 @@ def smtp_factory(
 ) -> SMTP:
     """One connection's protocol: plaintext with STARTTLS (when a certificate is configured
     and not --smtp-no-starttls), or, with ``implicit_tls``, TLS from the first byte."""
-    auth = settings.smtp_auth
     starttls = None if implicit_tls or settings.smtp_no_starttls else tls_context
     return RunsinkSMTP(
         handler,
         limits=handler.limits,
         gate=handler.connections,
-        authenticator=Authenticator(*auth) if auth else None,
+        authenticator=handler.logins.authenticator if handler.logins is not None else None,
         implicit_tls=tls_context if implicit_tls else None,
         data_size_limit=settings.largest_message_bytes,
         enable_SMTPUTF8=True,

@@ -22,6 +22,15 @@ commands (502 and close), and the exception handling (``handle_exception``; a fa
 TLS handshake closes). A PROXY-protocol listener or a per-command call limit (neither used
 by runsink) falls back to aiosmtpd's own loop.
 
+How a connection ends differs from aiosmtpd's on purpose. aiosmtpd cancels the command loop
+as soon as the client's side ends (``eof_received``, ``connection_lost``), and with it the
+store of a message whose final dot had arrived: a client that closes right after the dot,
+without waiting for the 250, lost its message in some tries and not in others (issue 22).
+Here the end of the client's side only ends the reader: the loop answers everything the
+client sent before it (the replies are dropped when nobody is left to read them), the store
+of a complete message runs to its commit, and the loop ends at the end of the stream. Only
+a hang-up of ours (``_hung_up``) stops reading at once.
+
 Measured (``bench/README.md``, 2026-12-01): with the direct hook calls and replies of
 ``listener.py``'s MAIL/RCPT/DATA, server CPU per message fell 7-12% (8 connections: 321 ->
 283 µs/msg, side by side). What is left on the event loop is mostly not this loop: a third
@@ -53,6 +62,39 @@ class LeanLoopSMTP(SMTP):
 
     _deadline = 0.0  # when the connection times out, unless something happens first
     _timer_at = 0.0  # when the armed timer fires (it may be before the deadline)
+    _hung_up = False  # we closed the connection: nothing more it sent is read
+    _lost = False  # the transport is gone; what had arrived before is still read
+
+    @property
+    def _lean(self) -> bool:
+        """Whether this loop runs the connection (else aiosmtpd's, for what it alone has)."""
+        return self._proxy_timeout is None and not self._enforce_call_limit
+
+    # -- the end of the client's side -----------------------------------------------
+
+    def eof_received(self) -> bool | None:
+        if not self._lean:
+            return super().eof_received()
+        # The client closed its sending side (a half-close, or the start of a close): the
+        # reader ends after what arrived; the loop answers it (module docstring).
+        self._reader.feed_eof()
+        # Keep a plain transport open for the replies still due; a TLS layer cannot be half
+        # open (asyncio closes it, then connection_lost follows).
+        return self._tls_protocol is None
+
+    def connection_lost(self, error: Exception | None) -> None:
+        if not self._lean:
+            super().connection_lost(error)
+            return
+        # aiosmtpd's, without cancelling the command loop (module docstring), and ending the
+        # reader rather than failing it: after a reset too, what had arrived is read.
+        self._lost = True
+        if self._timeout_handle is not None:
+            self._timeout_handle.cancel()
+        if self._original_transport is not None:
+            self._original_transport.close()  # the plain transport under a TLS layer
+        asyncio.StreamReaderProtocol.connection_lost(self, None)
+        self.transport = None
 
     # -- the idle timer --------------------------------------------------------------
 
@@ -60,6 +102,8 @@ class LeanLoopSMTP(SMTP):
         # aiosmtpd calls this at the greeting, at each accepted command, at DATA and after
         # it. Its contract: the connection times out `duration` (or the idle timeout) from
         # now, and not before.
+        if self._lost:
+            return  # nothing left to time out
         deadline = self.loop.time() + (duration or self._timeout_duration)
         self._deadline = deadline
         if self._timeout_handle is None or deadline < self._timer_at:
@@ -80,6 +124,7 @@ class LeanLoopSMTP(SMTP):
         self._timeout_cb()
 
     def _timeout_cb(self) -> None:
+        self._hung_up = True
         super()._timeout_cb()  # type: ignore[no-untyped-call]  # aiosmtpd's: close
 
     # -- the command loop --------------------------------------------------------------
@@ -93,7 +138,7 @@ class LeanLoopSMTP(SMTP):
         methods: dict[str, Any] = self._smtp_methods
         limits = self.command_size_limits
         bogus_budget = BOGUS_LIMIT
-        while self.transport is not None:
+        while not self._hung_up:
             try:
                 try:
                     line = await reader.readuntil()
@@ -147,17 +192,27 @@ class LeanLoopSMTP(SMTP):
                     bogus_budget -= 1
                     if bogus_budget < 1:
                         await self.push("502 5.5.1 Too many unrecognized commands, goodbye.")
-                        self.transport.close()
+                        self._hung_up = True
+                        if self.transport is not None:
+                            self.transport.close()
                         continue
                     await self.push(f'500 Error: command "{command}" not recognized')
                     continue
                 self._reset_timeout()  # a valid command: the idle window starts again
                 await method(arg)
-            except (asyncio.CancelledError, ConnectionResetError):
-                self._writer.close()  # the connection went away (in DATA, or mid-reply)
+            except asyncio.IncompleteReadError:
+                break  # the end of the client's stream: all it sent before has been answered
+            except ConnectionResetError:
+                if not self._lost:
+                    break
+                # Gone while a reply was on its way: what it sent before is still read.
+            except asyncio.CancelledError:
+                self._writer.close()  # QUIT, or the server stopping
                 raise
             except Exception as error:
                 await self._answer_exception(error)
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()  # flushes the last replies first
 
     async def _discard_long_line(self, consumed: int) -> None:
         """Read a command line over the reader's limit to its end, keeping none of it."""
@@ -188,8 +243,11 @@ class LeanLoopSMTP(SMTP):
                 status = "500 Error: Cannot describe error"
         finally:
             if isinstance(error, TLSSetupException):
-                assert self.transport is not None
-                self.transport.close()
+                # Nothing more is read: plaintext pipelined before the handshake must never
+                # run as commands (RFC 3207 5).
+                self._hung_up = True
+                if self.transport is not None:
+                    self.transport.close()
                 self.connection_lost(error)
             else:
                 assert status is not None

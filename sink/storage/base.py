@@ -88,6 +88,7 @@ class Incoming:
     # The live inboxes the caught recipients nearly reached: the store finds them (its
     # ``NearIndex``) when it stores the caught mail, and records them with it.
     near_misses: tuple[NearMissFound, ...] = ()
+    auth_user: str | None = None  # the SMTP AUTH user name (never a password); None: no AUTH
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +105,7 @@ class StoredMessage:
     date: str | None
     released_at: float | None
     analysis: str | None = None  # kept by keep_analysis at the first read; None once released
+    auth_user: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +314,7 @@ class CaughtMessage:
     raw: bytes | None
     date: str | None
     expires_at: float
+    auth_user: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,6 +68,7 @@ class _Message:
     document: dict[str, str] | None = None  # the search text, made at the first search
     has_attachment: bool = False
     analysis: str | None = None  # kept at the first read (keep_analysis)
+    auth_user: str | None = None
 
 
 @dataclass(slots=True)
@@ -236,6 +237,7 @@ class MemoryStore:
                 incoming.received_at,
                 pk=next(self._pks),
                 rcpts=rcpts,
+                auth_user=incoming.auth_user,
             )
             for d in incoming.deliveries:
                 delivery = _Delivery(next(self._seq), d.message_id, d.inbox_id, message, d.rcpts)
@@ -308,6 +310,7 @@ class MemoryStore:
             date=message.summary.date,
             released_at=inbox.released_at or message.released_at,
             analysis=message.analysis if inbox.released_at is None else None,
+            auth_user=message.auth_user,
         )
 
     async def keep_analysis(self, message_id: str, analysis: str) -> None:
@@ -437,7 +440,11 @@ class MemoryStore:
         _document(entry.message)  # has_attachment is known from then on
         message = entry.message
         return CaughtMessage(
-            self._listed(entry), message.raw, message.summary.date, entry.expires_at
+            self._listed(entry),
+            message.raw,
+            message.summary.date,
+            entry.expires_at,
+            auth_user=message.auth_user,
         )
 
     async def expire_caught(self, now: float, limit: int) -> int:

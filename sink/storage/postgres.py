@@ -712,7 +712,7 @@ class PostgresStore:
                       m.size, d.claim_id, d.claim_run_id, d.claimed_at, d.rcpt_json,
                       CASE WHEN i.released_at IS NULL THEN m.raw END AS raw,
                       CASE WHEN i.released_at IS NULL THEN m.analysis END AS analysis,
-                      m.mail_from, m.to_json, m.cc_json, m.date, i.run_id,
+                      m.mail_from, m.to_json, m.cc_json, m.date, i.run_id, m.auth_user,
                       COALESCE(i.released_at, m.released_at) AS released_at
                FROM deliveries d JOIN messages m ON m.message_key = d.message_key
                JOIN inboxes i ON i.inbox_id = d.inbox_id
@@ -733,6 +733,7 @@ class PostgresStore:
             date=row["date"],
             released_at=row["released_at"],
             analysis=row["analysis"],
+            auth_user=row["auth_user"],
         )
 
     async def keep_analysis(self, message_id: str, analysis: str) -> None:
@@ -1223,6 +1224,7 @@ class PostgresStore:
                         s.date,
                         item.mail_from,
                         item.received_at,
+                        item.auth_user,
                     )
                 )
                 for d in live:
@@ -1259,7 +1261,7 @@ class PostgresStore:
         _noted(events)
         await db.execute(
             _BATCH_INSERT,
-            *_columns(messages, 10),
+            *_columns(messages, 11),
             *_columns(deliveries, 5),
             *_columns(caught, 4),
             *_columns(listing, 4),
@@ -1324,27 +1326,28 @@ def _noted(events: list[Event]) -> None:
 _BATCH_INSERT = """
 WITH m AS (
     INSERT INTO messages (message_key, raw, size, subject, from_addr, to_json, cc_json, date,
-                          mail_from, received_at)
+                          mail_from, received_at, auth_user)
     SELECT * FROM unnest($1::text[], $2::bytea[], $3::int[], $4::text[], $5::text[],
-                         $6::text[], $7::text[], $8::text[], $9::text[], $10::float8[])
+                         $6::text[], $7::text[], $8::text[], $9::text[], $10::float8[],
+                         $11::text[])
 ), d AS (
     INSERT INTO deliveries (inbox_id, seq, message_id, message_key, rcpt_json)
-    SELECT * FROM unnest($11::text[], $12::bigint[], $13::text[], $14::text[], $15::text[])
+    SELECT * FROM unnest($12::text[], $13::bigint[], $14::text[], $15::text[], $16::text[])
 ), c AS (
     INSERT INTO caught (caught_id, message_key, rcpt_json, expires_at)
-    SELECT * FROM unnest($16::text[], $17::text[], $18::text[], $19::float8[])
+    SELECT * FROM unnest($17::text[], $18::text[], $19::text[], $20::float8[])
 ), v AS (
     -- The listing (search, the Mailpit subset): cheap rows, numbered in arrival order; the
     -- search text comes later (postgres_mail.py's indexer), off the 250's path.
     INSERT INTO listing (id, message_key, inbox_id, run_id)
-    SELECT id, k, i, r FROM unnest($20::text[], $21::text[], $22::text[], $23::text[])
+    SELECT id, k, i, r FROM unnest($21::text[], $22::text[], $23::text[], $24::text[])
         WITH ORDINALITY AS l(id, k, i, r, n) ORDER BY n
 ), e AS (
     INSERT INTO events (run_id, inbox_id, message_id, at, type, detail_json)
-    SELECT * FROM unnest($24::text[], $25::text[], $26::text[], $27::float8[], $28::text[],
-                         $29::text[])
+    SELECT * FROM unnest($25::text[], $26::text[], $27::text[], $28::float8[], $29::text[],
+                         $30::text[])
 )
-SELECT pg_notify($30, p) FROM unnest($31::text[]) AS p
+SELECT pg_notify($31, p) FROM unnest($32::text[]) AS p
 """
 
 

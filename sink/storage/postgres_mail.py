@@ -186,7 +186,9 @@ class PostgresMail:
         rows = await self._fetch(
             "caught_message",
             _LISTED_SELECT.replace(
-                "SELECT ", "SELECT m.raw AS raw_body, m.date, c.expires_at AS caught_until, ", 1
+                "SELECT ",
+                "SELECT m.raw AS raw_body, m.date, m.auth_user, c.expires_at AS caught_until, ",
+                1,
             )
             + " WHERE v.id = $1 AND v.inbox_id IS NULL",
             caught_id,

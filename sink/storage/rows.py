@@ -208,4 +208,5 @@ def caught_from_row(row: Row) -> CaughtMessage:
         raw=None if raw is None else bytes(raw),
         date=row["date"],
         expires_at=row["caught_until"],
+        auth_user=row["auth_user"],
     )

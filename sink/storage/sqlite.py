@@ -649,7 +649,7 @@ class SQLiteStore:
                       m.size, d.claim_id, d.claim_run_id, d.claimed_at, d.rcpt_json,
                       CASE WHEN i.released_at IS NULL THEN m.raw END AS raw,
                       CASE WHEN i.released_at IS NULL THEN m.analysis END AS analysis,
-                      m.mail_from, m.to_json, m.cc_json, m.date, i.run_id,
+                      m.mail_from, m.to_json, m.cc_json, m.date, i.run_id, m.auth_user,
                       COALESCE(i.released_at, m.released_at) AS released_at
                FROM deliveries d JOIN messages m ON m.message_pk = d.message_pk
                JOIN inboxes i ON i.inbox_id = d.inbox_id
@@ -670,6 +670,7 @@ class SQLiteStore:
             date=row["date"],
             released_at=row["released_at"],
             analysis=row["analysis"],
+            auth_user=row["auth_user"],
         )
 
     async def keep_analysis(self, message_id: str, analysis: str) -> None:
@@ -864,7 +865,9 @@ class SQLiteStore:
         await self._index_caught_up()
         rows = await self._read(
             _LISTED_SELECT.replace(
-                "SELECT ", "SELECT m.raw AS raw_body, m.date, c.expires_at AS caught_until, ", 1
+                "SELECT ",
+                "SELECT m.raw AS raw_body, m.date, m.auth_user, c.expires_at AS caught_until, ",
+                1,
             )
             + " WHERE v.id = ? AND v.inbox_id IS NULL",
             (caught_id,),
@@ -1318,6 +1321,7 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
                     s.date,
                     item.mail_from,
                     item.received_at,
+                    item.auth_user,
                 )
             )
             for d in item.deliveries:
@@ -1332,7 +1336,7 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
     if messages:
         db.executemany(
             "INSERT INTO messages (message_pk, raw, size, subject, from_addr, to_json, cc_json, "
-            "date, mail_from, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "date, mail_from, received_at, auth_user) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             messages,
         )
         db.executemany(

@@ -1,0 +1,3 @@
+-- runsink schema v8: the SMTP AUTH user name a message came with (contract v3, "SMTP AUTH");
+-- NULL when the client did not authenticate. Never a password.
+ALTER TABLE messages ADD COLUMN auth_user TEXT;
