@@ -16,7 +16,8 @@ const signupForm = page(`<h1>Sign up</h1>
   <button>Sign up</button>
 </form>`);
 
-const verifyForm = (email) => page(`<h1>Check your mail</h1>
+const verifyForm = (email) =>
+  page(`<h1>Check your mail</h1>
 <p>We sent a code to ${escape(email)}.</p>
 <form method="post" action="/verify">
   <input type="hidden" name="email" value="${escape(email)}">
@@ -31,10 +32,16 @@ async function form(request) {
 }
 
 export function createApp({ smtpHost = "127.0.0.1", smtpPort = 1025 } = {}) {
-  const mailer = nodemailer.createTransport({ host: smtpHost, port: smtpPort, secure: false, ignoreTLS: true });
+  const mailer = nodemailer.createTransport({
+    host: smtpHost,
+    port: smtpPort,
+    secure: false,
+    ignoreTLS: true,
+  });
   const codes = new Map();
   return createServer(async (request, response) => {
-    const send = (status, html) => response.writeHead(status, { "content-type": "text/html; charset=utf-8" }).end(html);
+    const send = (status, html) =>
+      response.writeHead(status, { "content-type": "text/html; charset=utf-8" }).end(html);
     try {
       if (request.method === "GET" && request.url === "/") return send(200, signupForm);
       if (request.method === "POST" && request.url === "/signup") {
@@ -64,7 +71,8 @@ export function createApp({ smtpHost = "127.0.0.1", smtpPort = 1025 } = {}) {
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const port = Number(process.env.PORT ?? 3000);
-  createApp({ smtpHost: process.env.SMTP_HOST, smtpPort: Number(process.env.SMTP_PORT ?? 1025) }).listen(port, () =>
-    console.log(`signup app on http://127.0.0.1:${port}`),
+  createApp({ smtpHost: process.env.SMTP_HOST, smtpPort: Number(process.env.SMTP_PORT ?? 1025) }).listen(
+    port,
+    () => console.log(`signup app on http://127.0.0.1:${port}`),
   );
 }

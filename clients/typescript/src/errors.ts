@@ -223,8 +223,7 @@ const ACTION_TEXT: Record<string, string> = {
 const FALLBACK_HINTS: Record<string, string> = {
   evidence_not_found:
     "No mail has reached this inbox yet: check that the app sent the mail, to this exact address.",
-  evidence_mismatch:
-    "Mail arrived but none matched: check what the app sends, or loosen the criteria.",
+  evidence_mismatch: "Mail arrived but none matched: check what the app sends, or loosen the criteria.",
   evidence_misaddressed:
     "Mail went to an address close to this inbox's: check how the app builds the recipient address.",
   lease:
@@ -238,7 +237,8 @@ const FALLBACK_HINTS: Record<string, string> = {
   circuit_open: "The circuit breaker is open: wait retry_after seconds, then call again.",
   too_early: "The wait came before next_poll_at: wait retry_after seconds, then wait again.",
   wrong_run: "Use the run_id the inbox was created with.",
-  claimed_by_other_run: "Another run owns this evidence: create an inbox of your own and trigger the mail to it.",
+  claimed_by_other_run:
+    "Another run owns this evidence: create an inbox of your own and trigger the mail to it.",
   invalid_request: "Correct the argument the error names, then call again.",
   invalid_cursor: "Pass a cursor the server gave for this inbox, or none.",
   unknown_policy: "Use a policy the server knows (ci, preview, production, or one in its policy file).",

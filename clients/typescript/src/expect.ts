@@ -123,7 +123,13 @@ export class Expectation {
         describe(`${what} within timeoutS=${this.init.timeoutS}`, fieldsOf(error), [
           `the server said: ${firstLine(error.message)}`,
         ]),
-        { ...copy(error), envelope: this.last ?? error.envelope, deadlineExceeded: true, mismatch: this.mismatch, cause: error },
+        {
+          ...copy(error),
+          envelope: this.last ?? error.envelope,
+          deadlineExceeded: true,
+          mismatch: this.mismatch,
+          cause: error,
+        },
       ),
     );
   }
@@ -162,7 +168,9 @@ export class Expectation {
       extra.push(`near misses: ${envelope.near_misses.map((n) => n.address).join(", ")}`);
     }
     if (envelope.next_tool !== undefined) {
-      extra.push(`next_tool=${envelope.next_tool} next_arguments=${JSON.stringify(envelope.next_arguments ?? null)}`);
+      extra.push(
+        `next_tool=${envelope.next_tool} next_arguments=${JSON.stringify(envelope.next_arguments ?? null)}`,
+      );
     }
     extra.push(`last answer: ${summary(envelope)}`);
     let Class = errorClassFor(reason);
@@ -203,12 +211,18 @@ export class Expectation {
 
   private head(): string {
     const entries = Object.entries(this.init.match).filter(([, v]) => v !== undefined);
-    const criteria = entries.length ? ` matching ${entries.map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(", ")}` : "";
+    const criteria = entries.length
+      ? ` matching ${entries.map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(", ")}`
+      : "";
     return `no message${criteria} in inbox ${this.init.inboxId} <${this.init.address}> (run ${this.init.runId})`;
   }
 }
 
-function fieldsOf(error: RunsinkError): { reason: string | null; nextAction: string | null; hint: string | null } {
+function fieldsOf(error: RunsinkError): {
+  reason: string | null;
+  nextAction: string | null;
+  hint: string | null;
+} {
   return { reason: error.reason, nextAction: error.nextAction, hint: error.hint };
 }
 

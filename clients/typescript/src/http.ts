@@ -88,7 +88,11 @@ export class Transport {
       );
     }
     if (bytes !== null) return { status: response.status, headers: response.headers, body: bytes };
-    return { status: response.status, headers: response.headers, body: parseBody(text, response, method, url) };
+    return {
+      status: response.status,
+      headers: response.headers,
+      body: parseBody(text, response, method, url),
+    };
   }
 }
 
@@ -98,10 +102,9 @@ function parseBody(text: string, response: Response, method: string, url: URL): 
     return JSON.parse(text) as unknown;
   } catch {
     if (response.ok) {
-      throw new ProtocolError(
-        `${method} ${url.pathname}: ${response.status} with a body that is not JSON`,
-        { httpStatus: response.status },
-      );
+      throw new ProtocolError(`${method} ${url.pathname}: ${response.status} with a body that is not JSON`, {
+        httpStatus: response.status,
+      });
     }
     return null;
   }
@@ -140,7 +143,10 @@ export function errorFromAnswer(answer: Answer, what: string): RunsinkError {
   const envelope = isEnvelope(answer.body) ? answer.body : null;
   const extra: string[] = [];
   if (serverSaid) extra.push(`the server said: ${serverSaid}`);
-  if (envelope) extra.push(`inbox ${envelope.inbox_id} <${envelope.address}> (run ${envelope.run_id}) state=${envelope.state}`);
+  if (envelope)
+    extra.push(
+      `inbox ${envelope.inbox_id} <${envelope.address}> (run ${envelope.run_id}) state=${envelope.state}`,
+    );
   if (retryAfter != null) extra.push(`retry_after=${retryAfter}s`);
   if (traceId) extra.push(`trace_id=${traceId}`);
   const Class = errorClassFor(reason);
@@ -164,7 +170,11 @@ function defaultAction(status: number, code: string): string {
   if (["invalid_request", "invalid_cursor", "unknown_policy", "idempotency_key_conflict"].includes(code)) {
     return "fix_arguments";
   }
-  if (status === 503 || status === 429 || ["provider_timeout", "provider_error", "circuit_open", "over_capacity"].includes(code)) {
+  if (
+    status === 503 ||
+    status === 429 ||
+    ["provider_timeout", "provider_error", "circuit_open", "over_capacity"].includes(code)
+  ) {
     return "wait_then_retry";
   }
   return "stop";

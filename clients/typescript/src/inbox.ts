@@ -3,14 +3,7 @@
 import { RunsinkError, UnexpectedMessage, describe, summary } from "./errors.js";
 import { Expectation } from "./expect.js";
 import type { Message } from "./message.js";
-import type {
-  CreatedJson,
-  EnvelopeJson,
-  MatchJson,
-  MessageListJson,
-  Order,
-  RunReportJson,
-} from "./types.js";
+import type { CreatedJson, EnvelopeJson, MatchJson, MessageListJson, Order, RunReportJson } from "./types.js";
 
 /** Criteria of a wait: literal, case-insensitive substrings (never regex). */
 export interface Match {
@@ -51,7 +44,10 @@ export interface InboxApi {
   getInbox(inboxId: string): Promise<EnvelopeJson>;
   claim(messageId: string, runId: string): Promise<EnvelopeJson>;
   readMessage(messageId: string, options?: { runId?: string }): Promise<Message>;
-  listMessages(inboxId: string, options?: { after?: string; limit?: number; runId?: string }): Promise<MessageListJson>;
+  listMessages(
+    inboxId: string,
+    options?: { after?: string; limit?: number; runId?: string },
+  ): Promise<MessageListJson>;
   runReport(runId: string): Promise<RunReportJson>;
   releaseRun(runId: string): Promise<void>;
   readonly clock: Clock;
@@ -253,7 +249,11 @@ export class Inbox {
     }
   }
 
-  private async unexpected(envelope: EnvelopeJson, match: MatchJson, forS: number): Promise<UnexpectedMessage> {
+  private async unexpected(
+    envelope: EnvelopeJson,
+    match: MatchJson,
+    forS: number,
+  ): Promise<UnexpectedMessage> {
     const message = await this.read(envelope.message?.message_id);
     const reason = "unexpected_message";
     const hint = "The app sent mail this test expects it not to send: check the trigger, or the criteria.";
@@ -266,7 +266,14 @@ export class Inbox {
         [`last answer: ${summary(envelope)}`],
       ),
       message,
-      { reason, nextAction: envelope.next_action, hint, envelope, body: envelope, traceId: envelope.trace_id },
+      {
+        reason,
+        nextAction: envelope.next_action,
+        hint,
+        envelope,
+        body: envelope,
+        traceId: envelope.trace_id,
+      },
     );
   }
 

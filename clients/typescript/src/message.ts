@@ -1,12 +1,6 @@
 /** A message as read_message returns it, with camelCase fields and `claim()`. */
 
-import type {
-  AttachmentJson,
-  CodeDetailJson,
-  EnvelopeJson,
-  MessageJson,
-  SmtpEnvelopeJson,
-} from "./types.js";
+import type { AttachmentJson, CodeDetailJson, EnvelopeJson, MessageJson, SmtpEnvelopeJson } from "./types.js";
 
 /** What a Message needs to claim itself: the Sink's claim. */
 export interface Claimer {

@@ -68,7 +68,13 @@ export const test = base.extend<RunsinkTestFixtures, RunsinkWorkerFixtures>({
       }
       const server = await startServer();
       try {
-        await use({ url: server.url, smtpHost: server.smtpHost, smtpPort: server.smtpPort, embedded: true, salt });
+        await use({
+          url: server.url,
+          smtpHost: server.smtpHost,
+          smtpPort: server.smtpPort,
+          embedded: true,
+          salt,
+        });
       } finally {
         await server.stop();
       }

@@ -126,7 +126,11 @@ async function waitReady(url: string, child: ChildProcess, logPath: string, dead
   throw new Error(`runsink never became ready:\n${tail(logPath)}`);
 }
 
-async function end(child: ChildProcess, exited: Promise<number | null>, timeoutS: number): Promise<number | null> {
+async function end(
+  child: ChildProcess,
+  exited: Promise<number | null>,
+  timeoutS: number,
+): Promise<number | null> {
   if (child.exitCode !== null || child.signalCode !== null || child.pid === undefined) {
     return child.exitCode;
   }

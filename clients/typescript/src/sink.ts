@@ -81,7 +81,8 @@ export class Sink implements InboxApi {
       headers: { "idempotency-key": options.idempotencyKey },
     });
     const created = envelopeOf<CreatedJson>(answer, "POST /v1/inboxes");
-    const replayed = answer.headers.get("idempotent-replayed")?.toLowerCase() === "true" || created.replayed === true;
+    const replayed =
+      answer.headers.get("idempotent-replayed")?.toLowerCase() === "true" || created.replayed === true;
     return new Inbox(this, created, replayed);
   }
 
@@ -97,7 +98,10 @@ export class Sink implements InboxApi {
   }
 
   /** wait_for_message: one wait (spends one poll); long-polls up to `timeoutS`. */
-  async waitForMessage(inboxId: string, options: WaitOptions & { runId?: string } = {}): Promise<EnvelopeJson> {
+  async waitForMessage(
+    inboxId: string,
+    options: WaitOptions & { runId?: string } = {},
+  ): Promise<EnvelopeJson> {
     const body: WaitBody = {};
     if (options.timeoutS !== undefined) body.timeout_s = options.timeoutS;
     if (options.cursor !== undefined) body.cursor = options.cursor;

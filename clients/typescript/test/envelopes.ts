@@ -32,7 +32,12 @@ export const received = (overrides: Partial<EnvelopeJson> = {}): EnvelopeJson =>
     status: "completed",
     next_action: "claim_message",
     reason: null,
-    message: { message_id: "m_1", subject: "Your code", from: "app@example.test", received_at: "2026-10-21T02:00:00.000Z" },
+    message: {
+      message_id: "m_1",
+      subject: "Your code",
+      from: "app@example.test",
+      received_at: "2026-10-21T02:00:00.000Z",
+    },
     ...overrides,
   });
 
@@ -43,5 +48,17 @@ export const claimed = (overrides: Partial<EnvelopeJson> = {}): EnvelopeJson =>
     ...overrides,
   });
 
-export const expired = (reason: "lease" | "timeout", next: "create_new_inbox" | "stop", overrides: Partial<EnvelopeJson> = {}): EnvelopeJson =>
-  envelope({ state: "expired", status: "blocked", next_action: next, reason, retry_after: null, remaining_attempts: 0, ...overrides });
+export const expired = (
+  reason: "lease" | "timeout",
+  next: "create_new_inbox" | "stop",
+  overrides: Partial<EnvelopeJson> = {},
+): EnvelopeJson =>
+  envelope({
+    state: "expired",
+    status: "blocked",
+    next_action: next,
+    reason,
+    retry_after: null,
+    remaining_attempts: 0,
+    ...overrides,
+  });

@@ -17,7 +17,8 @@ export async function sendMail(host: string, port: number, mail: Mail): Promise<
   const expect = async (code: string, command?: string): Promise<void> => {
     if (command !== undefined) socket.write(`${command}\r\n`);
     const reply = await replies.next();
-    if (!reply.startsWith(code)) throw new Error(`SMTP ${command ?? "greeting"}: expected ${code}, got ${reply}`);
+    if (!reply.startsWith(code))
+      throw new Error(`SMTP ${command ?? "greeting"}: expected ${code}, got ${reply}`);
   };
   try {
     await expect("220");

@@ -19,7 +19,8 @@ import { sendMail } from "../smtp.js";
 let server: RunsinkServer;
 let sink: Sink;
 const runId = (label: string) => `ts-${label}-${randomBytes(4).toString("hex")}`;
-const send = (to: string, subject: string, text: string) => sendMail(server.smtpHost, server.smtpPort, { to, subject, text });
+const send = (to: string, subject: string, text: string) =>
+  sendMail(server.smtpHost, server.smtpPort, { to, subject, text });
 
 async function fault(body: Record<string, unknown>): Promise<void> {
   const response = await fetch(`${server.url}/v1/faults`, {
@@ -69,21 +70,27 @@ describe("against a real runsink serve", () => {
       return true;
     });
     await assert.rejects(sink.readMessage(mail.messageId, { runId: runId("thief") }), WrongRun);
-    await assert.rejects(sink.waitForMessage(inbox.inboxId, { runId: runId("thief"), timeoutS: 0 }), WrongRun);
+    await assert.rejects(
+      sink.waitForMessage(inbox.inboxId, { runId: runId("thief"), timeoutS: 0 }),
+      WrongRun,
+    );
   });
 
   it("rejects with EvidenceNotFound at timeoutS, saying the reason, the next action and the hint", async () => {
     const inbox = await sink.createInbox({ runId: runId("silent"), purpose: "signup" });
-    await assert.rejects(inbox.expectMessage({ subjectContains: "code", timeoutS: 1.5 }), (error: unknown) => {
-      assert.ok(error instanceof EvidenceNotFound);
-      assert.equal(error.deadlineExceeded, true);
-      assert.equal(error.reason, "evidence_not_found");
-      assert.equal(error.envelope?.inbox_id, inbox.inboxId);
-      assert.match(error.message, /reason=evidence_not_found, next_action=wait_for_message/);
-      assert.match(error.message, /\n {2}next: wait again/);
-      assert.match(error.message, /\n {2}hint: \S/);
-      return true;
-    });
+    await assert.rejects(
+      inbox.expectMessage({ subjectContains: "code", timeoutS: 1.5 }),
+      (error: unknown) => {
+        assert.ok(error instanceof EvidenceNotFound);
+        assert.equal(error.deadlineExceeded, true);
+        assert.equal(error.reason, "evidence_not_found");
+        assert.equal(error.envelope?.inbox_id, inbox.inboxId);
+        assert.match(error.message, /reason=evidence_not_found, next_action=wait_for_message/);
+        assert.match(error.message, /\n {2}next: wait again/);
+        assert.match(error.message, /\n {2}hint: \S/);
+        return true;
+      },
+    );
   });
 
   it("rejects a spent budget with BudgetSpent and never creates another inbox", async () => {

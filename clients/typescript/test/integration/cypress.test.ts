@@ -21,10 +21,18 @@ const overJson = <T>(value: T): T => JSON.parse(JSON.stringify(value)) as T;
 
 describe("the Cypress task functions (runsink/cypress)", () => {
   it("create an inbox, expect its mail as plain JSON, report and release the run", async () => {
-    const inbox = overJson(await tasks["runsink:createInbox"]({ name: "signup spec > sends a code", purpose: "signup" }));
+    const inbox = overJson(
+      await tasks["runsink:createInbox"]({ name: "signup spec > sends a code", purpose: "signup" }),
+    );
     assert.match(inbox.runId, /^signup-spec-sends-a-code\.[0-9a-f]{10}$/);
-    await sendMail(server.smtpHost, server.smtpPort, { to: inbox.address, subject: "Your code", text: "Code 778899" });
-    const mail = await tasks["runsink:expectMessage"](overJson({ inbox, subjectContains: "code", timeoutS: 20 }));
+    await sendMail(server.smtpHost, server.smtpPort, {
+      to: inbox.address,
+      subject: "Your code",
+      text: "Code 778899",
+    });
+    const mail = await tasks["runsink:expectMessage"](
+      overJson({ inbox, subjectContains: "code", timeoutS: 20 }),
+    );
     assert.deepEqual(overJson(mail), mail);
     assert.equal(mail.code, "778899");
     assert.equal(mail.subject, "Your code");

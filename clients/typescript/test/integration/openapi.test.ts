@@ -40,7 +40,10 @@ const ROUTES: [string, string, string, string[]][] = [
 ];
 
 let server: RunsinkServer;
-let openapi: { paths: Record<string, Record<string, Record<string, unknown>>>; components: { schemas: Record<string, Schema> } };
+let openapi: {
+  paths: Record<string, Record<string, Record<string, unknown>>>;
+  components: { schemas: Record<string, Schema> };
+};
 
 before(async () => {
   server = await startTestServer();
@@ -77,7 +80,8 @@ function missing(schema: Schema, type: string, where: string): string[] {
     }
     const inner = objects(property).filter((o) => Object.keys(o.properties ?? {}).length > 0);
     const nested = known[name];
-    if (inner.length && !nested) gaps.push(`${where}.${name} is an object, ${type}.${name} is not an interface`);
+    if (inner.length && !nested)
+      gaps.push(`${where}.${name} is an object, ${type}.${name} is not an interface`);
     if (nested) for (const object of inner) gaps.push(...missing(object, nested, `${where}.${name}`));
   }
   return gaps;
@@ -88,7 +92,10 @@ describe("the TypeScript types against the server's /openapi.json", () => {
     const gaps: string[] = [];
     for (const [method, path, status, types] of ROUTES) {
       const operation = openapi.paths[path]?.[method] as
-        | { requestBody?: { content: Record<string, { schema: Schema }> }; responses: Record<string, { content?: Record<string, { schema: Schema }> }> }
+        | {
+            requestBody?: { content: Record<string, { schema: Schema }> };
+            responses: Record<string, { content?: Record<string, { schema: Schema }> }>;
+          }
         | undefined;
       assert.ok(operation, `${method} ${path} is not in the OpenAPI document`);
       const schema =
@@ -99,7 +106,8 @@ describe("the TypeScript types against the server's /openapi.json", () => {
       for (const object of objects(schema)) {
         const where = `${method.toUpperCase()} ${path} ${status}`;
         const tries = types.map((type) => missing(object, type, where));
-        if (tries.every((gap) => gap.length > 0)) gaps.push(...(tries.sort((a, b) => a.length - b.length)[0] ?? []));
+        if (tries.every((gap) => gap.length > 0))
+          gaps.push(...(tries.sort((a, b) => a.length - b.length)[0] ?? []));
       }
     }
     assert.deepEqual(gaps, [], `fields the server sends that the types lack:\n${gaps.join("\n")}`);
@@ -111,7 +119,9 @@ describe("the TypeScript types against the server's /openapi.json", () => {
     for (const [path, operations] of Object.entries(openapi.paths)) {
       if (!called.has(path)) continue;
       for (const [method, operation] of Object.entries(operations)) {
-        const responses = (operation as { responses?: Record<string, { content?: Record<string, { schema: Schema }> }> }).responses ?? {};
+        const responses =
+          (operation as { responses?: Record<string, { content?: Record<string, { schema: Schema }> }> })
+            .responses ?? {};
         for (const [status, response] of Object.entries(responses)) {
           if (Number(status) < 400) continue;
           for (const object of objects(response.content?.["application/json"]?.schema)) {
@@ -126,11 +136,19 @@ describe("the TypeScript types against the server's /openapi.json", () => {
   });
 
   it("know every reason and next action the server can send, each reason with a typed error", () => {
-    const envelope = openapi.components.schemas["EnvelopeOut"] ?? resolve(
-      ((openapi.paths["/v1/inboxes/{inbox_id}"]?.["get"] as { responses: Record<string, { content: Record<string, { schema: Schema }> }> }).responses["200"]?.content["application/json"]?.schema) ?? {},
-    );
+    const envelope =
+      openapi.components.schemas["EnvelopeOut"] ??
+      resolve(
+        (
+          openapi.paths["/v1/inboxes/{inbox_id}"]?.["get"] as {
+            responses: Record<string, { content: Record<string, { schema: Schema }> }>;
+          }
+        ).responses["200"]?.content["application/json"]?.schema ?? {},
+      );
     const enumOf = (schema: Schema | undefined): string[] =>
-      objects(schema).length ? [] : [schema, ...(schema?.anyOf ?? [])].flatMap((s) => (s?.enum ?? []).map(String));
+      objects(schema).length
+        ? []
+        : [schema, ...(schema?.anyOf ?? [])].flatMap((s) => (s?.enum ?? []).map(String));
     const reasons = enumOf(envelope.properties?.["reason"]);
     const actions = enumOf(envelope.properties?.["next_action"]);
     assert.ok(reasons.length > 0 && actions.length > 0);
@@ -138,6 +156,7 @@ describe("the TypeScript types against the server's /openapi.json", () => {
       assert.ok((REASONS as readonly string[]).includes(reason), `reason ${reason} unknown to the client`);
       if (reason !== "already_claimed") assert.notEqual(errorClassFor(reason), HttpError, reason);
     }
-    for (const action of actions) assert.ok((NEXT_ACTIONS as readonly string[]).includes(action), `next_action ${action}`);
+    for (const action of actions)
+      assert.ok((NEXT_ACTIONS as readonly string[]).includes(action), `next_action ${action}`);
   });
 });

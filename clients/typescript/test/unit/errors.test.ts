@@ -7,13 +7,36 @@ import { envelope } from "../envelopes.js";
 
 // The contract's own words (CONTRACT.md: the envelope's reasons, the error codes, v3 additions).
 const CONTRACT_REASONS = [
-  "evidence_not_found", "evidence_mismatch", "evidence_misaddressed", "provider_timeout", "provider_error",
-  "circuit_open", "too_early", "lease", "timeout", "claimed_by_other_run", "wrong_run", "lease_expired",
+  "evidence_not_found",
+  "evidence_mismatch",
+  "evidence_misaddressed",
+  "provider_timeout",
+  "provider_error",
+  "circuit_open",
+  "too_early",
+  "lease",
+  "timeout",
+  "claimed_by_other_run",
+  "wrong_run",
+  "lease_expired",
 ];
 const CONTRACT_CODES = [
-  "invalid_request", "invalid_cursor", "not_found", "idempotency_key_conflict", "policy_forbids", "unknown_policy",
-  "evidence_released", "provider_timeout", "provider_error", "circuit_open", "over_capacity", "unauthorized",
-  "forbidden_scope", "wrong_run", "claimed_by_other_run", "lease_expired",
+  "invalid_request",
+  "invalid_cursor",
+  "not_found",
+  "idempotency_key_conflict",
+  "policy_forbids",
+  "unknown_policy",
+  "evidence_released",
+  "provider_timeout",
+  "provider_error",
+  "circuit_open",
+  "over_capacity",
+  "unauthorized",
+  "forbidden_scope",
+  "wrong_run",
+  "claimed_by_other_run",
+  "lease_expired",
 ];
 
 function answer(status: number, body: unknown, headers: Record<string, string> = {}): Answer {
@@ -72,7 +95,11 @@ describe("errors", () => {
 
   it("reads an ownership refusal (reason beside the error) as WrongRun / AlreadyClaimedByOther", () => {
     const refusal = (reason: string) => ({
-      status: "blocked", reason, next_action: "stop", retry_after: null, trace_id: "t",
+      status: "blocked",
+      reason,
+      next_action: "stop",
+      retry_after: null,
+      trace_id: "t",
       error: { code: reason, message: "refused", details: {} },
     });
     const wrong = errorFromAnswer(answer(403, refusal("wrong_run")), "POST claim");
@@ -85,7 +112,11 @@ describe("errors", () => {
 
   it("takes retry_after from the Retry-After header of a 503 and says wait_then_retry", () => {
     const error = errorFromAnswer(
-      answer(503, { error: { code: "provider_error", message: "store failed", details: {} } }, { "retry-after": "3" }),
+      answer(
+        503,
+        { error: { code: "provider_error", message: "store failed", details: {} } },
+        { "retry-after": "3" },
+      ),
       "GET /v1/messages/m_1",
     );
     assert.ok(error instanceof errors.ProviderError && error instanceof errors.Unavailable);
@@ -97,7 +128,12 @@ describe("errors", () => {
   });
 
   it("reads a claim after the lease (409 with an envelope) as LeaseExpired carrying the envelope", () => {
-    const body = envelope({ state: "expired", status: "blocked", next_action: "create_new_inbox", reason: "lease_expired" });
+    const body = envelope({
+      state: "expired",
+      status: "blocked",
+      next_action: "create_new_inbox",
+      reason: "lease_expired",
+    });
     const error = errorFromAnswer(answer(409, body), "POST /v1/messages/m_1/claim");
     assert.ok(error instanceof errors.LeaseExpired && error instanceof errors.InboxExpired);
     assert.deepEqual(error.envelope, body);
@@ -105,7 +141,10 @@ describe("errors", () => {
   });
 
   it("names an answer outside the contract HttpError with its status", () => {
-    const error = errorFromAnswer(answer(415, { error: { code: "unsupported_media_type", message: "json only", details: {} } }), "POST x");
+    const error = errorFromAnswer(
+      answer(415, { error: { code: "unsupported_media_type", message: "json only", details: {} } }),
+      "POST x",
+    );
     assert.ok(error instanceof errors.HttpError);
     assert.equal(error.httpStatus, 415);
     assert.match(error.message, /^POST x: 415: reason=unsupported_media_type/);

@@ -50,7 +50,12 @@ describe("Expectation", () => {
   });
 
   it("pauses retry_after on too_early and circuit_open (blocked, wait_then_retry)", () => {
-    const open = envelope({ status: "blocked", next_action: "wait_then_retry", reason: "circuit_open", retry_after: 4.5 });
+    const open = envelope({
+      status: "blocked",
+      next_action: "wait_then_retry",
+      reason: "circuit_open",
+      retry_after: 4.5,
+    });
     assert.deepEqual(plan().afterWait(open, 101), { kind: "pause", delayS: 4.5 });
   });
 
@@ -86,12 +91,22 @@ describe("Expectation", () => {
   });
 
   it("rejects blocked without retry_after: it must not be repeated", () => {
-    const blocked = envelope({ status: "blocked", next_action: "wait_then_retry", reason: "circuit_open", retry_after: null });
+    const blocked = envelope({
+      status: "blocked",
+      next_action: "wait_then_retry",
+      reason: "circuit_open",
+      retry_after: null,
+    });
     assert.ok(rejection(() => plan().afterWait(blocked, 101)) instanceof CircuitOpen);
   });
 
   it("rejects at the deadline instead of sleeping past it, with the last reason's class", () => {
-    const open = envelope({ status: "blocked", next_action: "wait_then_retry", reason: "circuit_open", retry_after: 5 });
+    const open = envelope({
+      status: "blocked",
+      next_action: "wait_then_retry",
+      reason: "circuit_open",
+      retry_after: 5,
+    });
     const error = rejection(() => plan(10).afterWait(open, 106));
     assert.ok(error instanceof CircuitOpen);
     assert.equal(error.deadlineExceeded, true);
@@ -106,31 +121,57 @@ describe("Expectation", () => {
     const error = rejection(() => p.afterWait(envelope({ retry_after: 1 }), 110));
     assert.equal(error.mismatch, true);
     assert.match(error.message, /none matched the criteria/);
-    const last = rejection(() => plan(1).afterWait(envelope({ reason: "evidence_mismatch", next_action: "verify_trigger", retry_after: 2 }), 100));
+    const last = rejection(() =>
+      plan(1).afterWait(
+        envelope({ reason: "evidence_mismatch", next_action: "verify_trigger", retry_after: 2 }),
+        100,
+      ),
+    );
     assert.ok(last instanceof EvidenceMismatch);
   });
 
   it("follows next_tool wait_for_message for a next_action it does not know", () => {
-    const future = envelope({ next_action: "wait_for_resend", next_tool: "wait_for_message", retry_after: 1 });
+    const future = envelope({
+      next_action: "wait_for_resend",
+      next_tool: "wait_for_message",
+      retry_after: 1,
+    });
     assert.deepEqual(plan().afterWait(future, 101), { kind: "pause", delayS: 1 });
-    const unknownStop = envelope({ next_action: "call_a_human", next_tool: null, reason: null, status: "blocked" });
+    const unknownStop = envelope({
+      next_action: "call_a_human",
+      next_tool: null,
+      reason: null,
+      status: "blocked",
+    });
     assert.ok(rejection(() => plan().afterWait(unknownStop, 101)) instanceof RunsinkError);
   });
 
   it("treats an expired inbox whose message was claimed as terminal, and says so", () => {
-    const error = rejection(() => plan().afterWait(claimed({ state: "expired", reason: "lease", next_action: "proceed" }), 101));
+    const error = rejection(() =>
+      plan().afterWait(claimed({ state: "expired", reason: "lease", next_action: "proceed" }), 101),
+    );
     assert.ok(error instanceof InboxExpired);
     assert.match(error.message, /was claimed; no new message can arrive here/);
   });
 
   it("completes a claim on proceed and pauses on wait_then_retry", () => {
     assert.deepEqual(plan().afterClaim(claimed(), 101), { kind: "claimed", messageId: "m_1" });
-    const trouble = received({ status: "retryable", next_action: "wait_then_retry", reason: "provider_error", retry_after: 1 });
+    const trouble = received({
+      status: "retryable",
+      next_action: "wait_then_retry",
+      reason: "provider_error",
+      retry_after: 1,
+    });
     assert.deepEqual(plan().afterClaim(trouble, 101), { kind: "pause", delayS: 1 });
   });
 
   it("retries an error answer that says wait_then_retry after its Retry-After, within the deadline", () => {
-    const trouble = new ProviderError("503", { reason: "provider_error", nextAction: "wait_then_retry", retryAfter: 2, httpStatus: 503 });
+    const trouble = new ProviderError("503", {
+      reason: "provider_error",
+      nextAction: "wait_then_retry",
+      retryAfter: 2,
+      httpStatus: 503,
+    });
     assert.deepEqual(plan(30).afterError(trouble, 101), { kind: "pause", delayS: 2 });
     const late = rejection(() => plan(2).afterError(trouble, 101, "m_1"));
     assert.ok(late instanceof ProviderError);
@@ -139,10 +180,17 @@ describe("Expectation", () => {
   });
 
   it("rethrows a refusal of the run with the same class and the expectation's context", () => {
-    const refusal = new WrongRun("403", { reason: "wrong_run", nextAction: "stop", hint: "Use the run_id the inbox was created with." });
+    const refusal = new WrongRun("403", {
+      reason: "wrong_run",
+      nextAction: "stop",
+      hint: "Use the run_id the inbox was created with.",
+    });
     const error = rejection(() => plan().afterError(refusal, 101));
     assert.ok(error instanceof WrongRun);
-    assert.match(error.message, /^no message matching subject_contains="code" in inbox ib_1 <abc123@sink.test> \(run run-1\): reason=wrong_run, next_action=stop/);
+    assert.match(
+      error.message,
+      /^no message matching subject_contains="code" in inbox ib_1 <abc123@sink.test> \(run run-1\): reason=wrong_run, next_action=stop/,
+    );
     assert.match(error.message, /hint: Use the run_id/);
   });
 

@@ -1,6 +1,12 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { BudgetSpent, EvidenceNotFound, ProviderError, RunsinkError, UnexpectedMessage } from "../../dist/errors.js";
+import {
+  BudgetSpent,
+  EvidenceNotFound,
+  ProviderError,
+  RunsinkError,
+  UnexpectedMessage,
+} from "../../dist/errors.js";
 import { Inbox, type Clock, type InboxApi } from "../../dist/inbox.js";
 import { Message } from "../../dist/message.js";
 import type { EnvelopeJson, MessageJson } from "../../dist/types.js";
@@ -74,27 +80,60 @@ class ScriptedApi implements InboxApi {
 }
 
 const messageJson = (): MessageJson => ({
-  message_id: "m_1", inbox_id: "ib_1", headers: {}, from: "app@example.test", from_name: "App", to: ["abc123@sink.test"],
-  cc: [], subject: "Your code", date: null, text: "Your code is 482913", html: null, attachments: [], links: [],
-  codes: ["482913"], parse_warnings: [], envelope: { mail_from: "app@example.test", rcpt_to: ["abc123@sink.test"] },
-  size: 100, claimed: true, received_at: "2026-10-21T02:00:00.000Z", released_at: null,
+  message_id: "m_1",
+  inbox_id: "ib_1",
+  headers: {},
+  from: "app@example.test",
+  from_name: "App",
+  to: ["abc123@sink.test"],
+  cc: [],
+  subject: "Your code",
+  date: null,
+  text: "Your code is 482913",
+  html: null,
+  attachments: [],
+  links: [],
+  codes: ["482913"],
+  parse_warnings: [],
+  envelope: { mail_from: "app@example.test", rcpt_to: ["abc123@sink.test"] },
+  size: 100,
+  claimed: true,
+  received_at: "2026-10-21T02:00:00.000Z",
+  released_at: null,
 });
 
 const unavailable = (retryAfter: number) =>
-  new ProviderError("503 provider_error", { reason: "provider_error", nextAction: "wait_then_retry", retryAfter, httpStatus: 503 });
+  new ProviderError("503 provider_error", {
+    reason: "provider_error",
+    nextAction: "wait_then_retry",
+    retryAfter,
+    httpStatus: 503,
+  });
 
 const created = () => ({ ...envelope({ state: "created", status: "completed", reason: null }), capped: [] });
 
 describe("Inbox.expectMessage", () => {
   it("waits, claims and reads, riding out a 503 with Retry-After on the wait and on the read", async () => {
-    const api = new ScriptedApi([unavailable(2), envelope(), received()], [claimed()], [unavailable(1), messageJson()]);
+    const api = new ScriptedApi(
+      [unavailable(2), envelope(), received()],
+      [claimed()],
+      [unavailable(1), messageJson()],
+    );
     const inbox = new Inbox(api, created());
     const mail = await inbox.expectMessage({ subjectContains: "code", timeoutS: 60 });
     assert.equal(mail.code, "482913");
     assert.equal(mail.messageId, "m_1");
     assert.deepEqual(api.calls, ["wait", "wait", "wait", "claim", "read", "read"]);
     assert.deepEqual(api.clock.pauses, [2, 0, 1]);
-    assert.deepEqual(api.waitBodies[0], { subjectContains: "code", fromContains: undefined, bodyContains: undefined, maxAgeS: undefined, order: undefined, timeoutS: 30, runId: "run-1" });
+    assert.deepEqual(api.waitBodies[0], {
+      subjectContains: "code",
+      fromContains: undefined,
+      bodyContains: undefined,
+      maxAgeS: undefined,
+      order: undefined,
+      timeoutS: 30,
+      runId: "run-1",
+    });
   });
 
   it("rejects create_new_inbox without creating anything (the loop has no create)", async () => {

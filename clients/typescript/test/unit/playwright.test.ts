@@ -5,7 +5,13 @@ import { isRunId } from "../../dist/index.js";
 import { fromEnvironment, runIdForTest } from "../../dist/playwright.js";
 
 const info = (overrides: Partial<TestInfo>): TestInfo =>
-  ({ titlePath: ["signup.spec.ts", "Signup", "mails a code"], testId: "abc123", retry: 0, repeatEachIndex: 0, ...overrides }) as TestInfo;
+  ({
+    titlePath: ["signup.spec.ts", "Signup", "mails a code"],
+    testId: "abc123",
+    retry: 0,
+    repeatEachIndex: 0,
+    ...overrides,
+  }) as TestInfo;
 
 describe("runsink/playwright", () => {
   it("gives each test, retry and repeat its own valid run id, readable from its title", () => {
@@ -36,10 +42,20 @@ describe("runsink/playwright", () => {
       smtpPort: 1025,
     });
     assert.deepEqual(
-      fromEnvironment({ RUNSINK_URL: "http://127.0.0.1:9000", RUNSINK_SMTP_HOST: "mail", RUNSINK_SMTP_PORT: "2525" }),
+      fromEnvironment({
+        RUNSINK_URL: "http://127.0.0.1:9000",
+        RUNSINK_SMTP_HOST: "mail",
+        RUNSINK_SMTP_PORT: "2525",
+      }),
       { url: "http://127.0.0.1:9000", smtpHost: "mail", smtpPort: 2525 },
     );
-    assert.throws(() => fromEnvironment({ RUNSINK_URL: "sink:8025" }), /RUNSINK_URL: expected http\(s\):\/\/host:port/);
-    assert.throws(() => fromEnvironment({ RUNSINK_URL: "http://x", RUNSINK_SMTP_PORT: "70000" }), /RUNSINK_SMTP_PORT/);
+    assert.throws(
+      () => fromEnvironment({ RUNSINK_URL: "sink:8025" }),
+      /RUNSINK_URL: expected http\(s\):\/\/host:port/,
+    );
+    assert.throws(
+      () => fromEnvironment({ RUNSINK_URL: "http://x", RUNSINK_SMTP_PORT: "70000" }),
+      /RUNSINK_SMTP_PORT/,
+    );
   });
 });

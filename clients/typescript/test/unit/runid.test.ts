@@ -28,7 +28,10 @@ describe("runIdFor", () => {
 
   it("matches the pytest plugin's run_id_for for the same input", () => {
     // sink/pytest_plugin.py: run_id_for("tests/test_x.py::test_y[a b]", "0123", 1)
-    assert.equal(runIdFor("tests/test_x.py::test_y[a b]", "0123", 1), "tests-test_x.py::test_y-a-b.542b5d8123");
+    assert.equal(
+      runIdFor("tests/test_x.py::test_y[a b]", "0123", 1),
+      "tests-test_x.py::test_y-a-b.542b5d8123",
+    );
   });
 
   it("is only a hash for a name with nothing readable", () => {
