@@ -28,6 +28,7 @@ from sink.errors import InvalidRequest, NotFound
 from sink.events import Hub, Subscriber
 from sink.message import Part, attachment_parts
 from sink.runtime import Runtime
+from sink.scopes import Kind
 from sink.tokens import Grant
 
 KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing an idle stream
@@ -55,13 +56,15 @@ async def events(request: Request) -> Response:
         raise InvalidRequest(
             "run_id: a run_id is 1-128 chars of A-Za-z0-9._:-", {"field": "run_id"}
         )
-    if run_id is None:
-        # A runs: or run token's stream is limited to its runs (api/auth.py decides).
-        run_id = implied_run(grant_of(request.scope))
+    grant = grant_of(request.scope)
+    glob = None
+    if run_id is None and grant.scope.kind is Kind.RUNS:
+        glob = grant.scope.glob  # every run of a runs: token, never caught mail
+    elif run_id is None:
+        run_id = implied_run(grant)  # a run token's stream is its run
     if run_id is not None:
         context_of(request.scope).note(run_id=run_id)
     runtime: Runtime = request.app.state.runtime
-    grant = grant_of(request.scope)
     gate: StreamGate = request.app.state.streams
     refusal = gate.enter(grant)
     if refusal is not None:
@@ -71,7 +74,7 @@ async def events(request: Request) -> Response:
         return refusal
     # EventSource sends Last-Event-ID on its own when it reconnects.
     last = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
-    subscriber = runtime.events.subscribe(run_id, last, StreamGate.ends_on_release(grant))
+    subscriber = runtime.events.subscribe(run_id, last, StreamGate.ends_on_release(grant), glob)
     return _EventStream(
         runtime.events, subscriber, StreamGate.ends_at(grant, clock.now()), gate, grant
     )

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from api.auth import grant_of, implied_run
+from api.auth import grant_of, implied_run, visibility_of
 from api.context import context_of
 from api.routes import (
     _attachment_index,
@@ -22,6 +22,7 @@ from api.routes import (
 )
 from api.views import caught_message_out, search_out, unrouted_out
 from sink.mailbox import Mailbox
+from sink.scopes import Kind
 
 
 def _mailbox(request: Request) -> Mailbox:
@@ -63,16 +64,18 @@ async def caught_attachment(request: Request) -> Response:
 
 async def search(request: Request) -> Response:
     limit = _int_query(request, "limit", 50, 1, 500)
+    query = request.query_params.get("query")
+    cursor = request.query_params.get("cursor")
     run_id = _caller_run(request)
+    grant = grant_of(request.scope)
+    if run_id is None and grant.scope.kind is Kind.RUNS:
+        # A runs: token naming no run searches all of its runs, never caught mail.
+        visible = visibility_of(request.scope)
+        page = await _mailbox(request).search_visible(query, visible, cursor, limit)
+        return _model_response(search_out(page))
     if run_id is None:
-        # A run token searches its run; a runs: token names one of its runs (api/auth.py).
-        run_id = implied_run(grant_of(request.scope))
-    page = await _mailbox(request).search(
-        request.query_params.get("query"),
-        run_id,
-        request.query_params.get("cursor"),
-        limit,
-    )
+        run_id = implied_run(grant)  # a run token searches its run
+    page = await _mailbox(request).search(query, run_id, cursor, limit)
     return _model_response(search_out(page))
 
 

@@ -29,6 +29,7 @@ import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Any
 
 from sink.clock import rfc3339
@@ -54,6 +55,7 @@ class Subscriber:
     fresh: bool = True  # its first read never waits (a backlog to replay, or a resync)
     gone: bool = False  # its client left: the next wait ends
     ends_on_release: bool = False  # a run-limited token's stream: ends when its run is released
+    glob: str | None = None  # a runs: token's stream of every run it may see (fnmatch)
     ended: bool = False  # its run was released: it reads what is left, then ends
 
 
@@ -141,13 +143,15 @@ class Hub:
 
     def _end_streams_of(self, run_id: str) -> None:
         """A run was released: the streams that end with it read its last events, then end."""
-        group = self._groups.get(run_id)
-        if group is None:
-            return
-        for member in group.members:
-            if member.ends_on_release:
-                member.ended = True
-        group.poke()
+        for key in (run_id, None):
+            group = self._groups.get(key)
+            if group is None:
+                continue
+            for member in group.members:
+                mine = member.glob is None or fnmatchcase(run_id, member.glob)
+                if member.ends_on_release and mine:
+                    member.ended = True
+            group.poke()
 
     def message(self, incoming: Incoming) -> None:
         """A message was stored (its 250 follows): one event per inbox, one if caught."""
@@ -248,17 +252,22 @@ class Hub:
     # -- subscribing ---------------------------------------------------------------------
 
     def subscribe(
-        self, run_id: str | None, last_event_id: str | None = None, ends_on_release: bool = False
+        self,
+        run_id: str | None,
+        last_event_id: str | None = None,
+        ends_on_release: bool = False,
+        glob: str | None = None,
     ) -> Subscriber:
         """A new reader: from now on, or from just after ``last_event_id``; with
-        ``ends_on_release``, its stream ends once its run is released."""
+        ``ends_on_release``, its stream ends once its run is released; with ``glob`` (and no
+        ``run_id``), only the runs it matches, never caught mail."""
         cursor = self._next - 1
         if last_event_id:
             seq = self._parse_id(last_event_id)
             known = seq is not None and self._first - 1 <= seq < self._next
             # Not ours, from before a restart, or too old: -1 makes read() answer resync.
             cursor = seq if known and seq is not None else -1
-        subscriber = Subscriber(run_id, cursor, ends_on_release=ends_on_release)
+        subscriber = Subscriber(run_id, cursor, ends_on_release=ends_on_release, glob=glob)
         self._groups.setdefault(run_id, _Group()).members.add(subscriber)
         self.subscribers += 1
         return subscriber
@@ -292,7 +301,12 @@ class Hub:
         start = subscriber.cursor + 1 - self._first
         entries = self._log[start:]
         subscriber.cursor = self._next - 1
-        run_id = subscriber.run_id
+        run_id, glob = subscriber.run_id, subscriber.glob
+        if run_id is None and glob is not None:
+            kept = [
+                e.frame for e in entries if e.run_id is not None and fnmatchcase(e.run_id, glob)
+            ]
+            return Batch(kept, closed=subscriber.ended)
         if run_id is None:
             return Batch([e.frame for e in entries])
         frames = [e.frame for e in entries if e.run_id == run_id]

@@ -15,6 +15,7 @@ from sink import clock, ids
 from sink.errors import EvidenceReleased, InvalidRequest, LiveEvidence, NotFound
 from sink.logs import log
 from sink.message import ParsedMessage, parse
+from sink.scopes import Visibility
 from sink.search import Filter, Query, SearchSyntaxError, parse_query
 from sink.storage.base import CaughtMail, CaughtMessage, Deleted, Listed, SearchIndex
 
@@ -23,6 +24,10 @@ COUNT_CAP = 10_000  # Mailpit-style totals count matches up to this many
 
 class MailStore(CaughtMail, SearchIndex, Protocol):
     """The two v2 ports, as one adapter implements them."""
+
+
+_SCAN_BATCH = 500  # rows looked at per store call when a runs: glob filters a search
+_SCAN_BATCHES = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +97,30 @@ class Mailbox:
         before = _position(cursor, "search")
         rows = await self._store.search(query, run_scope, before, limit + 1)
         return _page(rows, limit, "search")
+
+    async def search_visible(
+        self, text: str | None, visible: Visibility, cursor: str | None, limit: int
+    ) -> Page:
+        """``search`` limited to what a scope may see: for a ``runs:`` glob, the runs it
+        matches and never caught mail. Stores filter by one run, so the glob is applied to
+        the rows as they come, at most ``_SCAN_BATCHES`` batches a page; a page cut short
+        there says ``has_more`` with a cursor past what was looked at."""
+        query = query_of(text)
+        if visible.run_glob is None:
+            return await self.search_query(query, None, cursor, limit)
+        no_caught = (Filter("is", "caught", negated=True),)
+        query = Query(query.texts, (*query.filters, *no_caught))
+        before = _position(cursor, "search")
+        kept: list[Listed] = []
+        for _ in range(_SCAN_BATCHES):
+            rows = await self._store.search(query, None, before, _SCAN_BATCH)
+            kept += [row for row in rows if visible.sees(row.run_id)]
+            if len(kept) > limit:
+                return _page(kept, limit, "search")
+            if len(rows) < _SCAN_BATCH:
+                return Page(kept, None, False)
+            before = rows[-1].position
+        return Page(kept, ids.encode_list_cursor("search", *rows[-1].position), True)
 
     async def window(
         self, text: str | None, start: int, limit: int

@@ -228,9 +228,10 @@ ENDPOINTS = [
     Endpoint("readyz", "GET", "/readyz", open=True),
     # Routes other work is adding (search, caught mail, the Mailpit API): the scope decision
     # is already made for them; until they land they answer 404.
-    Endpoint("search", "GET", "/v1/messages?query=code", ok=None, match="read", nomatch="read"),
-    # Live events: a runs: token names one of its runs; a run token's stream is its run.
-    Endpoint("events", "GET", "/v1/events", ok=None, match="read", nomatch="read"),
+    # Search: a runs: token naming no run gets its runs, filtered (never a 403).
+    Endpoint("search", "GET", "/v1/messages?query=code"),
+    # Live events: a runs: token's stream is its runs (or one it names); a run token's its run.
+    Endpoint("events", "GET", "/v1/events", ok=None),
     Endpoint("events of a run", "GET", "/v1/events?run_id={run}", ok=None, nomatch="runs:{run}"),
     Endpoint("attachment", "GET", "/v1/messages/{message}/attachments/0", ok=None, nomatch="read"),
     Endpoint(
@@ -619,7 +620,7 @@ def test_bearer_scheme_is_case_insensitive_and_the_token_exact(scoped: Server) -
 def test_search_shows_a_runs_token_only_its_runs_and_no_caught_mail(scoped: Server) -> None:
     """GET /v1/messages?query= with a runs: or run token never shows another run's or caught
     mail: naming another run (X-Run-Id or ?run_id=) is 403 forbidden_scope, as it is for the
-    event stream, and naming none searches the run token's own run."""
+    event stream; naming none searches the run token's own run, or all of a runs: token's."""
     ours = make_world(scoped, prefix="team-a", subject="Searchable code")
     theirs = make_world(scoped, prefix="team-b", subject="Searchable code")
     caught = f"nobody-{new_run_id('x')}@sink.test"
@@ -643,6 +644,36 @@ def test_search_shows_a_runs_token_only_its_runs_and_no_caught_mail(scoped: Serv
     with scoped.http(headers=bearer(ours.run_token)) as client:
         implied = client.get("/v1/messages", params=query)
     assert [m["message_id"] for m in implied.json()["messages"]] == [ours.message_id]
+    with scoped.http(headers=bearer(TEAM_A)) as client:
+        every = client.get("/v1/messages", params={**query, "limit": 500})
+    assert every.status_code == 200, every.text  # all of its runs, filtered (not a 403)
+    found = every.json()["messages"]
+    assert ours.message_id in {m["message_id"] for m in found}
+    assert all(m["run_id"].startswith("team-a") and not m["caught"] for m in found)
+    for secret in (theirs.message_id, theirs.run_id, caught):
+        assert secret not in every.text
+
+
+def test_a_runs_token_streams_all_its_runs_and_nothing_else(scoped: Server) -> None:
+    """GET /v1/events with a runs: token naming no run: its runs' events, never another
+    run's nor caught mail (it was 403)."""
+    from tests.test_streams import Stream
+
+    stream = Stream(scoped.http_port, token=TEAM_A)
+    try:
+        assert stream.status == 200
+        theirs = make_world(scoped, prefix="team-b")
+        scoped.send(f"nobody-{new_run_id('x')}@sink.test", subject="caught")
+        ours = make_world(scoped, prefix="team-a")  # last: once seen, the rest came before
+        stream.sock.settimeout(10)
+        while ours.message_id.encode() not in stream.received:
+            chunk = stream.sock.recv(65536)
+            assert chunk, "the stream ended"
+            stream.received += chunk
+    finally:
+        stream.close()
+    assert theirs.run_id.encode() not in stream.received
+    assert b'"caught":true' not in stream.received
 
 
 def test_the_web_ui_signs_in_admin_and_read_tokens_only(scoped: Server) -> None:
