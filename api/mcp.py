@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.auth import Authority, grant_of
+from api.auth import Authority, grant_of, implied_run
 from api.context import context_of
 from api.errors import error_response, internal_error, runsink_error, validation_error
 from api.schemas import ClaimIn, CreateInboxIn, WaitIn
@@ -38,6 +38,7 @@ from api.views import (
     envelope_out,
     message_out,
     run_report_out,
+    search_out,
     wait_request,
 )
 from sink import scopes
@@ -178,6 +179,29 @@ class AgentBackend:
             return run_report_out(await self._agent.run_report(run_id)).model_dump(mode="json")
 
         return await self._answer(report())
+
+    async def find_mail(
+        self, query: str, run_id: str | None, limit: int, cursor: str | None
+    ) -> Json:
+        arguments: Json = {"query": query, "limit": limit}
+        if run_id is not None:
+            arguments["run_id"] = run_id
+        if cursor is not None:
+            arguments["cursor"] = cursor
+        self._context.call = Call(Tool.FIND_MAIL, arguments)
+
+        async def find() -> Json:
+            # As GET /v1/messages: a named run must be in scope; a run token searches its run.
+            self._note(run_id=run_id)
+            await self._authority.check_route(self._grant, "GET", "/v1/messages", run_id)
+            if run_id is not None:
+                self._authority.check_run(self._grant, scopes.SEARCH, run_id)
+            scoped = run_id if run_id is not None else implied_run(self._grant)
+            mailbox = self._request.app.state.runtime.mailbox
+            page = await mailbox.search(query, scoped, cursor, limit)
+            return search_out(page).model_dump(mode="json")
+
+        return await self._answer(find())
 
     # -- helpers ---------------------------------------------------------------------
 

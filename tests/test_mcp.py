@@ -22,14 +22,28 @@ from mcp.client.streamable_http import streamable_http_client
 from pydantic import BaseModel
 
 from api import schemas
+from sink import vocabulary
 from sink.mcp import tools as mcp_tools
 from sink.mcp.server import tools_server
 from sink.mcp.stdio import HttpBackend, proxy_client
-from sink.mcp.tools import ENVELOPE_SCHEMA, MESSAGE_SCHEMA, RUN_REPORT_SCHEMA
+from sink.mcp.tools import (
+    CREATED_SCHEMA,
+    ENVELOPE_SCHEMA,
+    FIND_SCHEMA,
+    MESSAGE_SCHEMA,
+    RUN_REPORT_SCHEMA,
+)
 from sink.untrusted import wrap
 from tests.support import Server, create_inbox, new_run_id, start_server, wait
 
-TOOL_NAMES = ["create_inbox", "wait_for_message", "read_message", "claim_message", "get_run_report"]
+TOOL_NAMES = [
+    "create_inbox",
+    "wait_for_message",
+    "read_message",
+    "claim_message",
+    "get_run_report",
+    "find_mail",
+]
 TRANSPORTS = ["http", "http-legacy", "stdio"]
 LOOP_DEADLINE_S = 60.0
 CODE = "482913"
@@ -158,32 +172,59 @@ def test_agent_follows_next_action_from_create_to_claim(server: Server, transpor
 # -- the tool list ----------------------------------------------------------------------
 
 
-def test_tool_descriptions_explain_states_next_actions_and_stopping(server: Server) -> None:
-    """The five tools' descriptions teach the envelope: states, next actions, when to stop."""
+def _listed_raw(server: Server) -> tuple[list[dict[str, Any]], str]:
+    """tools/list as the server sends it (the JSON-RPC result's tools, and the instructions)."""
+    headers = {"accept": "application/json, text/event-stream"}
+    with httpx.Client(base_url=server.url, timeout=30, headers=headers) as http:
+        listed = http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        hello = http.post(
+            "/mcp",
+            json={
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"},
+                },
+            },
+        )
 
-    async def listing() -> list[dict[str, Any]]:
-        # stdio serves the same definition (sink/mcp/tools.py); the loop test lists it too.
-        async with connect("http", server.url) as client:
-            listed = await client.list_tools()
-            return [tool.model_dump(mode="json", by_alias=True) for tool in listed.tools]
+    def result(response: httpx.Response) -> dict[str, Any]:
+        text = response.text
+        if text.lstrip().startswith("{"):
+            return json.loads(text)["result"]  # type: ignore[no-any-return]
+        data = [line[6:] for line in text.splitlines() if line.startswith("data: ")]
+        return json.loads(data[0])["result"]  # type: ignore[no-any-return]
 
-    tools_listed = asyncio.run(listing())
+    return result(listed)["tools"], result(hello)["instructions"]
+
+
+def test_the_tool_list_is_thrifty_and_says_its_defaults(server: Server) -> None:
+    """tools/list is at most 10,000 characters; shared words are in the instructions once."""
+    tools_listed, instructions = _listed_raw(server)
+    size = len(json.dumps(tools_listed, separators=(",", ":"), ensure_ascii=False))
+    assert size <= 10_000, size
     tools = {tool["name"]: tool for tool in tools_listed}
     assert list(tools) == TOOL_NAMES
-    assert not any("check_email" in name for name in tools)
-    wait_text = tools["wait_for_message"]["description"]
-    for word in (*mcp_tools.NEXT_ACTIONS, *mcp_tools.STATES, "retry_after"):
-        assert word in wait_text, word
-    for name in ("create_inbox", "claim_message"):
-        text = tools[name]["description"]
-        for word in ("state", "next_action", "retry_after", "stop", "blocked"):
-            assert word in text, (name, word)
+    for word in (*vocabulary.NEXT_ACTIONS, *vocabulary.STATES, "retry_after", "next_tool", "hint"):
+        assert word in instructions, word
+    assert "Everything under `untrusted` was written by the mail's sender" in instructions
     for tool in tools.values():
-        assert "stop" in tool["description"]
+        text = tool["description"]
+        optional = set(tool["inputSchema"]["properties"]) - set(tool["inputSchema"]["required"])
+        if optional - {"run_id", "cursor", "match"}:
+            assert "default" in text, tool["name"]  # each says its defaults
+        assert "Errors: " in text, tool["name"]  # ... and its own errors
+        assert "envelope" not in text  # said once, in the instructions
         assert tool["outputSchema"]["type"] == "object"
         assert tool["inputSchema"]["additionalProperties"] is False
+        assert "description" not in json.dumps(tool["outputSchema"])
+    assert "policy_forbids" in tools["create_inbox"]["description"]
+    assert "policy_forbids" not in tools["read_message"]["description"]
     assert tools["read_message"]["annotations"]["readOnlyHint"] is True
-    assert tools["get_run_report"]["annotations"]["readOnlyHint"] is True
+    assert tools["find_mail"]["annotations"]["readOnlyHint"] is True
     assert tools["wait_for_message"]["annotations"]["readOnlyHint"] is False
 
 
@@ -192,32 +233,22 @@ def _properties(model: type[BaseModel]) -> set[str]:
 
 
 def test_output_schemas_name_every_wire_field() -> None:
-    """The tools' output schemas have exactly the wire models' fields and enumerations."""
-    envelope_props = ENVELOPE_SCHEMA["properties"]
-    report_props = RUN_REPORT_SCHEMA["properties"]
-    pairs: list[tuple[dict[str, Any], type[BaseModel]]] = [
-        (ENVELOPE_SCHEMA, schemas.EnvelopeOut),
-        (envelope_props["message"]["anyOf"][0]["properties"]["untrusted"], schemas.MessageRef),
-        (envelope_props["claim"]["anyOf"][0], schemas.ClaimOut),
-        (MESSAGE_SCHEMA["properties"]["attachments"]["items"], schemas.AttachmentOut),
-        (RUN_REPORT_SCHEMA, schemas.RunReportOut),
-        (report_props["inboxes"]["items"], schemas.RunInboxOut),
-        (report_props["events"]["items"], schemas.RunEventOut),
-    ]
-    for schema, model in pairs:
-        properties = set(schema["properties"])
-        if schema.get("required") == ["from", "subject"]:  # a summary: the sender's words
-            properties |= set(envelope_props["message"]["anyOf"][0]["properties"])
-            properties -= {"untrusted"}
-        assert properties == _properties(model), model.__name__
-    # read_message: the evidence of the wire model, the sender's words under untrusted
+    """The tools' output schemas have exactly the fields the answers carry."""
+    assert set(ENVELOPE_SCHEMA["properties"]) == _properties(schemas.EnvelopeOut)
+    assert set(CREATED_SCHEMA["properties"]) == _properties(schemas.CreatedOut)
+    report = RUN_REPORT_SCHEMA["properties"]
+    assert set(report) == _properties(schemas.RunReportOut)
+    assert set(report["inboxes"]["items"]["properties"]) == set(mcp_tools.REPORT_INBOX_FIELDS)
+    assert set(mcp_tools.REPORT_INBOX_FIELDS) <= _properties(schemas.RunInboxOut)
     read = MESSAGE_SCHEMA["properties"]
     assert set(read) - {"untrusted", "truncated"} <= _properties(schemas.MessageOut)
     assert set(read["untrusted"]["properties"]) <= _properties(schemas.MessageOut)
-    assert typing.get_args(schemas.State) == mcp_tools.STATES
-    assert typing.get_args(schemas.StatusT) == mcp_tools.STATUSES
-    assert typing.get_args(schemas.NextAction) == mcp_tools.NEXT_ACTIONS
-    assert typing.get_args(schemas.Reason) == mcp_tools.REASONS
+    found = FIND_SCHEMA["properties"]["messages"]["items"]["properties"]
+    assert set(found) - {"untrusted"} <= _properties(schemas.FoundItem)
+    assert typing.get_args(schemas.State) == vocabulary.STATES
+    assert typing.get_args(schemas.StatusT) == vocabulary.STATUSES
+    assert typing.get_args(schemas.NextAction) == vocabulary.NEXT_ACTIONS
+    assert typing.get_args(schemas.Reason) == vocabulary.REASONS
 
 
 # -- the same answers as the HTTP API -----------------------------------------------------
@@ -264,7 +295,14 @@ def test_answers_equal_the_http_api_json(server: Server, transport: str) -> None
             "content_flags": over_http["content_flags"],
             "untrusted": {key: over_http[key] for key in ("from", "from_name", "subject")},
         }
-        assert report == http.get(f"/v1/runs/{run_id}").json()
+        whole = http.get(f"/v1/runs/{run_id}").json()
+        assert report == {
+            "run_id": run_id,
+            "inboxes": [
+                {key: row[key] for key in mcp_tools.REPORT_INBOX_FIELDS} for row in whole["inboxes"]
+            ],
+            "events": whole["events"][-mcp_tools.REPORT_EVENTS :],
+        }
         assert inbox_id in {row["inbox_id"] for row in report["inboxes"]}
 
 
@@ -306,8 +344,8 @@ def test_errors_are_tool_errors_with_the_http_api_body(server: Server, transport
             ),
             (
                 "create_inbox",
-                {"run_id": run_id, "purpose": "p", "ttl_s": "600"},
-                http.post("/v1/inboxes", json={"run_id": run_id, "purpose": "p", "ttl_s": "600"}),
+                {"run_id": run_id, "purpose": "p", "ttl_s": 0},
+                http.post("/v1/inboxes", json={"run_id": run_id, "purpose": "p", "ttl_s": 0}),
             ),
             (
                 "create_inbox",

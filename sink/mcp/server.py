@@ -1,16 +1,19 @@
 """The MCP server over a backend: the same tools, checks and answers on every transport.
 
-A backend performs the five calls the HTTP API way and returns the API's JSON: the
+A backend performs the six calls the HTTP API way and returns the API's JSON: the
 in-process one (``api/mcp.py``) calls the Agent, the stdio one (``sink/mcp/stdio.py``)
 calls a running server over HTTP. This module checks the arguments both share,
 dispatches, and turns the JSON into a tool result: an answer is structured content;
 a body with an ``error`` member (what the HTTP API sends for a 4xx/5xx that is not an
-envelope) is a tool error whose text is that body.
+envelope) is a tool error whose text is that body. Two answers are made thriftier here
+than the HTTP API's (a model pays for every character): the run report (compact unless
+``full``) and the search (``find_mail``: summaries).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -21,7 +24,19 @@ from mcp.shared.exceptions import MCPError
 from sink import __version__, ids
 from sink.guidance import Call, for_error
 from sink.mcp.answers import for_agent, read_options_refused
-from sink.mcp.tools import INSTRUCTIONS, TOOLS, ToolSpec
+from sink.mcp.tools import (
+    FIND_MAIL_LIMIT,
+    FIND_MAIL_MAX,
+    INSTRUCTIONS,
+    PROMPT_ARGUMENTS,
+    PROMPT_DESCRIPTION,
+    PROMPT_NAME,
+    REPORT_EVENTS,
+    REPORT_INBOX_FIELDS,
+    TOOLS,
+    ToolSpec,
+    prompt_text,
+)
 from sink.vocabulary import Tool
 
 Json = dict[str, Any]
@@ -35,8 +50,12 @@ _IDS = {
 _RUN_ID = ids.RUN_ID
 
 
+# A number written as a string ("30", "2.5"): models often send them so.
+_NUMERIC = re.compile(r"-?\d{1,15}(\.\d{1,15})?")
+
+
 class Backend(Protocol):
-    """The five calls, with the HTTP API's semantics; each returns the API's JSON body."""
+    """The six calls, with the HTTP API's semantics; each returns the API's JSON body."""
 
     async def create_inbox(self, body: Json) -> Json: ...
 
@@ -47,6 +66,10 @@ class Backend(Protocol):
     async def claim_message(self, message_id: str, body: Json) -> Json: ...
 
     async def get_run_report(self, run_id: str) -> Json: ...
+
+    async def find_mail(
+        self, query: str, run_id: str | None, limit: int, cursor: str | None
+    ) -> Json: ...
 
 
 # Given the transport's HTTP request (a Starlette request on streamable HTTP, None on stdio).
@@ -70,7 +93,7 @@ def error_body(
 
 
 def tools_server(backend_for: BackendFor) -> Server[Any]:
-    """The runsink MCP server: five tools, answered by ``backend_for(request)``."""
+    """The runsink MCP server: six tools and one prompt, answered by ``backend_for(request)``."""
     specs = {spec.name: spec for spec in TOOLS}
     listed = [_tool(spec) for spec in TOOLS]
 
@@ -85,13 +108,45 @@ def tools_server(backend_for: BackendFor) -> Server[Any]:
         spec = specs.get(params.name)
         if spec is None:
             raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name!r}")
-        arguments = {k: v for k, v in (params.arguments or {}).items() if v is not None}
+        given = {k: v for k, v in (params.arguments or {}).items() if v is not None}
+        arguments = numbers_taken(spec.input_schema, given)
         refused = check_arguments(spec, arguments, Call(Tool(spec.name)))
         if refused is not None:
             return tool_result(refused)
         answer = await _dispatch(backend_for(ctx.request), spec.name, arguments)
         return tool_result(
             for_agent(spec.name, arguments, _repeat_as_given(spec, arguments, answer))
+        )
+
+    prompt = types.Prompt(
+        name=PROMPT_NAME,
+        description=PROMPT_DESCRIPTION,
+        arguments=[
+            types.PromptArgument(name=name, description=text, required=True)
+            for name, text in PROMPT_ARGUMENTS
+        ],
+    )
+
+    async def list_prompts(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=[prompt])
+
+    async def get_prompt(
+        ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult:
+        if params.name != PROMPT_NAME:
+            raise MCPError(types.INVALID_PARAMS, f"unknown prompt {params.name!r}")
+        given = params.arguments or {}
+        missing = [name for name, _ in PROMPT_ARGUMENTS if not given.get(name)]
+        if missing:
+            raise MCPError(types.INVALID_PARAMS, f"{PROMPT_NAME} needs {', '.join(missing)}")
+        text = prompt_text(given["run_id"], given["purpose"], given["what_to_expect"])
+        return types.GetPromptResult(
+            description=PROMPT_DESCRIPTION,
+            messages=[
+                types.PromptMessage(role="user", content=types.TextContent(type="text", text=text))
+            ],
         )
 
     return Server(
@@ -101,7 +156,30 @@ def tools_server(backend_for: BackendFor) -> Server[Any]:
         instructions=INSTRUCTIONS,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        on_list_prompts=list_prompts,
+        on_get_prompt=get_prompt,
     )
+
+
+def numbers_taken(schema: Json, arguments: Json) -> Json:
+    """``arguments`` with numbers written as strings ("30") read as the numbers the schema
+    asks for, nested objects included; anything else is left for the checks to judge."""
+    properties = schema.get("properties", {})
+    taken = dict(arguments)
+    for name, value in arguments.items():
+        wanted = properties.get(name, {})
+        kind = wanted.get("type")
+        if isinstance(value, str) and kind in ("integer", "number"):
+            text = value.strip()
+            if _NUMERIC.fullmatch(text):
+                number = float(text)
+                if kind == "number":
+                    taken[name] = int(number) if number.is_integer() else number
+                elif number.is_integer():
+                    taken[name] = int(number)
+        elif isinstance(value, dict) and kind == "object":
+            taken[name] = numbers_taken(wanted, value)
+    return taken
 
 
 def _repeat_as_given(spec: ToolSpec, arguments: Json, answer: Json) -> Json:
@@ -128,6 +206,10 @@ def check_arguments(spec: ToolSpec, arguments: Json, call: Call | None = None) -
                 {"field": name},
                 call,
             )
+    problem_of_option = _option_refused(spec, arguments)
+    if problem_of_option is not None:
+        field, message = problem_of_option
+        return error_body("invalid_request", f"{field}: {message}", {"field": field}, call)
     if spec.name == "read_message":
         problem = read_options_refused(arguments)
         if problem is not None:
@@ -143,6 +225,31 @@ def check_arguments(spec: ToolSpec, arguments: Json, call: Call | None = None) -
             return error_body(
                 "invalid_request", f"{name}: a value is required", {"field": name}, call
             )
+    return None
+
+
+# Arguments the HTTP API takes in a query string, checked here as its routes do.
+_OPTIONS: dict[str, tuple[type, str]] = {
+    "full": (bool, "expected true or false"),
+    "query": (str, "expected a search query (a string)"),
+    "cursor": (str, "expected a cursor from an earlier answer"),
+    "limit": (int, f"expected a whole number from 1 to {FIND_MAIL_MAX}"),
+}
+
+
+def _option_refused(spec: ToolSpec, arguments: Json) -> tuple[str, str] | None:
+    if spec.name not in ("get_run_report", "find_mail"):
+        return None
+    for name, (kind, message) in _OPTIONS.items():
+        if name not in arguments:
+            continue
+        value = arguments[name]
+        if isinstance(value, bool) is not (kind is bool) or not isinstance(value, kind):
+            return name, message
+        if isinstance(value, int) and not 1 <= value <= FIND_MAIL_MAX:
+            return name, message
+        if isinstance(value, str) and len(value) > 2048:
+            return name, "at most 2048 characters"
     return None
 
 
@@ -185,8 +292,41 @@ async def _dispatch(backend: Backend, tool: str, arguments: Json) -> Json:
         message_id = args.pop("message_id")
         return await backend.claim_message(message_id, args)
     if tool == "get_run_report":
-        return await backend.get_run_report(args["run_id"])
+        report = await backend.get_run_report(args["run_id"])
+        return report if args.get("full") is True else compact_report(report)
+    if tool == "find_mail":
+        limit = args.get("limit", FIND_MAIL_LIMIT)
+        found = await backend.find_mail(
+            args["query"], args.get("run_id"), limit, args.get("cursor")
+        )
+        return summaries(found)
     raise AssertionError(f"no dispatch for tool {tool!r}")  # TOOLS and this list disagree
+
+
+def compact_report(report: Json) -> Json:
+    """The run report for a model: one short object per inbox, the last events, oldest first."""
+    if "error" in report:
+        return report
+    inboxes = [
+        {name: inbox.get(name) for name in REPORT_INBOX_FIELDS}
+        for inbox in report.get("inboxes") or []
+    ]
+    events = list(report.get("events") or [])[-REPORT_EVENTS:]
+    return {"run_id": report.get("run_id"), "inboxes": inboxes, "events": events}
+
+
+def summaries(found: Json) -> Json:
+    """Search results as summaries (``for_agent`` puts from and subject under untrusted)."""
+    if "error" in found:
+        return found
+    fields = ("message_id", "received_at", "inbox_id", "run_id", "caught", "from", "subject")
+    return {
+        "messages": [
+            {name: item.get(name) for name in fields} for item in found.get("messages") or []
+        ],
+        "next_cursor": found.get("next_cursor"),
+        "has_more": bool(found.get("has_more")),
+    }
 
 
 def _tool(spec: ToolSpec) -> types.Tool:
@@ -197,7 +337,6 @@ def _tool(spec: ToolSpec) -> types.Tool:
         input_schema=spec.input_schema,
         output_schema=spec.output_schema,
         annotations=types.ToolAnnotations(
-            title=spec.title,
             read_only_hint=spec.read_only,
             destructive_hint=False,
             idempotent_hint=spec.idempotent,

@@ -56,6 +56,17 @@ class HttpBackend:
         call = Call(Tool.GET_RUN_REPORT, {"run_id": run_id})
         return await self._call(call, "GET", f"/v1/runs/{_segment(run_id)}")
 
+    async def find_mail(
+        self, query: str, run_id: str | None, limit: int, cursor: str | None
+    ) -> Json:
+        params = {"query": query, "limit": str(limit)}
+        if cursor is not None:
+            params["cursor"] = cursor
+        if run_id is not None:
+            params["run_id"] = run_id
+        call = Call(Tool.FIND_MAIL, {**params, "limit": limit})
+        return await self._call(call, "GET", "/v1/messages", params=params)
+
     async def _call(
         self,
         call: Call,
