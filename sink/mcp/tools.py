@@ -80,13 +80,11 @@ sent as numeric strings ("30"). """
 _AFTER_TROUBLE = "provider_timeout, provider_error, circuit_open"
 
 CREATE_INBOX = (
-    "Lease a disposable email address to this run for one purpose. Then make the app send "
-    "its mail to `address` (local+tag@ forms reach it too) and follow next_tool. The same "
-    "arguments while the inbox is live return it again (replayed: true); once it expired "
-    "they make the run's next inbox. ttl_s, poll_budget and policy default to the server's "
-    "policy, which caps them (`capped` lists what it lowered). match (as in "
-    "wait_for_message) is the default for its waits. Errors: invalid_request, "
-    "unknown_policy, idempotency_key_conflict, policy_forbids."
+    "Lease a disposable address to this run for one purpose; then make the app send its mail "
+    "to `address` and follow next_tool. The same arguments return the live inbox (replayed: "
+    "true), or once it expired make the run's next one. ttl_s, poll_budget and policy default "
+    "to the server's policy, which caps them (`capped`). match: as in wait_for_message. "
+    "Errors: invalid_request, unknown_policy, idempotency_key_conflict, policy_forbids."
 )
 
 WAIT_FOR_MESSAGE = (
@@ -119,10 +117,9 @@ GET_RUN_REPORT = (
 )
 
 FIND_MAIL = (
-    "Search the mail you may see (your runs; caught mail too without a run scope), newest "
-    'first. query: free words, "phrases", to:, from:, subject:, run:, inbox:, is:caught, '
-    "is:unclaimed, is:claimed, has:attachment, before:/after: (date), larger:/smaller:, "
-    f"-term. limit default {FIND_MAIL_LIMIT}, at most {FIND_MAIL_MAX}; cursor: next_cursor. "
+    'Search the mail you may see, newest first. query: words, "phrases", to:, from:, '
+    "subject:, run:, inbox:, is:caught|unclaimed|claimed, has:attachment, before:/after:, "
+    f"-term. limit default {FIND_MAIL_LIMIT} (max {FIND_MAIL_MAX}); cursor: next_cursor. "
     "Errors: invalid_request, forbidden_scope."
 )
 
