@@ -13,7 +13,9 @@ Subscribers with the same filter share one wake-up, so publishing costs O(1) wha
 number of readers.
 
 Ids are ``<boot>.<seq>``: ``boot`` names this process's life, so an id from before a
-restart is recognised as unknown instead of being taken for a recent position.
+restart is recognised as unknown instead of being taken for a recent position. A reader
+limited to runs gets ``<boot>.m<hex>`` instead (``sink/event_ids.py``): one sequence
+numbers every run's events, and its gaps would tell how busy the other runs are.
 
 Fed, with SQLite, from the store's commit hook (every run event recorded, after its commit:
 ``record``) and ingest (a message stored, after its commit: ``message``); with PostgreSQL,
@@ -33,6 +35,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from sink.clock import rfc3339
+from sink.event_ids import IdMask
 from sink.storage.base import Event, Incoming
 
 KEEP_S = 600.0  # Last-Event-ID resumes within the last 10 minutes (the contract's minimum)
@@ -40,12 +43,13 @@ KEEP_MAX = 65_536  # and never more events than this in memory
 _TRIM_CHUNK = 1024  # trim the log's head in chunks: amortised O(1) per event
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Entry:
     seq: int
     run_id: str | None
     at: float  # monotonic, for trimming
     frame: bytes  # the whole SSE frame: id, event and data lines
+    hidden: bytes | None = None  # the frame with a masked id, made when a run's reader reads it
 
 
 @dataclass(slots=True, eq=False)  # compared (and hashed) by identity
@@ -96,6 +100,7 @@ class Hub:
         self.published = 0
         self.subscribers = 0  # open subscriptions
         self._last_left = -float("inf")  # when the last reader left (monotonic)
+        self._mask = IdMask()  # ids for readers limited to runs (sink/event_ids.py)
 
     # -- publishing (never awaits) ---------------------------------------------------
 
@@ -297,20 +302,27 @@ class Hub:
         if subscriber.cursor < self._first - 1:
             # Fell behind the log's tail (or resumed from an unknown id): start again from now.
             subscriber.cursor = self._next - 1
-            return Batch([self._resync_frame()], resync=True)
+            limited = subscriber.run_id is not None or subscriber.glob is not None
+            return Batch([self._resync_frame(limited)], resync=True)
         start = subscriber.cursor + 1 - self._first
         entries = self._log[start:]
         subscriber.cursor = self._next - 1
         run_id, glob = subscriber.run_id, subscriber.glob
-        if run_id is None and glob is not None:
-            kept = [
-                e.frame for e in entries if e.run_id is not None and fnmatchcase(e.run_id, glob)
-            ]
-            return Batch(kept, closed=subscriber.ended)
-        if run_id is None:
+        if run_id is not None:
+            mine = [e for e in entries if e.run_id == run_id]
+        elif glob is not None:
+            mine = [e for e in entries if e.run_id is not None and fnmatchcase(e.run_id, glob)]
+        else:
             return Batch([e.frame for e in entries])
-        frames = [e.frame for e in entries if e.run_id == run_id]
-        return Batch(frames, closed=subscriber.ended)
+        return Batch([self._hidden(e) for e in mine], closed=subscriber.ended)
+
+    def _hidden(self, entry: Entry) -> bytes:
+        """The frame for a reader limited to runs: its id masked (made once per event)."""
+        if entry.hidden is None:
+            _, _, rest = entry.frame.partition(b"\n")
+            masked = self._mask.hide(entry.seq)
+            entry.hidden = f"id: {self.boot}.{masked}\n".encode() + rest
+        return entry.hidden
 
     async def wait(self, subscriber: Subscriber, idle_s: float) -> Batch:
         """The next batch, or an empty one after ``idle_s`` seconds (time for a keep-alive)."""
@@ -338,12 +350,15 @@ class Hub:
 
     def _parse_id(self, given: str) -> int | None:
         boot, _, seq = given.strip().partition(".")
-        if boot != self.boot or not seq.isdigit():
+        if boot != self.boot:
             return None
-        return int(seq)
+        if seq.isdigit():
+            return int(seq)
+        return self._mask.reveal(seq)
 
-    def _resync_frame(self) -> bytes:
-        last = f"{self.boot}.{self._next - 1}"
+    def _resync_frame(self, limited: bool = False) -> bytes:
+        seq = self._next - 1
+        last = f"{self.boot}.{self._mask.hide(seq) if limited else seq}"
         return f'id: {last}\nevent: resync\ndata: {{"last_event_id":"{last}"}}\n\n'.encode()
 
 

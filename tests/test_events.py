@@ -65,11 +65,30 @@ def test_last_event_id_resumes_after_it_and_unknown_ids_resync() -> None:
     hub.subscribe(None)  # someone listening: events are kept
     hub.record([_event("r")])  # ids b.1, b.2
     hub.record([_event("r")])  # ids b.3, b.4
-    resumed = hub.subscribe("r", "b.2")
+    resumed = hub.subscribe(None, "b.2")
     assert [i for i, _, _ in _frames(hub.read(resumed))] == ["b.3", "b.4"]
     for stale in ("other.1", "b.99", "nonsense", "b.-1"):
         batch = hub.read(hub.subscribe("r", stale))
         assert batch.resync and _frames(batch)[0][1] == "resync"
+
+
+def test_a_run_readers_ids_say_nothing_of_other_runs() -> None:
+    """A reader limited to a run gets masked ids: no sequence to count other runs' events
+    by, yet each resumes exactly after itself; an every-run reader keeps plain ids."""
+    hub = Hub(boot="b")
+    mine = hub.subscribe("mine")
+    hub.record([_event("mine")])
+    hub.record([_event("other")] * 50)
+    hub.record([_event("mine")])
+    frames = _frames(hub.read(mine))
+    ids = [i for i, _, _ in frames]
+    assert len(ids) == 4 and all(i.startswith("b.m") and len(i) == 19 for i in ids)
+    assert len(set(ids)) == 4
+    resumed = hub.subscribe("mine", ids[1])
+    assert [i for i, _, _ in _frames(hub.read(resumed))] == ids[2:]
+    assert all(
+        i.split(".")[1].isdigit() for i, _, _ in _frames(hub.read(hub.subscribe(None, "b.1")))
+    )
 
 
 def test_the_log_is_bounded_and_a_reader_left_behind_resyncs(
