@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import need
+from tests.support import need, start_server
 from tests.support_ui import chromium_available, chromium_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,13 +109,37 @@ def test_integration_tests_pass_against_a_real_server(client: Path) -> None:
     assert "# fail 0" in output
 
 
-def test_playwright_example_signs_up_in_chromium_from_the_packed_client(example: Path) -> None:
-    """The example's four signups verify with codes from their own inboxes on 2 parallel workers."""
+def test_playwright_example_signs_up_in_chromium_from_the_packed_client(
+    example: Path, tmp_path: Path
+) -> None:
+    """Four signups at RUNSINK_URL on 2 workers verify, each with its own inbox's code; released."""
     spec = example / "tests" / "signup.spec.ts"
     assert len(spec.read_text().splitlines()) <= 15
-    output = run(["npx", "playwright", "test", "--reporter=list"], example, example_env())
-    assert "4 passed" in output, output
-    assert "using 2 workers" in output, output
+    server = start_server(tmp_path / "runsink")
+    try:
+        external = {
+            "RUNSINK_URL": server.url,
+            "RUNSINK_SMTP_HOST": "127.0.0.1",
+            "RUNSINK_SMTP_PORT": str(server.smtp_port),
+        }
+        output = run(
+            ["npx", "playwright", "test", "--reporter=list"], example, {**example_env(), **external}
+        )
+        assert "4 passed" in output, output
+        assert "using 2 workers" in output, output
+        with server.http() as http:
+            mail = http.get("/v1/messages", params={"query": "subject:code"}).json()["messages"]
+            runs = [m["run_id"] for m in mail]
+            assert len(mail) == 4 and len(set(runs)) == 4, mail
+            assert not any(m["caught"] for m in mail), mail
+            for run_id in runs:
+                report = http.get(f"/v1/runs/{run_id}").json()
+                assert len(report["inboxes"]) == 1, report
+                types = [e["type"] for e in report["events"]]
+                assert types.count("message_accepted") == 1 and "claimed" in types, types
+                assert "released" in types, types
+    finally:
+        server.stop()
 
 
 def test_a_failing_playwright_test_carries_the_run_report(example: Path) -> None:
