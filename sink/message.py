@@ -354,6 +354,8 @@ def _summary(fields: list[tuple[str, str]]) -> Summary:
             date = _clean(value)[:SUBJECT_MAX_CHARS] or None
         seen.add(key)
     sender = _from(from_value)
+    if sender.name and from_value and "=?" in from_value:
+        warnings += _unknown_charsets(from_value, "From: the display name")
     return Summary(
         subject=subject,
         from_addr=sender.address,
@@ -363,6 +365,19 @@ def _summary(fields: list[tuple[str, str]]) -> Summary:
         from_name=sender.name,
         warnings=(*sender.warnings, *warnings),
     )
+
+
+def _unknown_charsets(value: str, where: str) -> list[str]:
+    """A warning for each charset of the value's encoded words that no codec knows (the text
+    is then read as UTF-8, a character it cannot be shown as becoming U+FFFD)."""
+    unknown = {
+        charset
+        for charset, _, _ in _ENCODED_WORD.findall(value)
+        if _codec(charset) is None and charset.lower() not in ("us-ascii", "ascii")
+    }
+    return [
+        f"{where} is in an unknown charset {name[:40]!r}; read as UTF-8" for name in sorted(unknown)
+    ]
 
 
 def _from(value: str | None) -> Mailbox:

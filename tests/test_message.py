@@ -653,3 +653,15 @@ def test_no_controls_spares_only_strings_without_controls() -> None:
 def test_no_controls_is_the_control_table(value: str) -> None:
     """_no_controls gives what translating with the control table gives."""
     assert message._no_controls(value) == value.translate(message._CONTROLS)
+
+
+def test_a_display_name_in_an_unknown_charset_is_kept_with_a_warning() -> None:
+    """From: =?x-klingon?Q?...?= keeps a name read as UTF-8 and says so in parse_warnings;
+    a known charset adds no warning."""
+    unknown = message.parse(
+        b"From: =?x-klingon?Q?Kapla=E9?= <a@b.test>\r\nTo: c@d.test\r\n\r\nbody\r\n"
+    )
+    assert unknown.from_name == "Kapla\ufffd" and unknown.from_addr == "a@b.test"
+    assert any("x-klingon" in w and "unknown charset" in w for w in unknown.parse_warnings)
+    known = message.parse(b"From: =?utf-8?Q?Kapla=C3=A9?= <a@b.test>\r\n\r\nbody\r\n")
+    assert known.from_name == "Kaplaé" and known.parse_warnings == ()
