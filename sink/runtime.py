@@ -32,15 +32,13 @@ from sink.smtp.auth import Logins
 from sink.smtp.listener import Handler, Limits, smtp_factory
 from sink.smtp.tls import server_context
 from sink.storage.sqlite import SQLiteStore
+from sink.sweeper import Sweeper
 from sink.tokens import Keyring
 from sink.waiters import Waiters
 
 if TYPE_CHECKING:  # imported at run time only for a postgresql:// URL (it brings asyncpg)
     from sink.storage.postgres import PostgresStore
 
-_SWEEP_EVERY_S = 1.0
-_SWEEP_BATCH = 500
-_BREAKERS_FORGOTTEN_AFTER_S = 3600.0
 _LISTEN_BACKLOG = 2048
 
 
@@ -87,8 +85,16 @@ class Runtime:
         self.smtps_port: int | None = None
         self.tls_context: ssl.SSLContext | None = None
         self.capacity: capacity.Capacity | None = None
-        self._sweeper: asyncio.Task[None] | None = None
-        self._over_cap = False
+        self.sweeper = Sweeper(
+            self.store,
+            self.mail,
+            self.waiters,
+            settings,
+            self.metrics,
+            self.clock,
+            self.postgres,
+        )
+        self._sweeping: asyncio.Task[None] | None = None
         self.stopping = asyncio.Event()
         self._ping: asyncio.Future[None] | None = None  # the readiness probe in flight
 
@@ -132,7 +138,7 @@ class Runtime:
                 "--smtps-port",
             )
             self.smtps_port = self.smtps_server.sockets[0].getsockname()[1]
-        self._sweeper = asyncio.create_task(self._sweep(), name="sweeper")
+        self._sweeping = asyncio.create_task(self.sweeper.run(self.stopping), name="sweeper")
 
     def _size_connections(self) -> capacity.Capacity:
         """Raise the descriptor limit as far as the caps need, then fit the caps under it."""
@@ -181,70 +187,15 @@ class Runtime:
 
     async def close(self) -> None:
         self.begin_shutdown()
-        if self._sweeper is not None:
-            self._sweeper.cancel()
+        if self._sweeping is not None:
+            self._sweeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+                await self._sweeping
         for server in (self.smtp_server, self.smtps_server):
             if server is not None:
                 server.close()
         await self.store.close()
         announce("stopped")
-
-    async def _sweep(self) -> None:
-        """Persist lease expiries, release evidence past retention; never blocks ingest."""
-        while not await self.clock.wait(self.stopping, self.clock.now() + _SWEEP_EVERY_S):
-            try:
-                async with self._sweeper_turn() as mine:
-                    if mine:
-                        await self._sweep_once()
-            except Exception as exc:  # the sweeper must outlive a bad moment of the store
-                warn("sweep_failed", error=type(exc).__name__)
-
-    def _sweeper_turn(self) -> contextlib.AbstractAsyncContextManager[bool]:
-        """Sharing a database, one replica sweeps at a time (the others skip that second)."""
-        if self.postgres is not None:
-            return self.postgres.sweeper_turn()
-        return contextlib.nullcontext(True)
-
-    async def _sweep_once(self) -> None:
-        now = self.clock.now()
-        for inbox in await self.store.expire_due(now, _SWEEP_BATCH):
-            expired = inbox.effective(now)
-            policy = self.settings.policy(inbox.policy_name)
-            await self.store.expire(expired, policy.retention_s)
-            self.metrics.expired("lease")
-            self.waiters.end([inbox.inbox_id])
-        await self.store.release_due(now, _SWEEP_BATCH)
-        await self.mail.expire_caught(now, _SWEEP_BATCH)
-        await self._enforce_size_cap(now)
-        if self.postgres is not None:
-            # Breakers nobody touched for an hour belong to leases long over (as in memory).
-            await self.postgres.forget_breakers(_BREAKERS_FORGOTTEN_AFTER_S)
-        self.metrics.sweeps.inc()
-
-    async def _enforce_size_cap(self, now: float) -> None:
-        """Over --max-store-mb: delete the oldest caught mail, then release the oldest
-        released-eligible evidence.
-
-        Live evidence is never released for space; the store may stay over the cap
-        until leases end (a warning says so).
-        """
-        if self.settings.max_store_mb is None:
-            return
-        cap = self.settings.max_store_mb * 1024 * 1024
-        while await self.store.used_bytes() > cap:
-            # Caught mail goes first (oldest first): it is never evidence.
-            # Small steps, the size checked after each: only as much goes as the cap needs.
-            if await self.mail.drop_oldest_caught(now, 10):
-                continue
-            if await self.store.release_oldest_expired(now, 1) == 0:
-                if not self._over_cap:
-                    used_mb = round(await self.store.used_bytes() / 2**20, 1)
-                    warn("store_over_cap", used_mb=used_mb, cap_mb=self.settings.max_store_mb)
-                self._over_cap = True
-                return
-        self._over_cap = False
 
 
 async def _listen(
