@@ -167,13 +167,14 @@ def test_a_failing_playwright_test_carries_the_run_report(example: Path) -> None
 
 
 def test_readme_and_example_type_check_against_the_packed_client(example: Path) -> None:
-    """The README's Playwright example and the example's TypeScript compile (strict), installed."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## JavaScript and Playwright") :]
-    section = section[: section.index("\n## ", 5)]
-    (block,) = re.findall(r"```ts\n(.*?)```", section, re.S)
-    check = example / "readme-check.spec.ts"
-    check.write_text(block)
+    """The READMEs' TypeScript examples and the example's own compile (strict) as installed."""
+    blocks = _ts_blocks(ROOT / "README.md", "JavaScript and Playwright")
+    blocks += _ts_blocks(CLIENT / "README.md", "Playwright Test")
+    blocks += _ts_blocks(CLIENT / "README.md", "The client")
+    assert len(blocks) == 4, blocks
+    checks = [example / f"readme-check-{i}.ts" for i in range(len(blocks))]
+    for check, block in zip(checks, blocks, strict=True):
+        check.write_text(block)
     types = CLIENT / "node_modules" / "@types"
     try:
         run(
@@ -183,7 +184,7 @@ def test_readme_and_example_type_check_against_the_packed_client(example: Path) 
                 *("--noEmit", "--strict", "--skipLibCheck", "--allowJs", "--target", "es2022"),
                 *("--module", "nodenext", "--moduleResolution", "nodenext"),
                 *("--typeRoots", str(types), "--types", "node"),
-                check.name,
+                *(check.name for check in checks),
                 "tests/signup.spec.ts",
                 "failing/never-sent.spec.ts",
                 "global-setup.ts",
@@ -193,7 +194,16 @@ def test_readme_and_example_type_check_against_the_packed_client(example: Path) 
             example,
         )
     finally:
-        check.unlink()
+        for check in checks:
+            check.unlink()
+
+
+def _ts_blocks(readme: Path, heading: str) -> list[str]:
+    """The ```ts blocks of one section (up to the next heading of its level or above)."""
+    text = readme.read_text()
+    start = text.index(f"## {heading}\n")
+    end = text.find("\n## ", start + 5)
+    return re.findall(r"```ts\n(.*?)```", text[start : end if end >= 0 else None], re.S)
 
 
 def _specs(suite: dict[str, Any]) -> Iterator[dict[str, Any]]:
