@@ -1,11 +1,13 @@
-"""Real mailers, default settings, against a real runsink (issue 8 item 5).
+"""Real mailers, default settings, against a real runsink (issue 8 item 5, issue 22).
 
 Each test sends the signup mail a staging app would send (text + HTML, a one-time code, a
 confirmation link, a PDF attachment, ``From: "Acme" <noreply@acme.example>``) with the
 library's *default* settings (only host and port given) to an inbox of a real server, and
 reads it back through the HTTP API: the right code, the right link, the attachment's bytes,
-and the display name in ``from_name``. A mailer missing here skips with how to install it;
-on CI (``.ci/install/mailers.sh`` installs them all) it fails.
+and the display name in ``from_name``. Each runs twice: as configured out of the box, and
+with the SMTP user name and password a staging app usually carries (runsink takes any login
+by default; the user name comes back as ``envelope.auth_user``). A mailer missing here skips
+with how to install it; on CI (``.ci/install/mailers.sh`` installs them all) it fails.
 """
 
 from __future__ import annotations
@@ -32,10 +34,17 @@ from tests.support import Server, create_inbox, make_certificate, need, start_se
 MAILERS = Path(__file__).parent / "mailers"
 NODE_FOLDER = MAILERS / "node"
 PHPMAILER = Path("/usr/share/php/libphp-phpmailer/autoload.php")
+JAKARTA_JARS = [
+    Path("/usr/share/java/jakarta-mail.jar"),
+    Path("/usr/share/java/jakarta-activation.jar"),
+]
 FROM_ADDRESS, FROM_NAME = "noreply@acme.example", "Acme"
 FROM = f'"{FROM_NAME}" <{FROM_ADDRESS}>'
 ATTACHMENT_NAME = "welcome.pdf"
 INSTALL = "bash .ci/install/mailers.sh"
+# The login a staging app came with (any is accepted); the password has characters that need
+# care in each mailer's config.
+LOGIN = ("staging-app@acme.example", "s3cret pass:word")
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,7 @@ class Signup:
     code: str
     link: str
     attachment: Path
+    login: tuple[str, str] | None = None
 
     @property
     def subject(self) -> str:
@@ -89,8 +99,20 @@ class Signup:
                 "html": self.html,
                 "attachment_path": str(self.attachment),
                 "attachment_name": ATTACHMENT_NAME,
+                "user": self.login[0] if self.login else None,
+                "password": self.login[1] if self.login else None,
             }
         )
+
+    def as_message(self) -> EmailMessage:
+        message = EmailMessage()
+        message["From"], message["To"], message["Subject"] = FROM, self.to, self.subject
+        message.set_content(self.text)
+        message.add_alternative(self.html, subtype="html")
+        message.add_attachment(
+            self.attachment.read_bytes(), "application", "pdf", filename=ATTACHMENT_NAME
+        )
+        return message
 
 
 @pytest.fixture()
@@ -99,12 +121,13 @@ def http(server: Server) -> Iterator[httpx.Client]:
         yield client
 
 
-@pytest.fixture()
-def signup(http: httpx.Client, tmp_path: Path) -> Signup:
-    return new_signup(http, tmp_path)
+@pytest.fixture(params=["default", "login"])
+def signup(request: pytest.FixtureRequest, http: httpx.Client, tmp_path: Path) -> Signup:
+    """The signup mail, sent without a login and with the app's SMTP login."""
+    return new_signup(http, tmp_path, LOGIN if request.param == "login" else None)
 
 
-def new_signup(http: httpx.Client, tmp_path: Path) -> Signup:
+def new_signup(http: httpx.Client, tmp_path: Path, login: tuple[str, str] | None = None) -> Signup:
     inbox = create_inbox(http, purpose="signup-check")
     attachment = tmp_path / ATTACHMENT_NAME
     attachment.write_bytes(b"%PDF-1.4\n% Acme welcome pack\n" + secrets.token_bytes(2048))
@@ -114,15 +137,22 @@ def new_signup(http: httpx.Client, tmp_path: Path) -> Signup:
         code=str(secrets.randbelow(900000) + 100000),
         link=f"https://acme.example/account/confirm?token={secrets.token_hex(12)}",
         attachment=attachment,
+        login=login,
     )
 
 
-def run(command: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
+def run(
+    command: list[str],
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    stdin: bytes = b"",
+) -> None:
     environment = {**os.environ, **(env or {})}
     result = subprocess.run(
-        command, capture_output=True, text=True, timeout=60, cwd=cwd, env=environment
+        command, capture_output=True, input=stdin, timeout=60, cwd=cwd, env=environment
     )
-    assert result.returncode == 0, f"{command[0]} failed:\n{result.stdout}\n{result.stderr}"
+    output = (result.stdout + result.stderr).decode(errors="replace")
+    assert result.returncode == 0, f"{command[0]} failed:\n{output}"
 
 
 def read_back(http: httpx.Client, signup: Signup) -> dict[str, Any]:
@@ -136,6 +166,9 @@ def read_back(http: httpx.Client, signup: Signup) -> dict[str, Any]:
     assert message["parse_warnings"] == []
     assert message["subject"] == signup.subject
     assert message["envelope"]["mail_from"] == FROM_ADDRESS
+    # The login's user name (never its password), or null when the mailer did not log in.
+    assert message["envelope"]["auth_user"] == (signup.login[0] if signup.login else None)
+    assert signup.login is None or signup.login[1] not in json.dumps(message)
     assert message["codes"][0] == signup.code, message["codes"]
     assert message["links"][0] == signup.link, message["links"]
     assert signup.code in (message["text"] or "")
@@ -152,15 +185,10 @@ def read_back(http: httpx.Client, signup: Signup) -> dict[str, Any]:
 
 def test_python_smtplib(server: Server, http: httpx.Client, signup: Signup) -> None:
     """Python's smtplib + email.message, as a Flask or FastAPI app sends mail."""
-    message = EmailMessage()
-    message["From"], message["To"], message["Subject"] = FROM, signup.to, signup.subject
-    message.set_content(signup.text)
-    message.add_alternative(signup.html, subtype="html")
-    message.add_attachment(
-        signup.attachment.read_bytes(), "application", "pdf", filename=ATTACHMENT_NAME
-    )
     with smtplib.SMTP("127.0.0.1", server.smtp_port) as client:
-        client.send_message(message)
+        if signup.login:
+            client.login(*signup.login)  # smtplib tries CRAM-MD5 first
+        client.send_message(signup.as_message())
     read_back(http, signup)
 
 
@@ -225,6 +253,82 @@ def test_curl_smtp(server: Server, http: httpx.Client, signup: Signup, tmp_path:
         "-F", f"=<{html};type=text/html",
         "-F", "=)",
         "-F", f"=@{signup.attachment};type=application/pdf;encoder=base64",
+    ]  # fmt: skip
+    if signup.login:
+        command += ["--user", ":".join(signup.login)]  # curl picks the mechanism
+    run(command)
+    read_back(http, signup)
+
+
+def test_swaks(server: Server, http: httpx.Client, signup: Signup, tmp_path: Path) -> None:
+    """swaks, the SMTP test tool, sending a message file as it is (--data @file)."""
+    swaks = shutil.which("swaks")
+    need("swaks", swaks is not None, "apt-get install swaks")
+    assert swaks is not None
+    data = tmp_path / "signup.eml"
+    data.write_bytes(signup.as_message().as_bytes())
+    command = [
+        swaks, "--server", f"127.0.0.1:{server.smtp_port}",
+        "--from", FROM_ADDRESS, "--to", signup.to, "--data", f"@{data}",
+    ]  # fmt: skip
+    if signup.login:
+        command += ["--auth-user", signup.login[0], "--auth-password", signup.login[1]]
+    run(command)
+    read_back(http, signup)
+
+
+def test_msmtp(server: Server, http: httpx.Client, signup: Signup) -> None:
+    """msmtp, the sendmail of many containers, with command-line settings only."""
+    msmtp = shutil.which("msmtp")
+    need("msmtp", msmtp is not None, "apt-get install msmtp")
+    assert msmtp is not None
+    command = [msmtp, "--host=127.0.0.1", f"--port={server.smtp_port}", f"--from={FROM_ADDRESS}"]
+    env = {}
+    if signup.login:
+        # msmtp reads the password from a command's output (never from its command line).
+        # Without TLS it refuses to choose a mechanism itself ("--auth=on": "cannot use a
+        # secure authentication method"), against any server: the config names one.
+        env["SMTP_PASSWORD"] = signup.login[1]
+        command += [
+            "--auth=plain",
+            f"--user={signup.login[0]}",
+            '--passwordeval=echo "$SMTP_PASSWORD"',
+        ]
+    run([*command, "--", signup.to], env=env, stdin=signup.as_message().as_bytes())
+    read_back(http, signup)
+
+
+@pytest.fixture(scope="module")
+def jakarta_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/mailers/JakartaSend.java compiled against Debian's Jakarta Mail (once)."""
+    javac = shutil.which("javac")
+    need("a JDK (javac)", javac is not None, "apt-get install default-jdk-headless")
+    need(
+        "Jakarta Mail",
+        all(j.is_file() for j in JAKARTA_JARS),
+        "apt-get install libjakarta-mail-java",
+    )
+    assert javac is not None
+    classes = tmp_path_factory.mktemp("jakarta")
+    classpath = ":".join(str(j) for j in JAKARTA_JARS)
+    run([javac, "-cp", classpath, "-d", str(classes), str(MAILERS / "JakartaSend.java")])
+    return classes
+
+
+def test_jakarta_mail(
+    server: Server, http: httpx.Client, signup: Signup, tmp_path: Path, jakarta_classes: Path
+) -> None:
+    """Jakarta Mail (JavaMail), as a Spring or Jakarta EE app sends mail."""
+    java = shutil.which("java")
+    assert java is not None  # javac came with it
+    text, html = tmp_path / "body.txt", tmp_path / "body.html"
+    text.write_text(signup.text)
+    html.write_text(signup.html)
+    classpath = ":".join(str(j) for j in [jakarta_classes, *JAKARTA_JARS])
+    command = [
+        java, "-cp", classpath, "JakartaSend", "127.0.0.1", str(server.smtp_port),
+        FROM_ADDRESS, FROM_NAME, signup.to, signup.subject, str(text), str(html),
+        str(signup.attachment), ATTACHMENT_NAME, *(signup.login or ()),
     ]  # fmt: skip
     run(command)
     read_back(http, signup)
@@ -310,6 +414,9 @@ def mailer_versions() -> dict[str, str]:
         ),
         "Ruby mail": output(["ruby", "-e", 'require "mail"; print Mail::VERSION::STRING']),
         "curl": (output(["curl", "--version"]).split() or ["", "missing"])[1],
+        "swaks": (output(["swaks", "--version"]).split() or ["", "", "missing"])[2],
+        "msmtp": (output(["msmtp", "--version"]).split() or ["", "", "missing"])[2],
+        "Jakarta Mail": output(["dpkg-query", "-W", "-f=${Version}", "libjakarta-mail-java"]),
     }
 
 

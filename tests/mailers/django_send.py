@@ -1,5 +1,6 @@
-"""Django's EmailMultiAlternatives over its default SMTP backend (no TLS, no auth): only
-EMAIL_HOST and EMAIL_PORT are set, as a staging app's settings would. argv[1]: the mail as JSON.
+"""Django's EmailMultiAlternatives over its default SMTP backend (no TLS): only EMAIL_HOST and
+EMAIL_PORT are set, and EMAIL_HOST_USER / EMAIL_HOST_PASSWORD when the mail has a login, as a
+staging app's settings would. argv[1]: the mail as JSON.
 """
 
 import json
@@ -9,7 +10,12 @@ import django
 from django.conf import settings
 
 mail = json.loads(sys.argv[1])
-settings.configure(EMAIL_HOST=mail["host"], EMAIL_PORT=mail["port"])
+settings.configure(
+    EMAIL_HOST=mail["host"],
+    EMAIL_PORT=mail["port"],
+    EMAIL_HOST_USER=mail["user"] or "",
+    EMAIL_HOST_PASSWORD=mail["password"] or "",
+)
 django.setup()
 
 from django.core.mail import EmailMultiAlternatives  # noqa: E402 - needs the settings

@@ -1,5 +1,6 @@
 # Ruby's mail gem (what Rails' ActionMailer uses) with its default SMTP settings
-# (enable_starttls_auto on): only address and port are given. ARGV[0]: the mail as JSON.
+# (enable_starttls_auto on): only address and port are given, and user_name and password when
+# the mail has a login. ARGV[0]: the mail as JSON.
 require "json"
 require "mail"
 
@@ -18,6 +19,8 @@ mail = Mail.new do
   end
   add_file filename: m["attachment_name"], content: File.binread(m["attachment_path"])
 end
-mail.delivery_method :smtp, address: m["host"], port: m["port"]
+settings = { address: m["host"], port: m["port"] }
+settings.update(user_name: m["user"], password: m["password"]) if m["user"]
+mail.delivery_method :smtp, settings
 mail.deliver!
 puts "sent"

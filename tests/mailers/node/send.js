@@ -1,11 +1,14 @@
 // Nodemailer with its default transport settings (secure: false, opportunistic STARTTLS):
-// only host and port are given, as a staging app's config would.
+// only host and port are given, and auth when the mail has a login, as a staging app's config
+// would.
 // argv[2]: the mail as JSON (see tests/test_mailers.py).
 "use strict";
 const nodemailer = require("nodemailer");
 
 const mail = JSON.parse(process.argv[2]);
-const transport = nodemailer.createTransport({ host: mail.host, port: mail.port });
+const options = { host: mail.host, port: mail.port };
+if (mail.user !== null) options.auth = { user: mail.user, pass: mail.password };
+const transport = nodemailer.createTransport(options);
 transport
   .sendMail({
     from: mail.from,
