@@ -173,6 +173,20 @@ describe("against a real runsink serve", () => {
     assert.ok(report.events.some((e) => e.type === "released"));
   });
 
+  it("takes the newest of two resends with order: newest; the oldest answer counts newer_matching", async () => {
+    const inbox = await sink.createInbox({ runId: runId("resend"), purpose: "signup" });
+    assert.equal(inbox.created.next_tool, "wait_for_message");
+    assert.ok(inbox.created.hint, "a v3 server says what to do after create");
+    await send(inbox.address, "Your code", "Code 100001");
+    await send(inbox.address, "Your code", "Code 200002");
+    const oldest = await inbox.waitForMessage({ subjectContains: "code", timeoutS: 5 });
+    assert.equal(oldest.next_action, "claim_message");
+    assert.equal(oldest.newer_matching, 1);
+    assert.equal(oldest.next_tool, "claim_message");
+    const mail = await inbox.expectMessage({ subjectContains: "code", order: "newest", timeoutS: 20 });
+    assert.equal(mail.code, "200002");
+  });
+
   it("rejects an unknown inbox with NotFound", async () => {
     await assert.rejects(sink.getInbox("ib_does_not_exist"), NotFound);
   });
