@@ -3,13 +3,16 @@ as the README's `docker run` line and its GitHub Actions example run it (issue 2
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import smtplib
+import ssl
 import subprocess
 import uuid
 from collections.abc import Iterator
 from email.message import EmailMessage
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,7 +20,7 @@ import pytest
 import yaml
 
 from tests.podman import IMAGE, ROOT, Container, Podman, free_port, wait_ready
-from tests.support import new_run_id
+from tests.support import make_certificate, new_run_id
 
 DOCKERFILE = ROOT / "Dockerfile"
 README = ROOT / "README.md"
@@ -270,6 +273,29 @@ def test_sigterm_exits_0_and_a_new_container_on_the_volume_keeps_the_mail(
                 headers={"Authorization": f"Bearer {token}"},
             )
     assert kept.status_code == 200 and kept.json()["codes"][0] == "482913"
+
+
+def test_a_tls_key_must_be_readable_by_uid_10001(
+    podman: Podman, image: str, tmp_path: Path
+) -> None:
+    """A 0600 key owned by root stops start-up (exit 2, PermissionError); the same key owned
+    by 10001 serves STARTTLS over the published port (the README's note)."""
+    folder = tmp_path / "tls"
+    cert, key = make_certificate(folder)
+    folder.chmod(0o755)
+    key.chmod(0o600)
+    tls = [
+        *("-v", f"{folder}:/tls:ro", "-e", "RUNSINK_API_TOKEN=" + uuid.uuid4().hex),
+        *("-e", "RUNSINK_TLS_CERT=/tls/cert.pem", "-e", "RUNSINK_TLS_KEY=/tls/key.pem"),
+    ]
+    refused = podman.call("run", "--rm", *tls, image)
+    assert refused.returncode == 2 and "PermissionError" in refused.stderr, refused.stderr
+    os.chown(key, UID, GID)
+    with podman.container(*tls, image) as container:
+        wait_ready(container.url)
+        with smtplib.SMTP("127.0.0.1", container.smtp_port, timeout=30) as smtp:
+            smtp.starttls(context=ssl.create_default_context(cafile=str(cert)))
+            assert smtp.ehlo()[0] == 250
 
 
 def _expand(value: object, token: str) -> str:
