@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import shutil
+import smtplib
 import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
+from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +20,7 @@ import yaml
 
 from sink.config import settings_from
 from sink.storage.postgres import is_postgres_url
-from tests.podman import IMAGE, Podman, free_port
+from tests.podman import IMAGE, Podman, free_port, wait_ready
 from tests.support import need
 
 COMPOSE = Path(__file__).resolve().parent.parent / "docker-compose.yml"
@@ -115,60 +118,137 @@ def podman_socket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Po
         service.wait(timeout=30)
 
 
-def test_compose_up_delivers_the_example_apps_mail_once_the_sink_is_healthy(
-    podman_socket: tuple[Podman, str], tmp_path: Path
-) -> None:
-    """`docker-compose up` (Debian's, on podman's API): the example app starts only once the
-    sink's health check passes, and its mail arrives as caught mail. The file as written, but
-    for its host ports (free ones) and the example app's image (python:3.11-slim-bookworm
-    cannot be pulled here: a Debian-made Python 3.11 stands in)."""
+STAND_INS = Path(__file__).resolve().parent / "compose_postgres"
+
+
+@dataclass(frozen=True)
+class Images:
+    """What the compose file names, built here: runsink from the Dockerfile, and stand-ins for
+    the two images no registry serves here (python:3.11-slim-bookworm, postgres:15) made from
+    Debian's packages on the Debian-made base."""
+
+    python: str = "localhost/runsink-test-python:3.11"
+    postgres: str = "localhost/runsink-test-postgres:15"
+
+
+@pytest.fixture(scope="module")
+def images(podman_socket: tuple[Podman, str], tmp_path_factory: pytest.TempPathFactory) -> Images:
     need(
         "docker-compose", shutil.which("docker-compose") is not None, "bash .ci/install/compose.sh"
     )
-    podman, host = podman_socket
+    dnsname = Path("/usr/lib/cni/dnsname").exists()
+    need("CNI's dnsname plugin (service names in DNS)", dnsname, "bash .ci/install/podman.sh")
+    podman, _ = podman_socket
     base = podman.base()
+    built = Images()
     podman.run("build", *podman.build_args(base), "--tag", IMAGE, str(COMPOSE.parent), timeout=900)
-    stand_in = tmp_path / "python"
-    stand_in.mkdir()
-    (stand_in / "Dockerfile").write_text(f"FROM {base}\nRUN ln -s python3 /usr/bin/python\n")
-    podman.run("build", "--tag", "localhost/runsink-test-python:3.11", str(stand_in))
+    python = tmp_path_factory.mktemp("python")
+    (python / "Dockerfile").write_text(f"FROM {base}\nRUN ln -s python3 /usr/bin/python\n")
+    podman.run("build", "--tag", built.python, str(python))
+    args = ["--network", "host", "--build-arg", f"BASE={base}"]  # apt-get from Debian
+    podman.run("build", *args, "--tag", built.postgres, str(STAND_INS), timeout=900)
+    return built
 
-    compose = _compose()
-    services = compose["services"]
-    smtp_port, http_port = free_port(), free_port()
-    services["runsink"]["ports"] = [f"127.0.0.1:{smtp_port}:1025", f"127.0.0.1:{http_port}:8025"]
-    services["runsink"]["build"] = str(COMPOSE.parent)
-    services["example-app"]["image"] = "localhost/runsink-test-python:3.11"
-    project = tmp_path / "docker-compose.yml"
-    project.write_text(yaml.safe_dump(compose))
-    command = ["docker-compose", "-f", str(project), "-p", f"runsink-test-{uuid.uuid4().hex[:6]}"]
-    env = {**podman.env, "DOCKER_HOST": host}
 
-    def compose_run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+class Project:
+    """docker-compose.yml as written, but for its host ports (free ones) and the stand-in
+    images, run by Debian's docker-compose on podman's API."""
+
+    def __init__(self, podman: Podman, host: str, images: Images, folder: Path) -> None:
+        self.podman = podman
+        self.compose = _compose()
+        self.ports: dict[str, tuple[int, int]] = {}
+        for name, service in self.compose["services"].items():
+            if name.startswith("runsink"):
+                smtp, http = free_port(), free_port()
+                service["ports"] = [f"127.0.0.1:{smtp}:1025", f"127.0.0.1:{http}:8025"]
+                service["build"] = str(COMPOSE.parent)
+                self.ports[name] = (smtp, http)
+        self.compose["services"]["example-app"]["image"] = images.python
+        self.compose["services"]["postgres"]["image"] = images.postgres
+        path = folder / "docker-compose.yml"
+        path.write_text(yaml.safe_dump(self.compose))
+        name = f"runsink-test-{uuid.uuid4().hex[:6]}"
+        self.command = ["docker-compose", "-f", str(path), "-p", name]
+        self.env = {**podman.env, "DOCKER_HOST": host}
+
+    def __call__(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [*command, *args], capture_output=True, text=True, env=env, timeout=timeout
+            [*self.command, *args], capture_output=True, text=True, env=self.env, timeout=timeout
         )
 
-    up = compose_run("up", "--detach", "--no-build", "runsink")
-    assert up.returncode == 0, up.stderr
-    try:
-        sink = compose_run("ps", "-q", "runsink").stdout.strip()
-        # No systemd here to run the health check on its interval: run it as the timer would,
-        # while the example app's `up` waits for service_healthy.
-        app = threading.Thread(target=lambda: results.append(compose_run("up", "example-app")))
+    def url(self, service: str) -> str:
+        return f"http://127.0.0.1:{self.ports[service][1]}"
+
+    def up_when_healthy(self, dependency: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """``up ARGS``, which waits for ``dependency`` to be healthy: with no systemd here to
+        run health checks on their interval, run the dependency's check as the timer would."""
         results: list[subprocess.CompletedProcess[str]] = []
-        app.start()
-        podman.healthy(sink)
-        app.join(timeout=120)
-        assert results and results[0].returncode == 0, results and results[0].stderr
-        assert "sent to welcome@sink.test" in results[0].stdout
-        caught = httpx.get(f"http://127.0.0.1:{http_port}/v1/unrouted", timeout=10).json()
-        assert "welcome@sink.test" in str(caught), caught
-        # Another container on the project's network reads the API by the service's name.
-        probe = (
-            "import urllib.request as u; print(u.urlopen('http://runsink:8025/v1/unrouted').status)"
-        )
-        by_name = compose_run("run", "--rm", "--no-deps", "example-app", "python", "-c", probe)
-        assert by_name.stdout.strip().endswith("200"), by_name.stdout + by_name.stderr
+        up = threading.Thread(target=lambda: results.append(self("up", *args)))
+        up.start()
+        deadline = time.monotonic() + 120
+        while not (container := self("ps", "-q", dependency).stdout.strip()):
+            assert time.monotonic() < deadline, f"{dependency} was never created"
+            time.sleep(0.2)
+        self.podman.healthy(container, deadline_s=120)
+        up.join(timeout=180)
+        assert results, f"`up {' '.join(args)}` did not finish"
+        return results[0]
+
+
+@pytest.fixture
+def project(podman_socket: tuple[Podman, str], images: Images, tmp_path: Path) -> Iterator[Project]:
+    podman, host = podman_socket
+    running = Project(podman, host, images, tmp_path)
+    try:
+        yield running
     finally:
-        compose_run("down", "--volumes", "--timeout", "5")
+        running("--profile", "postgres", "down", "--volumes", "--timeout", "5")
+
+
+def test_compose_up_delivers_the_example_apps_mail_once_the_sink_is_healthy(
+    project: Project,
+) -> None:
+    """`docker-compose up`: the example app starts only once the sink's health check passes,
+    its mail arrives as caught mail, and another container reads the API by service name."""
+    up = project("up", "--detach", "--no-build", "runsink")
+    assert up.returncode == 0, up.stderr
+    app = project.up_when_healthy("runsink", "example-app")
+    assert app.returncode == 0, app.stderr
+    assert "sent to welcome@sink.test" in app.stdout
+    caught = httpx.get(f"{project.url('runsink')}/v1/unrouted", timeout=10).json()
+    assert "welcome@sink.test" in str(caught), caught
+    probe = "import urllib.request as u; print(u.urlopen('http://runsink:8025/v1/unrouted').status)"
+    by_name = project("run", "--rm", "--no-deps", "example-app", "python", "-c", probe)
+    assert by_name.stdout.strip().endswith("200"), by_name.stdout + by_name.stderr
+
+
+def test_compose_postgres_profile_serves_an_inbox_from_either_replica(project: Project) -> None:
+    """`--profile postgres up postgres runsink-a runsink-b`: the replicas start once PostgreSQL
+    is healthy; an inbox made on runsink-a gets mail sent to runsink-b's SMTP and is claimed
+    through runsink-b."""
+    up = project.up_when_healthy(
+        "postgres", "--detach", "--no-build", "postgres", "runsink-a", "runsink-b"
+    )
+    assert up.returncode == 0, up.stderr
+    a, b = project.url("runsink-a"), project.url("runsink-b")
+    wait_ready(a)
+    wait_ready(b)
+    run_id = f"compose-{uuid.uuid4().hex[:8]}"
+    created = httpx.post(f"{a}/v1/inboxes", json={"run_id": run_id, "purpose": "replicas"})
+    assert created.status_code == 201, created.text
+    inbox = created.json()
+    message = EmailMessage()
+    message["From"], message["To"], message["Subject"] = "app@app.test", inbox["address"], "Hi"
+    message.set_content("Your code is 551177")
+    with smtplib.SMTP("127.0.0.1", project.ports["runsink-b"][0], timeout=30) as smtp:
+        smtp.send_message(message)
+    answer = httpx.post(
+        f"{a}/v1/inboxes/{inbox['inbox_id']}/wait", json={"timeout_s": 20}, timeout=40
+    ).json()
+    assert answer["next_action"] == "claim_message", answer
+    message_id = answer["message"]["message_id"]
+    claim = httpx.post(f"{b}/v1/messages/{message_id}/claim", json={"run_id": run_id})
+    assert claim.json()["next_action"] == "proceed", claim.text
+    listening = project("logs", "runsink-a").stdout
+    assert "postgresql://runsink@postgres:5432/runsink" in listening  # no password, no runsink.db
