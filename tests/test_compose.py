@@ -232,8 +232,11 @@ def test_compose_postgres_profile_serves_an_inbox_from_either_replica(project: P
     )
     assert up.returncode == 0, up.stderr
     a, b = project.url("runsink-a"), project.url("runsink-b")
-    wait_ready(a)
-    wait_ready(b)
+    try:
+        wait_ready(a)
+        wait_ready(b)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{project('logs').stdout[-4000:]}") from None
     run_id = f"compose-{uuid.uuid4().hex[:8]}"
     created = httpx.post(f"{a}/v1/inboxes", json={"run_id": run_id, "purpose": "replicas"})
     assert created.status_code == 201, created.text
