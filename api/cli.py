@@ -70,7 +70,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"runsink: {exc.message}", file=sys.stderr)
         return 2
     except StorageError as exc:
-        print(f"runsink: --db {settings.db}: {exc.message}", file=sys.stderr)
+        print(f"runsink: --db {settings.store}: {exc.message}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"runsink: cannot listen: {exc.strerror or exc}", file=sys.stderr)

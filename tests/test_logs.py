@@ -78,3 +78,26 @@ def test_the_listening_line_names_the_sqlite_file(tmp_path: Path) -> None:
     finally:
         server.stop()
     assert listening["db"] == str(tmp_path / "runsink.db")
+
+
+def test_a_store_that_cannot_be_opened_is_named_without_its_password(
+    tmp_path: Path, pg_cluster: Cluster
+) -> None:
+    """Start-up that cannot open the PostgreSQL store (no such database) exits 2 naming the URL,
+    its password left out (it named the unused SQLite default, runsink.db)."""
+    import subprocess
+    import sys
+
+    url = f"postgresql://{pg_cluster.user}:pw-s3cret@127.0.0.1:{pg_cluster.port}/no_such_db"
+    done = subprocess.run(
+        [sys.executable, "-m", "sink", "serve", "--smtp-port", "0", "--http-port", "0"],
+        env={"PATH": "/usr/bin:/bin", "RUNSINK_DB": url},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert url.replace(":pw-s3cret", "") in done.stderr
+    assert "s3cret" not in done.stderr and "runsink.db" not in done.stderr
