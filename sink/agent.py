@@ -68,7 +68,6 @@ from sink.storage.base import (
     PollSlots,
     Store,
     StoredMessage,
-    UnroutedMail,
 )
 from sink.vocabulary import NextAction, Reason, State, Status, Tool
 from sink.waiters import Waiters
@@ -618,9 +617,6 @@ class Agent:
         self._waiters.end(released)
         self._polls.forget_bodies()
         log("run_released", run_id=run_id, trace_id=trace, inboxes=len(released))
-
-    async def unrouted(self, limit: int) -> list[UnroutedMail]:
-        return await self._store.unrouted(limit)
 
     # -- helpers -------------------------------------------------------------------
 

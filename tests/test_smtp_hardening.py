@@ -765,7 +765,7 @@ def test_data_trickled_forever_is_cut_at_the_data_deadline(tmp_path: Path) -> No
                     await asyncio.sleep(0.1)  # the slow client's pace, not a synchronisation
             lines = await reading
             await client.close()
-            return lines, len(await listening.store.unrouted(10))
+            return lines, len(await listening.store.caught_page(None, 10))
 
     lines, stored = asyncio.run(scenario())
     assert [line[:9] for line in lines] == ["421 4.4.2"]

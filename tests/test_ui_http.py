@@ -129,6 +129,20 @@ def test_caught_mail_attachments_download_safely(server: Server) -> None:
         assert client.get("/v1/unrouted/cm_nosuch/attachments/0").status_code == 404
 
 
+def test_caught_page_lists_caught_mail_with_its_subject(server: Server) -> None:
+    """Mail for an address with no inbox is a row of /caught: recipient, sender, subject."""
+    tag = new_run_id("caught").split("-")[1]
+    address = f"nobody-{tag}@gamil.example"
+    server.send(address, subject=f"Caught page {tag}", body="no inbox here")
+    with server.http() as client:
+        deadline = time.monotonic() + 10
+        while f"Caught page {tag}" not in (page := client.get("/caught")).text:
+            assert time.monotonic() < deadline, page.text[:500]
+            time.sleep(0.05)  # polling with a deadline: caught mail is listed once stored
+        row = next(r for r in page.text.split("<tr>") if f"Caught page {tag}" in r)
+        assert address in row and "(not kept)" not in row
+
+
 @pytest.mark.parametrize(
     ("name", "shown"),
     [

@@ -14,7 +14,6 @@ import math
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, urlencode
@@ -240,34 +239,9 @@ async def message_html(request: Request) -> Response:
 # -- caught mail and search -------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class CaughtRow:
-    """One line of the caught-mail page, whatever store keeps caught mail."""
-
-    caught_id: str | None  # None while caught mail has no ids (today's store)
-    rcpts: tuple[str, ...]
-    mail_from: str
-    subject: str | None  # None while caught mail keeps no body
-    received_at: float
-    size: int
-
-
-async def _caught_rows(request: Request, limit: int) -> list[CaughtRow]:
-    # The one place that knows where caught mail comes from (the catch-all store's listing
-    # replaces today's envelope-only rows here).
-    mailbox = _runtime(request).mailbox
-    if mailbox is None:  # a store without caught-mail bodies (PostgreSQL, for now)
-        items = await _agent(request).unrouted(limit)
-        return [CaughtRow(None, (u.rcpt,), u.mail_from, None, u.received_at, u.size) for u in items]
-    page = await mailbox.caught_page(None, limit)
-    return [
-        CaughtRow(u.id, u.rcpts, u.mail_from, u.subject, u.received_at, u.size) for u in page.items
-    ]
-
-
 async def caught(request: Request) -> Response:
-    rows = await _caught_rows(request, 200)
-    return _page(request, "caught.html", items=rows, stream="/v1/events", nav="caught")
+    page = await _runtime(request).mailbox.caught_page(None, 200)
+    return _page(request, "caught.html", items=page.items, stream="/v1/events", nav="caught")
 
 
 async def search(request: Request) -> Response:

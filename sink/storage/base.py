@@ -127,14 +127,6 @@ class InboxReport:
 
 
 @dataclass(frozen=True, slots=True)
-class UnroutedMail:
-    rcpt: str
-    mail_from: str
-    received_at: float
-    size: int
-
-
-@dataclass(frozen=True, slots=True)
 class RunSummary:
     """One line of the runs list: what a person scans to find the run that failed."""
 
@@ -146,21 +138,6 @@ class RunSummary:
     claims: int
     last_event: str | None
     last_event_at: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class FoundMessage:
-    """A delivery found by a filter over addresses and subjects."""
-
-    message_id: str
-    inbox_id: str
-    run_id: str
-    subject: str
-    from_addr: str
-    rcpts: tuple[str, ...]
-    received_at: float
-    size: int
-    claimed: bool
 
 
 class RunIndex(Protocol):
@@ -179,10 +156,6 @@ class RunIndex(Protocol):
 
     async def run_deliveries(self, run_id: str, limit: int) -> list[Delivery]:
         """A run's deliveries, across its inboxes, newest first."""
-
-    async def find_messages(self, text: str, limit: int) -> list[FoundMessage]:
-        """Deliveries whose subject, From or recipients contain ``text`` (any case), newest
-        first."""
 
 
 class Store(Protocol):
@@ -237,8 +210,6 @@ class Store(Protocol):
         (ties by arrival order)."""
 
     async def run_report(self, run_id: str) -> tuple[list[InboxReport], list[Event]]: ...
-
-    async def unrouted(self, limit: int) -> list[UnroutedMail]: ...
 
     async def signing_key(self) -> bytes:
         """The server's secret for run tokens: 32 random bytes made at the first call, then

@@ -32,7 +32,6 @@ from sink.storage.base import (
     NewInbox,
     Route,
     StoredMessage,
-    UnroutedMail,
 )
 from sink.storage.rows import (
     accepted_event,
@@ -412,15 +411,6 @@ class MemoryStore:
             (e for e in self._events if e.run_id == run_id), key=lambda e: (e.at, order[id(e)])
         )
         return reports, events[:10_000]
-
-    async def unrouted(self, limit: int) -> list[UnroutedMail]:
-        """v1's shape of caught mail: one entry per recipient, newest first."""
-        found = []
-        for item in await self.caught_page(None, limit):
-            found += [
-                UnroutedMail(r, item.mail_from, item.received_at, item.size) for r in item.rcpts
-            ]
-        return found[:limit]
 
     async def signing_key(self) -> bytes:
         self._check()

@@ -68,7 +68,6 @@ from sink.storage.base import (
     CreateOutcome,
     CreateResult,
     Event,
-    FoundMessage,
     InboxReport,
     Incoming,
     Late,
@@ -76,7 +75,6 @@ from sink.storage.base import (
     Route,
     RunSummary,
     StoredMessage,
-    UnroutedMail,
 )
 from sink.storage.pg_events import CAUGHT, EventFeed, LiveTarget
 from sink.storage.pg_space import DISK_FULL, SpaceGate, probe
@@ -907,15 +905,6 @@ class PostgresStore:
 
         return await self._transaction("signing_key", work)
 
-    async def unrouted(self, limit: int) -> list[UnroutedMail]:
-        """v1's shape of caught mail: one entry per recipient, newest first."""
-        found = []
-        for item in await self.mail.caught_page(None, limit):
-            found += [
-                UnroutedMail(r, item.mail_from, item.received_at, item.size) for r in item.rcpts
-            ]
-        return found[:limit]
-
     # -- the run index (RunIndex: read-only views for the web UI) -------------------
 
     async def recent_runs(
@@ -988,35 +977,6 @@ class PostgresStore:
             limit,
         )
         return [delivery_from_row(row) for row in rows]
-
-    async def find_messages(self, text: str, limit: int) -> list[FoundMessage]:
-        rows = await self._fetch(
-            "find_messages",
-            """SELECT d.message_id, d.inbox_id, i.run_id, m.subject, m.from_addr, d.rcpt_json,
-                      m.received_at, m.size, d.claim_id
-               FROM deliveries d JOIN messages m ON m.message_key = d.message_key
-               JOIN inboxes i ON i.inbox_id = d.inbox_id
-               WHERE strpos(lower(m.subject), lower($1)) > 0
-                  OR strpos(lower(m.from_addr), lower($1)) > 0
-                  OR strpos(lower(d.rcpt_json), lower($1)) > 0
-               ORDER BY m.received_at DESC, d.seq DESC LIMIT $2""",
-            text,
-            limit,
-        )
-        return [
-            FoundMessage(
-                message_id=r["message_id"],
-                inbox_id=r["inbox_id"],
-                run_id=r["run_id"],
-                subject=r["subject"],
-                from_addr=r["from_addr"],
-                rcpts=tuple(json.loads(r["rcpt_json"])),
-                received_at=r["received_at"],
-                size=r["size"],
-                claimed=r["claim_id"] is not None,
-            )
-            for r in rows
-        ]
 
     # -- the fleet-wide circuit breaker ------------------------------------------------
     # The rules of sink/breaker.py, kept by the database: each move is one conditional

@@ -38,7 +38,6 @@ from sink.storage.base import (
     CreateResult,
     Deleted,
     Event,
-    FoundMessage,
     InboxReport,
     Incoming,
     Listed,
@@ -46,7 +45,6 @@ from sink.storage.base import (
     Route,
     RunSummary,
     StoredMessage,
-    UnroutedMail,
 )
 from sink.storage.rows import (
     LIVE_ADDRESSES,
@@ -840,15 +838,6 @@ class SQLiteStore:
 
         return await self._transaction(work)
 
-    async def unrouted(self, limit: int) -> list[UnroutedMail]:
-        """v1's shape of caught mail: one entry per recipient, newest first."""
-        found = []
-        for item in await self.caught_page(None, limit):
-            found += [
-                UnroutedMail(r, item.mail_from, item.received_at, item.size) for r in item.rcpts
-            ]
-        return found[:limit]
-
     # -- caught mail (v2) ----------------------------------------------------------
 
     async def caught_page(self, before: tuple[int, int] | None, limit: int) -> list[Listed]:
@@ -1183,33 +1172,6 @@ class SQLiteStore:
             (run_id, limit),
         )
         return [delivery_from_row(row) for row in rows]
-
-    async def find_messages(self, text: str, limit: int) -> list[FoundMessage]:
-        rows = await self._read(
-            """SELECT d.message_id, d.inbox_id, i.run_id, m.subject, m.from_addr, d.rcpt_json,
-                      m.received_at, m.size, d.claim_id
-               FROM deliveries d JOIN messages m ON m.message_pk = d.message_pk
-               JOIN inboxes i ON i.inbox_id = d.inbox_id
-               WHERE instr(lower(m.subject), lower(?1)) > 0
-                  OR instr(lower(m.from_addr), lower(?1)) > 0
-                  OR instr(lower(d.rcpt_json), lower(?1)) > 0
-               ORDER BY d.seq DESC LIMIT ?2""",
-            (text, limit),
-        )
-        return [
-            FoundMessage(
-                message_id=r["message_id"],
-                inbox_id=r["inbox_id"],
-                run_id=r["run_id"],
-                subject=r["subject"],
-                from_addr=r["from_addr"],
-                rcpts=tuple(json.loads(r["rcpt_json"])),
-                received_at=r["received_at"],
-                size=r["size"],
-                claimed=r["claim_id"] is not None,
-            )
-            for r in rows
-        ]
 
 
 # -- row mapping and statements (run inside a transaction) -----------------------
