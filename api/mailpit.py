@@ -298,7 +298,7 @@ async def view(request: Request) -> Response:
     html = parsed.html
     if "cid:" in html.lower():
         html = inline_cids(html, await asyncio.to_thread(attachment_parts, raw))
-    return HTMLResponse(html, headers=frame_headers(remote_images=False))
+    return HTMLResponse(html, headers=frame_headers())
 
 
 # -- delete and info -----------------------------------------------------------------------

@@ -25,6 +25,7 @@ from tests.support_ui import (
 
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
 LIVE_DEADLINE_MS = 1000  # new mail on the open page within 1 s of the SMTP 250
+IMAGES_HOST = "images.runsink-tests.example.com"
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,12 @@ def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=chromium_path())
+        chromium = playwright.chromium.launch(
+            executable_path=chromium_path(),
+            # A public-looking name for the test's image server (remote images never load
+            # from loopback names or addresses): the browser alone resolves it to loopback.
+            args=[f"--host-resolver-rules=MAP {IMAGES_HOST} 127.0.0.1"],
+        )
         yield chromium
         chromium.close()
 
@@ -169,21 +175,60 @@ def test_hostile_message_runs_no_script_and_fetches_nothing(server: Server, page
     assert refused and set(refused.values()) == {"csp"}, failed
 
 
-def test_remote_images_load_only_after_the_click(server: Server, page: Any) -> None:
-    """Blocked by default; the per-message toggle reloads the frame allowing them."""
+@pytest.fixture
+def image_server() -> Iterator[int]:
+    """A plain HTTP server answering every GET with a 1x1 PNG; its port."""
+    import http.server
+    import threading
+
+    from tests.support_ui import PNG_1X1 as PNG
+
+    class Images(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "image/png")
+            self.send_header("Content-Length", str(len(PNG)))
+            self.end_headers()
+            self.wfile.write(PNG)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Images)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def test_remote_images_load_only_after_the_click(
+    server: Server, page: Any, image_server: int
+) -> None:
+    """Blocked by default; the per-message button names the hosts it will contact and
+    reloads the frame allowing them, and never a loopback address, even after the click."""
     from playwright.sync_api import expect
 
+    public = f"http://{IMAGES_HOST}:{image_server}"
     with server.http() as client:
         inbox = create_inbox(client, new_run_id("images"))
-        html = f'<p>Hello</p><img id="remote" src="{server.url}/static/favicon.svg">'
+        html = (
+            f'<p>Hello</p><img id="remote" src="{public}/logo.png">'
+            f'<img id="local" src="http://127.0.0.1:{image_server}/logo.png">'
+            f'<img id="mapped" src="http://[::ffff:127.0.0.1]:{image_server}/logo.png">'
+        )
         _send_and_time(server, inbox["address"], "With a remote image", html)
         message_id = wait(client, inbox["inbox_id"], timeout_s=5).json()["message"]["message_id"]
     page.goto(f"{server.url}/messages/{message_id}")
     frame = page.frame_locator("iframe.mail")
     expect(frame.locator("p")).to_have_text("Hello")
     expect(frame.locator("#remote")).to_have_js_property("naturalWidth", 0)
-    page.get_by_role("button", name="Load remote images").click()
+    button = page.get_by_role("button", name=re.compile("Load remote images"))
+    expect(button).to_have_text(f"Load remote images from {public}")
+    button.click()
     expect(frame.locator("#remote")).not_to_have_js_property("naturalWidth", 0)
+    for local in ("#local", "#mapped"):
+        expect(frame.locator(local)).to_have_js_property("naturalWidth", 0)
 
 
 def test_disguised_filename_shows_its_real_extension_and_downloads(

@@ -64,10 +64,8 @@ def test_mail_html_is_served_sandboxed(server: Server) -> None:
         assert "data:image/png;base64," in frame.text and "cid:logo@runsink" not in frame.text
         remote = client.get(f"/messages/{message_id}/body.html?remote_images=1")
         csp = remote.headers["content-security-policy"]
-        assert (
-            csp.startswith("sandbox; default-src 'none';")
-            and "img-src data: cid: http: https:" in csp
-        )
+        # Its one remote host (remote.invalid) is no public name: nothing more is allowed.
+        assert csp.startswith("sandbox; default-src 'none';") and csp.endswith("img-src data: cid:")
 
 
 def test_message_page_shows_hidden_characters(server: Server) -> None:
@@ -556,3 +554,36 @@ def test_every_page_has_a_search_box(server: Server) -> None:
             page = client.get(path).text
             assert re.search(r'<form class="find" method="get" action="/search"', page), path
         assert 'name="q"' in client.get("/search").text
+
+
+def test_remote_images_name_their_hosts_and_never_a_local_one(server: Server) -> None:
+    """The button names the public hosts it will contact; the frame's CSP allows exactly
+    those, never loopback, link-local or private addresses (however spelled)."""
+    local = [
+        "http://127.0.0.1:8025/a.png",
+        "http://[::ffff:127.0.0.1]/b.png",
+        "http://169.254.169.254/latest/meta-data",
+        "http://10.1.2.3/c.png",
+        "http://localhost:8025/d.png",
+        "http://127.1/e.png",
+        "http://2130706433/f.png",
+    ]
+    html = "".join(f'<img src="{url}">' for url in local)
+    html += '<img src="https://cdn.example.com/logo.png">'
+    html += '<p style="background:url(//img.example.org/x)">'
+    with server.http() as client:
+        inbox = create_inbox(client, new_run_id("images"))
+        server.send(inbox["address"], subject="images", html=html)
+        message_id = wait(client, inbox["inbox_id"], timeout_s=5).json()["message"]["message_id"]
+        page = client.get(f"/messages/{message_id}").text
+        csp = client.get(f"/messages/{message_id}/body.html?remote_images=1").headers[
+            "content-security-policy"
+        ]
+    button = page.split("data-remote-images", 1)[1].split("</button>", 1)[0]
+    assert "https://cdn.example.com" in button and "http://img.example.org" in button
+    images = csp.split("img-src ", 1)[1].split()
+    assert images == ["data:", "cid:", "https://cdn.example.com", "http://img.example.org"]
+    for url in local:
+        host = url.split("/")[2]
+        assert host not in button and host not in csp
+        assert host in page  # named among those never loaded

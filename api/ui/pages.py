@@ -27,6 +27,7 @@ from api.context import continue_trace
 from api.errors import TABLE
 from api.live import download_type
 from api.ui import access
+from api.ui.remote import remote_images
 from api.ui.render import frame_headers, inline_cids, offset, templates
 from api.ui.searchbox import left_out_note, read_box
 from sink import clock, ids
@@ -214,6 +215,7 @@ async def message(request: Request) -> Response:
         served_as=[download_type(p.attachment.content_type) for p in parts],
         raw=shown_raw,
         raw_truncated=raw is not None and len(raw) > RAW_SHOWN_MAX,
+        remote=remote_images(result.parsed.html or "") if result.parsed else None,
         nav="runs",
     )
 
@@ -232,8 +234,10 @@ async def message_html(request: Request) -> Response:
     html = parsed.html or ""
     if "cid:" in html.lower():
         html = inline_cids(html, await asyncio.to_thread(attachment_parts, raw))
-    remote = request.query_params.get("remote_images") == "1"
-    return HTMLResponse(html, headers=frame_headers(remote))
+    origins: tuple[str, ...] = ()
+    if request.query_params.get("remote_images") == "1":
+        origins = remote_images(html).allowed  # never a local or private address
+    return HTMLResponse(html, headers=frame_headers(origins))
 
 
 # -- caught mail and search -------------------------------------------------------------------

@@ -140,15 +140,17 @@ def inline_cids(html: str, parts: tuple[Part, ...]) -> str:
     return _CID.sub(replace, html)
 
 
-def frame_csp(remote_images: bool) -> str:
-    images = "data: cid: http: https:" if remote_images else "data: cid:"
+def frame_csp(remote_origins: tuple[str, ...] = ()) -> str:
+    """The mail frame's policy; ``remote_origins`` (``api/ui/remote.py``) are the only
+    places its images may come from besides the message itself."""
+    images = " ".join(("data:", "cid:", *remote_origins))
     return f"sandbox; default-src 'none'; style-src 'unsafe-inline'; img-src {images}"
 
 
-def frame_headers(remote_images: bool) -> dict[str, str]:
+def frame_headers(remote_origins: tuple[str, ...] = ()) -> dict[str, str]:
     """The headers of every response that carries mail HTML (contract v2, Web UI)."""
     return {
-        "Content-Security-Policy": frame_csp(remote_images),
+        "Content-Security-Policy": frame_csp(remote_origins),
         "X-Content-Type-Options": "nosniff",
         "Referrer-Policy": "no-referrer",
         "X-Frame-Options": "SAMEORIGIN",  # our own page frames it; nobody else
