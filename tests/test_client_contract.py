@@ -220,7 +220,10 @@ def test_mismatch_says_verify_trigger(world: World) -> None:
     inbox = world.sink.create_inbox(new_run_id(), "password-reset")
     first = inbox.wait(subject_contains="Reset")
     assert _shape(first) == ("waiting", "retryable", "verify_trigger", "evidence_mismatch")
+    assert [u.subject for u in first.unmatched] == ["Welcome aboard"]
+    assert first.rescan_cursor == inbox.created.cursor
     second = inbox.wait(subject_contains="Reset")
+    assert second.unmatched == () and second.rescan_cursor is None
     assert _shape(second) == ("waiting", "retryable", "wait_for_message", "evidence_not_found")
     assert second.cursor != inbox.created.cursor
 
@@ -402,3 +405,18 @@ def test_message_list_pages_with_a_cursor(world: World) -> None:
     assert page.messages[0].claimed
     rest = inbox.messages(after=page.next_cursor)
     assert [m.subject for m in rest.messages] == ["two"] and not rest.has_more
+
+
+def test_a_resend_is_counted_and_order_newest_takes_it(world: World) -> None:
+    """A second matching mail: the oldest-first wait counts it as newer_matching, and a wait
+    with order newest returns it (the fake and the server alike)."""
+    world.script(Received(subject="Your code 111"), Received(subject="Your code 222"))
+    inbox = world.sink.create_inbox(new_run_id(), "password-reset")
+    first = inbox.wait(subject_contains="code")
+    assert first.message is not None and first.newer_matching == 0
+    again = inbox.wait(subject_contains="code")
+    assert again.message is not None and again.message.message_id == first.message.message_id
+    assert again.newer_matching == 1
+    newest = inbox.wait(subject_contains="code", order="newest")
+    assert newest.message is not None and newest.message.subject == "Your code 222"
+    assert newest.newer_matching == 0 and newest.near_misses == ()

@@ -117,10 +117,16 @@ class AsyncSink:
         cursor: str | None = None,
         match: Match | None = None,
         run_id: str | None = None,
+        order: str | None = None,
     ) -> Envelope:
         return await self._send(
             wire.wait_for_message(
-                inbox_id, timeout_s=timeout_s, cursor=cursor, match=match, run_id=run_id
+                inbox_id,
+                timeout_s=timeout_s,
+                cursor=cursor,
+                match=match,
+                run_id=run_id,
+                order=order,
             )
         )
 

@@ -76,6 +76,7 @@ class SinkApi(Protocol):
         cursor: str | None = None,
         match: Match | None = None,
         run_id: str | None = None,
+        order: str | None = None,
     ) -> Envelope: ...
 
     def list_messages(
@@ -124,6 +125,7 @@ class AsyncSinkApi(Protocol):
         cursor: str | None = None,
         match: Match | None = None,
         run_id: str | None = None,
+        order: str | None = None,
     ) -> Envelope: ...
 
     async def list_messages(

@@ -113,8 +113,10 @@ class Inbox(_Handle):
         from_contains: str | None = None,
         body_contains: str | None = None,
         max_age_s: int | None = None,
+        order: str | None = None,
     ) -> Envelope:
-        """One wait_for_message (spends one poll). Criteria given here replace the inbox's own."""
+        """One wait_for_message (spends one poll). Criteria given here replace the inbox's own;
+        ``order="newest"`` takes the newest unclaimed match (a resend's)."""
         match = _match(subject_contains, from_contains, body_contains, max_age_s)
         self.envelope = self._sink.wait_for_message(
             self.inbox_id,
@@ -122,6 +124,7 @@ class Inbox(_Handle):
             cursor=cursor,
             match=match or None,
             run_id=self.run_id,
+            order=order,
         )
         return self.envelope
 
@@ -225,6 +228,7 @@ class AsyncInbox(_Handle):
         from_contains: str | None = None,
         body_contains: str | None = None,
         max_age_s: int | None = None,
+        order: str | None = None,
     ) -> Envelope:
         match = _match(subject_contains, from_contains, body_contains, max_age_s)
         self.envelope = await self._sink.wait_for_message(
@@ -233,6 +237,7 @@ class AsyncInbox(_Handle):
             cursor=cursor,
             match=match or None,
             run_id=self.run_id,
+            order=order,
         )
         return self.envelope
 

@@ -87,6 +87,43 @@ class Claim:
 
 
 @dataclass(frozen=True, slots=True)
+class Unmatched:
+    """A delivery a mismatching wait looked at and passed over (``envelope.unmatched``);
+    ``from_`` and ``subject`` were written by the sender."""
+
+    message_id: str
+    received_at: datetime
+    from_: str
+    subject: str
+
+    @classmethod
+    def from_json(cls, data: Json) -> Unmatched:
+        return cls(
+            message_id=_str(data, "message_id"),
+            received_at=_time(data, "received_at"),
+            from_=_str(data, "from"),
+            subject=_str(data, "subject"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NearMiss:
+    """Caught mail addressed within 2 edits of the inbox (``envelope.near_misses``)."""
+
+    address: str
+    received_at: datetime
+    distance: int
+
+    @classmethod
+    def from_json(cls, data: Json) -> NearMiss:
+        return cls(
+            address=_str(data, "address"),
+            received_at=_time(data, "received_at"),
+            distance=_int(data, "distance"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Envelope:
     """Every agent-facing answer (create, get, wait, claim): state, status and next action."""
 
@@ -108,6 +145,11 @@ class Envelope:
     claim: Claim | None
     last_error: str | None
     trace_id: str
+    # v3: newer matching mail (a resend), what a mismatch passed over, near misses.
+    newer_matching: int | None = None
+    unmatched: tuple[Unmatched, ...] = ()
+    rescan_cursor: str | None = None
+    near_misses: tuple[NearMiss, ...] = ()
 
     @classmethod
     def from_json(cls, data: Json) -> Envelope:
@@ -133,6 +175,10 @@ class Envelope:
             claim=None if claim is None else Claim.from_json(claim),
             last_error=_optional_str(data, "last_error"),
             trace_id=_str(data, "trace_id"),
+            newer_matching=data.get("newer_matching"),
+            unmatched=tuple(Unmatched.from_json(u) for u in data.get("unmatched") or []),
+            rescan_cursor=data.get("rescan_cursor"),
+            near_misses=tuple(NearMiss.from_json(n) for n in data.get("near_misses") or []),
         )
 
     def summary(self) -> str:

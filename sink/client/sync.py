@@ -131,11 +131,17 @@ class Sink:
         cursor: str | None = None,
         match: Match | None = None,
         run_id: str | None = None,
+        order: str | None = None,
     ) -> Envelope:
         """One wait: long-polls up to ``timeout_s`` (capped by the server); spends one poll."""
         return self._send(
             wire.wait_for_message(
-                inbox_id, timeout_s=timeout_s, cursor=cursor, match=match, run_id=run_id
+                inbox_id,
+                timeout_s=timeout_s,
+                cursor=cursor,
+                match=match,
+                run_id=run_id,
+                order=order,
             )
         )
 

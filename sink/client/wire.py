@@ -79,8 +79,11 @@ def wait_for_message(
     cursor: str | None,
     match: Match | None,
     run_id: str | None,
+    order: str | None = None,
 ) -> Call[Envelope]:
     body: dict[str, Any] = {"timeout_s": timeout_s}
+    if order is not None:
+        body["order"] = order
     if cursor is not None:
         body["cursor"] = cursor
     if match is not None:

@@ -162,15 +162,19 @@ class AsyncFakeSink:
         cursor: str | None = None,
         match: Match | None = None,
         run_id: str | None = None,
+        order: str | None = None,
     ) -> Envelope:
         if not 0 <= timeout_s <= 86400:
             raise render.invalid("timeout_s", "expected a number from 0 to 86400")
         _check_run(run_id)
+        if order not in (None, "oldest", "newest"):
+            raise render.invalid("order", "expected 'oldest' or 'newest'")
         request = WaitRequest(
             timeout_s=timeout_s,
             cursor=cursor,
             match=None if match is None else _criteria(match),
             run_id=run_id,
+            order=order or "oldest",
         )
         await self._act_out(inbox_id)
         answer = await self._call(self._agent.wait(inbox_id, request, None))

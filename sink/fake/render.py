@@ -56,6 +56,25 @@ def envelope(view: domain.Envelope) -> Envelope:
             },
             "last_error": view.last_error,
             "trace_id": view.trace_id,
+            "newer_matching": view.newer_matching,
+            "unmatched": [
+                {
+                    "message_id": u.message_id,
+                    "received_at": rfc3339(u.received_at),
+                    "from": u.from_addr,
+                    "subject": u.subject,
+                }
+                for u in view.unmatched
+            ],
+            "rescan_cursor": view.rescan_cursor,
+            "near_misses": [
+                {
+                    "address": n.address,
+                    "received_at": rfc3339(n.received_at),
+                    "distance": n.distance,
+                }
+                for n in view.near_misses
+            ],
         }
     )
 

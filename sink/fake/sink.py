@@ -127,10 +127,16 @@ class FakeSink:
         cursor: str | None = None,
         match: Match | None = None,
         run_id: str | None = None,
+        order: str | None = None,
     ) -> Envelope:
         return _portal(
             self.aio.wait_for_message(
-                inbox_id, timeout_s=timeout_s, cursor=cursor, match=match, run_id=run_id
+                inbox_id,
+                timeout_s=timeout_s,
+                cursor=cursor,
+                match=match,
+                run_id=run_id,
+                order=order,
             )
         )
 
