@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from urllib.parse import unquote, urlsplit
 
+from sink.visibility import PAGE, hidden_selectors, hiding
+
 # Transactional mail is small (Gmail clips HTML at 102 KB); a body this long is not one, and
 # html.parser costs microseconds per tag, so extraction looks at this much and no more.
 MAX_SCAN_CHARS = 256 * 1024
@@ -179,8 +181,8 @@ class _Renderer(HTMLParser):
         if self._skip:
             return
         values = {name: value or "" for name, value in attrs}
-        background = self._open[-1].background if self._open else _PAGE
-        hides, background = _hiding(tag, values, background, self._hidden_classes,
+        background = self._open[-1].background if self._open else PAGE
+        hides, background = hiding(tag, values, background, self._hidden_classes,
                                     self._hidden_ids)  # fmt: skip
         if tag not in _VOID and not closed:
             self._open.append(_Open(tag, hides, background))
@@ -220,7 +222,9 @@ class _Renderer(HTMLParser):
         if tag in _SKIP:
             self._skip = max(0, self._skip - 1)
             if tag == "style" and self._style is not None:
-                self._read_style("".join(self._style))
+                classes, ids = hidden_selectors("".join(self._style))
+                self._hidden_classes |= classes
+                self._hidden_ids |= ids
                 self._style = None
             return
         if self._skip:
@@ -259,19 +263,6 @@ class _Renderer(HTMLParser):
         self._label = []
         self._text = []
 
-    def _read_style(self, css: str) -> None:
-        """Classes and ids a ``<style>`` block hides (top-level rules; not those of @media,
-        which hide things on one kind of screen only)."""
-        for selectors, body in _css_rules(css[:65536]):
-            if not _hides(_declarations(body)):
-                continue
-            for selector in selectors.split(","):
-                found = _CSS_SIMPLE.fullmatch(selector.strip())
-                if found and found.group(1) == ".":
-                    self._hidden_classes.add(found.group(2).lower())
-                elif found:
-                    self._hidden_ids.add(found.group(2).lower())
-
 
 def _render(html: str) -> _Rendered:
     renderer = _Renderer()
@@ -296,157 +287,7 @@ def _lines(pieces: list[str]) -> str:
     return "\n".join(out).strip()
 
 
-# --- what a reader cannot see ---------------------------------------------------------------
-
-_PAGE = "#ffffff"  # mail is read on white unless it says otherwise
-_CSS_SIMPLE = re.compile(r"(?:[a-z][a-z0-9]*)?([.#])([\w-]+)", re.IGNORECASE)
-_LENGTH = re.compile(r"(-?[0-9]*\.?[0-9]+)\s*([a-z%]*)")
-_NAMED_COLOURS = {
-    "white": "#ffffff", "black": "#000000", "red": "#ff0000", "green": "#008000",
-    "blue": "#0000ff", "yellow": "#ffff00", "gray": "#808080", "grey": "#808080",
-    "silver": "#c0c0c0", "whitesmoke": "#f5f5f5", "snow": "#fffafa", "ivory": "#fffff0",
-    "transparent": "transparent",
-}  # fmt: skip
-_RGB = re.compile(
-    r"rgba?\(\s*([0-9.]+)%?\s*[, ]\s*([0-9.]+)%?\s*[, ]\s*([0-9.]+)%?"
-    r"\s*(?:[,/]\s*([0-9.]+%?))?\s*\)"
-)
-
-
-def _css_rules(css: str) -> list[tuple[str, str]]:
-    """The top-level rules of a style sheet as (selectors, declarations), in one pass: the
-    rules inside ``@media`` (or any other block) are left out, as is anything unclosed."""
-    rules: list[tuple[str, str]] = []
-    depth = 0
-    start = 0  # where the current selectors (or @-prelude) begin
-    opened = 0  # where the current top-level block's body begins
-    nested = False
-    for position, char in enumerate(css):
-        if char == "{":
-            if depth == 0:
-                opened = position + 1
-                nested = False
-            else:
-                nested = True
-            depth += 1
-        elif char == "}" and depth:
-            depth -= 1
-            if depth == 0:
-                selectors = css[start : opened - 1].strip()
-                if not nested and not selectors.startswith("@"):
-                    rules.append((selectors, css[opened:position]))
-                start = position + 1
-    return rules
-
-
-def _declarations(style: str) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for declaration in style[:4096].split(";"):
-        name, colon, value = declaration.partition(":")
-        if colon:
-            value = value.lower().replace("!important", "").strip()
-            found[name.strip().lower()] = value
-    return found
-
-
-def _hiding(
-    tag: str,
-    attrs: dict[str, str],
-    background: str | None,
-    hidden_classes: set[str],
-    hidden_ids: set[str],
-) -> tuple[bool, str | None]:
-    """Whether an element hides its text from a reader, and the colour behind its text."""
-    style = _declarations(attrs.get("style", "")) if "style" in attrs else {}
-    painted = attrs.get("bgcolor") or style.get("background-color") or style.get("background")
-    if painted:
-        background = _background(painted)
-    if "hidden" in attrs or _hides(style):
-        return True, background
-    if hidden_classes and any(c in hidden_classes for c in attrs.get("class", "").lower().split()):
-        return True, background
-    if hidden_ids and attrs.get("id", "").lower() in hidden_ids:
-        return True, background
-    ink = style.get("color") or (attrs.get("color") if tag == "font" else None)
-    if ink and background is not None:
-        colour = _colour(ink)
-        if colour == "transparent" or (colour is not None and colour == background):
-            return True, background
-    if tag == "font" and attrs.get("size", "").strip() in ("0", "-7"):
-        return True, background
-    return False, background
-
-
-def _hides(style: dict[str, str]) -> bool:
-    """Whether these declarations keep an element's text from being seen."""
-    if not style:
-        return False
-    if style.get("display") == "none" or style.get("visibility") in ("hidden", "collapse"):
-        return True
-    if style.get("mso-hide") == "all" or _length(style.get("opacity")) == 0:
-        return True
-    size = _length(style.get("font-size"))
-    if size is not None and size < 1:
-        return True
-    clipped = style.get("overflow") == "hidden"
-    if clipped and any(_length(style.get(k)) == 0 for k in ("max-height", "height", "width")):
-        return True
-    if style.get("position") in ("absolute", "fixed"):
-        for side in ("left", "top", "right"):
-            offset = _length(style.get(side))
-            if offset is not None and offset <= -500:
-                return True
-    indent = _length(style.get("text-indent"))
-    return indent is not None and indent <= -500
-
-
-def _length(value: str | None) -> float | None:
-    """A CSS length or number in pixels' terms (units ignored but the sign and zero)."""
-    if not value:
-        return None
-    found = _LENGTH.match(value.strip())
-    if found is None:
-        return None
-    try:
-        return float(found.group(1))
-    except ValueError:
-        return None
-
-
-def _background(value: str) -> str | None:
-    """The colour a background declaration paints, or None (an image, or unknown)."""
-    if "url(" in value:
-        return None
-    for token in re.split(r"\s+(?![^(]*\))", value.strip()):
-        colour = _colour(token)
-        if colour is not None:
-            return colour
-    return None
-
-
-def _colour(value: str) -> str | None:
-    """A CSS colour as "#rrggbb" (or "transparent"); None when it is not one we know."""
-    value = value.strip().lower()
-    if value in _NAMED_COLOURS:
-        return _NAMED_COLOURS[value]
-    if re.fullmatch(r"#[0-9a-f]{3}", value):
-        return "#" + "".join(c * 2 for c in value[1:])
-    if re.fullmatch(r"#[0-9a-f]{6}", value):
-        return value
-    if re.fullmatch(r"#[0-9a-f]{8}", value):
-        return "transparent" if value[7:] == "00" else value[:7]
-    found = _RGB.fullmatch(value)
-    if found:
-        alpha = found.group(4)
-        if alpha is not None and float(alpha.rstrip("%") or 0) == 0:
-            return "transparent"
-        try:
-            channels = [min(255, round(float(found.group(i)))) for i in (1, 2, 3)]
-        except ValueError:
-            return None
-        return "#" + "".join(f"{c:02x}" for c in channels)
-    return None
-
+# --- links that say one host and go to another ----------------------------------------------
 
 _URLISH_TEXT = re.compile(
     r"(?:https?://)?((?:[\w-]+\.)+[a-z\u00a1-\uffff]{2,63})(?::[0-9]+)?(?:[/?#]\S*)?",
