@@ -283,7 +283,7 @@ class Agent:
         if current.state is State.EXPIRED:
             return await self._expired(inbox, current, policy, started, trace_id)
 
-        key = (inbox.run_id, inbox.inbox_id, "wait")
+        key = BreakerKey(inbox.run_id, inbox.inbox_id, "wait")
         slot_until: float | None = None  # the fleet-wide wait slot this wait holds, if any
         try:
             async with self._guard.attempt(key, policy, at=started) as attempt:
@@ -413,7 +413,7 @@ class Agent:
             view = await self._describe(current, now, trace_id)
             return lease_expired(view, await self._can_create_another(inbox, policy))
 
-        key = (inbox.run_id, inbox.inbox_id, "claim")
+        key = BreakerKey(inbox.run_id, inbox.inbox_id, "claim")
         claim = Claim(self._ids.claim_id(), message_id, run_id, now)
         after = after_claim(inbox, delivery, claim)
         try:
@@ -469,7 +469,7 @@ class Agent:
         self, exc: ProviderTrouble, key: BreakerKey, inbox: Inbox, now: float, trace_id: str
     ) -> Envelope:
         """The provider failed an envelope call (the guard counted it): nothing spent, retry."""
-        operation = key[2]
+        operation = key.operation
         self._metrics.provider_failure(operation, exc.reason)
         log(
             "provider_trouble",
@@ -567,7 +567,7 @@ class Agent:
         inbox = await self._load(stored.delivery.inbox_id)
         policy = self._policy(inbox)
         await self._check_owner(run_id, inbox, "read", policy)
-        key = (inbox.run_id, inbox.inbox_id, "read")
+        key = BreakerKey(inbox.run_id, inbox.inbox_id, "read")
         try:
             async with self._guard.attempt(key, policy) as attempt:
                 if attempt.refused:
@@ -626,7 +626,9 @@ class Agent:
         if run_id is None or run_id == inbox.run_id:
             return
         # An ownership fault counts against the run the caller named.
-        await self._guard.failure((run_id, inbox.inbox_id, operation), policy, "wrong_run")
+        await self._guard.failure(
+            BreakerKey(run_id, inbox.inbox_id, operation), policy, "wrong_run"
+        )
         if operation == "claim":
             self._metrics.claim("wrong_run")
         raise OwnershipRefused("wrong_run", f"run {run_id!r} does not own this {_noun(operation)}")

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Final
+from typing import Final, NamedTuple
 
 __all__ = [
     "Admission",
@@ -231,8 +231,12 @@ class Breaker:
             self._probe_in_flight = False
 
 
-BreakerKey = tuple[str, str, str]
-"""(run_id, inbox_id, operation), the operation being "wait", "read" or "claim"."""
+class BreakerKey(NamedTuple):
+    """Whose breaker: one inbox of one run, for one operation."""
+
+    run_id: str
+    inbox_id: str
+    operation: str  # "wait", "read" or "claim"
 
 
 class Breakers:

@@ -95,8 +95,8 @@ class Attempt:
         assert not self.refused, "a refused attempt must not reach the provider"
         first = not self.reached_provider
         self.reached_provider = True
-        run_id, _, operation = self._key
-        return await self._guard.call(operation, run_id, self._policy, work, fault=first)
+        key = self._key
+        return await self._guard.call(key.operation, key.run_id, self._policy, work, fault=first)
 
 
 class Attempting:

@@ -204,7 +204,7 @@ def test_settings_reject_nonsense(threshold: int, cooldown: float, cooldown_max:
 def test_registry_returns_the_same_breaker_for_a_key() -> None:
     """get creates a breaker on demand and returns that same one afterwards."""
     breakers = Breakers()
-    key: BreakerKey = ("run-1", "ib_1", "wait")
+    key = BreakerKey("run-1", "ib_1", "wait")
     first = breakers.get(key, SETTINGS)
     assert breakers.get(key, SETTINGS) is first
     assert len(breakers) == 1
@@ -212,13 +212,17 @@ def test_registry_returns_the_same_breaker_for_a_key() -> None:
 
 @pytest.mark.parametrize(
     "other",
-    [("run-1", "ib_1", "read"), ("run-1", "ib_2", "wait"), ("run-2", "ib_1", "wait")],
+    [
+        BreakerKey("run-1", "ib_1", "read"),
+        BreakerKey("run-1", "ib_2", "wait"),
+        BreakerKey("run-2", "ib_1", "wait"),
+    ],
     ids=["operation", "inbox", "run"],
 )
 def test_registry_isolates_keys(other: BreakerKey) -> None:
     """Opening the breaker of one (run, inbox, operation) leaves every other key closed."""
     breakers = Breakers()
-    key: BreakerKey = ("run-1", "ib_1", "wait")
+    key = BreakerKey("run-1", "ib_1", "wait")
     for now in (1.0, 2.0, 3.0):
         breakers.get(key, SETTINGS).record_failure(now)
     assert breakers.get(key, SETTINGS).state is OPEN
@@ -232,8 +236,8 @@ def test_registry_isolates_keys(other: BreakerKey) -> None:
 def test_forget_idle_drops_settled_breakers_after_the_grace() -> None:
     """Closed breakers with no failures are dropped once untouched for idle_after_s."""
     breakers = Breakers(idle_after_s=60.0, forget_after_s=600.0)
-    settled: BreakerKey = ("run-1", "ib_1", "wait")
-    failing: BreakerKey = ("run-1", "ib_1", "claim")
+    settled = BreakerKey("run-1", "ib_1", "wait")
+    failing = BreakerKey("run-1", "ib_1", "claim")
     breakers.get(settled, SETTINGS).admit(0.0)
     breakers.get(settled, SETTINGS).record_success(1.0)
     breakers.get(failing, SETTINGS).record_failure(1.0)
@@ -247,7 +251,7 @@ def test_forget_idle_drops_settled_breakers_after_the_grace() -> None:
 def test_forget_idle_drops_any_breaker_untouched_for_forget_after_s() -> None:
     """Even an open breaker is forgotten after forget_after_s of silence, and comes back closed."""
     breakers = Breakers(idle_after_s=60.0, forget_after_s=600.0)
-    key: BreakerKey = ("run-1", "ib_1", "read")
+    key = BreakerKey("run-1", "ib_1", "read")
     for now in (1.0, 2.0, 3.0):
         breakers.get(key, SETTINGS).record_failure(now)
     assert breakers.forget_idle(500.0) == 0
@@ -275,7 +279,7 @@ def test_registry_rejects_nonsense_ages() -> None:
 def test_registry_find_and_discard() -> None:
     """find() does not create; discard() forgets a breaker at once."""
     registry = Breakers()
-    key = ("run", "inbox", "wait")
+    key = BreakerKey("run", "inbox", "wait")
     assert registry.find(key) is None and len(registry) == 0
     created = registry.get(key, BreakerSettings(2, 1.0, 4.0))
     assert registry.find(key) is created

@@ -11,6 +11,7 @@ from typing import TypeVar
 
 import pytest
 
+from sink.breaker import BreakerKey
 from sink.clock import FakeClock
 from sink.errors import ProviderTimeout
 from sink.faults import FaultRegistry, FaultSpec
@@ -20,7 +21,7 @@ from sink.policy import CI
 from sink.storage.memory import MemoryStore
 
 T = TypeVar("T")
-KEY = ("run-g", "ib_guard", "wait")
+KEY = BreakerKey("run-g", "ib_guard", "wait")
 POLICY = replace(CI, breaker_failure_threshold=1, breaker_cooldown_s=5.0, provider_deadline_s=2.0)
 
 

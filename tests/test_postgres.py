@@ -10,6 +10,7 @@ import asyncpg
 import pytest
 
 from sink import clock, ids
+from sink.breaker import BreakerKey
 from sink.errors import StorageUnavailable
 from sink.message import summarize
 from sink.storage.base import Event, Incoming
@@ -240,7 +241,7 @@ def test_the_breaker_lives_in_the_database_with_one_probe(pg_dsn: str) -> None:
     from sink.breaker import BreakerSettings, BreakerState
 
     settings = BreakerSettings(failure_threshold=2, cooldown_s=0.3, cooldown_max_s=1.0)
-    key = ("run-b", "ib_x", "wait")
+    key = BreakerKey("run-b", "ib_x", "wait")
 
     async def scenario() -> None:
         a, b = PostgresStore(pg_dsn), PostgresStore(pg_dsn)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sink import ids
 from sink.agent import Agent, CreateRequest, WaitRequest
+from sink.breaker import BreakerKey
 from sink.client.inbox import AsyncInbox
 from sink.client.models import Envelope, Match, Message, MessagePage, RunReport
 from sink.clock import FakeClock
@@ -263,7 +264,7 @@ class AsyncFakeSink:
             # Open from this wait on: the wait is refused, and the step is used.
             stored = await self._store.load_inbox(inbox_id)
             policy = self._settings.policy(stored.policy_name if stored else "ci")
-            self._guard.trip((inbox.run_id, inbox_id, "wait"), policy, step.retry_after)
+            self._guard.trip(BreakerKey(inbox.run_id, inbox_id, "wait"), policy, step.retry_after)
             self._script.pop(0)
             return
         armed = _Armed(step)
