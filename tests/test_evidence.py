@@ -274,3 +274,26 @@ def test_a_mismatch_wins_over_a_near_miss(backend: Backend) -> None:  # noqa: F8
         assert [u.subject for u in waited.unmatched] == ["Newsletter"]
 
     scenario(backend, work)
+
+
+def test_near_misses_told_before_a_claim_are_no_news_to_the_next_wait(
+    backend: Backend,  # noqa: F811
+) -> None:
+    """After the run claimed its evidence, a wait for a next message counts only near misses
+    caught since the claim."""
+
+    async def work(world: World) -> None:
+        inbox = await world.create()
+        await world.send(typo_of(inbox.address), "Your code")
+        await world.send(inbox.address, "Your code")
+        found = await world.wait(inbox.inbox_id)
+        assert found.message is not None
+        await world.agent.claim(found.message.message_id, world.run_id, None)
+        world.clock.advance(1)
+        quiet = await world.wait(inbox.inbox_id)
+        assert quiet.reason is Reason.EVIDENCE_NOT_FOUND and quiet.near_misses == ()
+        await world.send(typo_of(inbox.address), "Your next code")
+        told = await world.wait(inbox.inbox_id)
+        assert told.reason is Reason.EVIDENCE_MISADDRESSED and len(told.near_misses) == 1
+
+    scenario(backend, work)

@@ -206,8 +206,8 @@ class Store(Protocol):
     async def add_events(self, events: list[Event]) -> None: ...
 
     async def near_misses(self, inbox_id: str, limit: int) -> list[NearMiss]:
-        """Caught mail recorded as near misses of the inbox (when it was stored), newest first
-        (ties by arrival order)."""
+        """Caught mail recorded as near misses of the inbox (when it was stored) since its
+        evidence was last claimed, newest first (ties by arrival order)."""
 
     async def run_report(self, run_id: str) -> tuple[list[InboxReport], list[Event]]: ...
 

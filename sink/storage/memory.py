@@ -269,7 +269,10 @@ class MemoryStore:
 
     async def near_misses(self, inbox_id: str, limit: int) -> list[NearMiss]:
         self._check()
-        recorded = self._near_misses.get(inbox_id, [])
+        # Since the inbox's evidence was last claimed: earlier ones were told before it.
+        claimed = [d.claim.claimed_at for d in self._by_inbox.get(inbox_id, []) if d.claim]
+        since = max(claimed, default=-1.0)
+        recorded = [m for m in self._near_misses.get(inbox_id, []) if m.received_at > since]
         order = {id(m): n for n, m in enumerate(recorded)}
         newest = sorted(recorded, key=lambda m: (m.received_at, order[id(m)]), reverse=True)
         return newest[:limit]

@@ -297,13 +297,14 @@ class PostgresStore:
                     max_inactive_connection_lifetime=60.0,
                     server_settings={**_NAMED, "synchronous_commit": "off"},
                 )
-                self._near.keep_only(await self._live_addresses(self._pool))
                 break
             except _DRIVER_ERRORS as exc:
                 error = _translate(exc, "opening the store")
                 if not isinstance(error, StorageUnavailable) or loop.time() > deadline:
                     raise error from exc
                 await asyncio.sleep(0.5)
+        async with _translated("loading the live inboxes"):
+            self._near.keep_only(await self._live_addresses(self.pool))
         self._deliveries.start()
 
     def follow(self, target: WakeTarget, live: LiveTarget | None = None) -> None:
@@ -669,6 +670,8 @@ class PostgresStore:
         rows = await self._fetch(
             "near_misses",
             "SELECT address, received_at, distance FROM near_misses WHERE inbox_id = $1 "
+            "AND received_at > (SELECT COALESCE(MAX(claimed_at), -1) FROM deliveries "
+            "WHERE inbox_id = $1 AND claim_id IS NOT NULL) "
             "ORDER BY received_at DESC, id DESC LIMIT $2",
             inbox_id,
             limit,

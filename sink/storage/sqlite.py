@@ -86,6 +86,13 @@ FROM deliveries d JOIN messages m ON m.message_pk = d.message_pk
 """
 
 
+# When the inbox's evidence was last claimed (-1: never): near misses from before it were
+# told with that evidence's wait and are no news to a wait for the next message.
+_LAST_CLAIM = (
+    "SELECT COALESCE(MAX(claimed_at), -1) FROM deliveries "
+    "WHERE inbox_id = ? AND claim_id IS NOT NULL"
+)
+
 _SERVER_KEYS_TABLE = """
 CREATE TABLE IF NOT EXISTS server_keys (
     name TEXT PRIMARY KEY,
@@ -614,8 +621,8 @@ class SQLiteStore:
     async def near_misses(self, inbox_id: str, limit: int) -> list[NearMiss]:
         rows = await self._read(
             "SELECT address, received_at, distance FROM near_misses WHERE inbox_id = ? "
-            "ORDER BY received_at DESC, id DESC LIMIT ?",
-            (inbox_id, limit),
+            f"AND received_at > ({_LAST_CLAIM}) ORDER BY received_at DESC, id DESC LIMIT ?",
+            (inbox_id, inbox_id, limit),
         )
         return [NearMiss(r["address"], r["received_at"], r["distance"]) for r in rows]
 
