@@ -79,6 +79,7 @@ from sink.storage.base import (
 from sink.storage.pg_events import CAUGHT, EventFeed, LiveTarget
 from sink.storage.pg_space import DISK_FULL, SpaceGate, probe
 from sink.storage.postgres_mail import PostgresMail, lock_messages
+from sink.storage.routecache import RouteCache
 from sink.storage.rows import (
     LIVE_ADDRESSES,
     accepted_event,
@@ -92,7 +93,6 @@ from sink.storage.rows import (
     match_json_or_none,
     near_miss_event,
 )
-from sink.storage.sqlite import RouteCache
 from sink.vocabulary import Reason, State
 
 T = TypeVar("T")

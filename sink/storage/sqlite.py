@@ -15,7 +15,6 @@ import json
 import secrets
 import sqlite3
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from functools import partial
@@ -46,6 +45,7 @@ from sink.storage.base import (
     RunSummary,
     StoredMessage,
 )
+from sink.storage.routecache import RouteCache
 from sink.storage.rows import (
     LIVE_ADDRESSES,
     accepted_event,
@@ -286,34 +286,6 @@ def _refold(db: sqlite3.Connection, limit: int) -> bool:
     upto = rows[0]["message_pk"] - 1 if len(rows) == limit else 0
     db.execute("UPDATE index_state SET refold_upto = ?", (upto,))
     return upto == 0
-
-
-class RouteCache:
-    """The newest routes asked for, by local part; forgotten by inbox id when one expires."""
-
-    def __init__(self, size: int = 4096) -> None:
-        self._size = size
-        self._by_local: OrderedDict[str, Route] = OrderedDict()
-        self._local_of: dict[str, str] = {}
-
-    def get(self, local_part: str) -> Route | None:
-        route = self._by_local.get(local_part)
-        if route is not None:
-            self._by_local.move_to_end(local_part)
-        return route
-
-    def remember(self, local_part: str, route: Route) -> None:
-        self._by_local[local_part] = route
-        self._local_of[route.inbox_id] = local_part
-        if len(self._by_local) > self._size:
-            _, oldest = self._by_local.popitem(last=False)
-            self._local_of.pop(oldest.inbox_id, None)
-
-    def forget(self, inbox_ids: Iterable[str]) -> None:
-        for inbox_id in inbox_ids:
-            local_part = self._local_of.pop(inbox_id, None)
-            if local_part is not None:
-                self._by_local.pop(local_part, None)
 
 
 def _all(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Row]:
