@@ -184,10 +184,15 @@ def _with_attachment(to: str) -> bytes:
     return bytes(message)
 
 
-@pytest.mark.parametrize("transport", ["http", "stdio"])
-def test_agent_body_never_keeps_bodies_from_agents(server: Server, transport: str) -> None:
+@pytest.mark.parametrize(
+    ("store", "transport"), [("sqlite", "http"), ("sqlite", "stdio"), ("postgres", "http")]
+)
+def test_agent_body_never_keeps_bodies_from_agents(
+    request: pytest.FixtureRequest, store: str, transport: str
+) -> None:
     """Under production (agent_body = never) a run token and MCP callers get the evidence but
     no text, HTML, headers, raw bytes or attachment bytes; an operator's read still has them."""
+    server: Server = request.getfixturevalue("server" if store == "sqlite" else "pg_server")
     run_id = new_run_id("never")
     with server.http() as http:
         waited = _received(server, http, run_id, raw=_with_attachment, policy="production")
