@@ -12,6 +12,8 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
+
 from sink import ids
 from sink.agent import Agent, CreateRequest, WaitRequest
 from sink.clock import FakeClock
@@ -297,3 +299,24 @@ def test_near_misses_told_before_a_claim_are_no_news_to_the_next_wait(
         assert told.reason is Reason.EVIDENCE_MISADDRESSED and len(told.near_misses) == 1
 
     scenario(backend, work)
+
+
+def test_a_reopened_store_knows_the_live_inboxes_made_before(backend: Backend) -> None:  # noqa: F811
+    """The near-miss index is loaded from the store at start-up: a process started after the
+    inbox was created (a restart, another replica) still records its near misses."""
+    if backend.name == "memory":
+        pytest.skip("the memory store keeps nothing across a restart")
+    made: dict[str, Envelope] = {}
+
+    async def create(world: World) -> None:
+        made["inbox"] = await world.create()
+
+    async def later(world: World) -> None:
+        inbox = made["inbox"]
+        world.clock.advance(5)
+        await world.send(typo_of(inbox.address), "Your code")
+        got = await world.get(inbox.inbox_id)
+        assert [n.address for n in got.near_misses] == [typo_of(inbox.address)]
+
+    scenario(backend, create)
+    scenario(backend, later)
