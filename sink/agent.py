@@ -533,7 +533,9 @@ class Agent:
         parsed = await asyncio.to_thread(parse, stored.raw, kept)
         if kept is None:  # the first read works it out; every later one reads it back
             analysis = Analysis.of(parsed).to_json()
-            await self._best_effort(self._store.keep_analysis(message_id, analysis))
+            # in place of one of an older version (stored.analysis), or where none is kept
+            keep = self._store.keep_analysis(message_id, analysis, stored.analysis)
+            await self._best_effort(keep)
         log(
             "message_read",
             run_id=inbox.run_id,

@@ -280,8 +280,8 @@ def test_a_shared_message_keeps_its_body_until_every_inbox_is_released(backend: 
 
 
 def test_a_kept_analysis_is_read_back_until_the_body_is_released(backend: Backend) -> None:
-    """keep_analysis keeps the first analysis (a second does not replace it), message()
-    returns it, and releasing the run clears it with the body."""
+    """keep_analysis keeps the first analysis (a second does not replace it, unless it names
+    the one it replaces), message() returns it, and releasing the run clears it with the body."""
 
     async def scenario(store: Storage) -> list[str | None]:
         new = new_inbox("run-k")
@@ -289,10 +289,13 @@ def test_a_kept_analysis_is_read_back_until_the_body_is_released(backend: Backen
         await store.save_message(incoming(new.inbox))
         (delivery,) = await store.deliveries_after(new.inbox.inbox_id, 0, 10)
         seen = []
-        for analysis in ('{"v":1,"first":true}', '{"v":1,"second":true}'):
+        for analysis in ('{"v":0,"old":true}', '{"v":1,"second":true}'):
             await store.keep_analysis(delivery.message_id, analysis)
             stored = await store.message(delivery.message_id)
             seen.append(stored.analysis if stored else "missing")
+        await store.keep_analysis(delivery.message_id, '{"v":1,"first":true}', seen[0])
+        stored = await store.message(delivery.message_id)
+        seen[1] = stored.analysis if stored else "missing"
         await store.release_run("run-k", clock.now())
         stored = await store.message(delivery.message_id)
         seen.append(stored.analysis if stored else "missing")
@@ -301,8 +304,8 @@ def test_a_kept_analysis_is_read_back_until_the_body_is_released(backend: Backen
         seen.append(stored.analysis if stored else "missing")
         return seen
 
-    first, again, released, late = backend.run(scenario)
-    assert first == again == '{"v":1,"first":true}'
+    first, replaced, released, late = backend.run(scenario)
+    assert first == '{"v":0,"old":true}' and replaced == '{"v":1,"first":true}'
     assert released is None and late is None
 
 

@@ -185,9 +185,12 @@ class Store(Protocol):
 
     async def message(self, message_id: str) -> StoredMessage | None: ...
 
-    async def keep_analysis(self, message_id: str, analysis: str) -> None:
-        """Keep what the first read worked out from the message's content (sink.message
-        Analysis, as JSON) with the message, until its body is released; a kept one stays."""
+    async def keep_analysis(
+        self, message_id: str, analysis: str, replacing: str | None = None
+    ) -> None:
+        """Keep what a read worked out from the message's content (sink.message Analysis, as
+        JSON) with the message, until its body is released: when none is kept, or in place of
+        ``replacing`` (one of an older version); a kept one is never overwritten otherwise."""
 
     async def save_poll(self, before: Inbox, after: Inbox, event: Event) -> bool:
         """Record a poll unless another poll of the inbox was recorded since ``before``."""

@@ -315,11 +315,14 @@ class MemoryStore:
             auth_user=message.auth_user,
         )
 
-    async def keep_analysis(self, message_id: str, analysis: str) -> None:
+    async def keep_analysis(
+        self, message_id: str, analysis: str, replacing: str | None = None
+    ) -> None:
         self._check()
         found = self._deliveries.get(message_id)
-        if found is not None and found.message.raw is not None and found.message.analysis is None:
-            found.message.analysis = analysis
+        message = found.message if found is not None else None
+        if message is not None and message.raw is not None and message.analysis == replacing:
+            message.analysis = analysis
 
     async def claim(self, delivery: Delivery, claim: Claim, after: Inbox) -> Claim:
         self._check()

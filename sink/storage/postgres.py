@@ -737,14 +737,17 @@ class PostgresStore:
             auth_user=row["auth_user"],
         )
 
-    async def keep_analysis(self, message_id: str, analysis: str) -> None:
+    async def keep_analysis(
+        self, message_id: str, analysis: str, replacing: str | None = None
+    ) -> None:
         async def work(db: Connection) -> None:
             await db.execute(
                 """UPDATE messages SET analysis = $1
                    WHERE message_key = (SELECT message_key FROM deliveries WHERE message_id = $2)
-                     AND raw IS NOT NULL AND analysis IS NULL""",
+                     AND raw IS NOT NULL AND analysis IS NOT DISTINCT FROM $3""",
                 analysis,
                 message_id,
+                replacing,
             )
 
         await self._transaction("keep_analysis", work)

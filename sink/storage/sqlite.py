@@ -650,13 +650,15 @@ class SQLiteStore:
             auth_user=row["auth_user"],
         )
 
-    async def keep_analysis(self, message_id: str, analysis: str) -> None:
+    async def keep_analysis(
+        self, message_id: str, analysis: str, replacing: str | None = None
+    ) -> None:
         def work(db: sqlite3.Connection) -> None:
             db.execute(
                 """UPDATE messages SET analysis = ?
                    WHERE message_pk = (SELECT message_pk FROM deliveries WHERE message_id = ?)
-                     AND raw IS NOT NULL AND analysis IS NULL""",
-                (analysis, message_id),
+                     AND raw IS NOT NULL AND analysis IS ?""",
+                (analysis, message_id, replacing),
             )
 
         await self._transaction(work)
