@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support import Server, create_inbox
+from tests.support import Server, create_inbox, make_certificate, start_server
 from tests.test_smtp_hardening import SENDER, Raw, messages
 
 TRIES = 6
@@ -28,6 +28,15 @@ DEADLINE_S = 10.0
 def http(server: Server) -> Iterator[httpx.Client]:
     with server.http() as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    folder = tmp_path_factory.mktemp("hangup-tls")
+    cert, key = make_certificate(folder, "sink.test")
+    running = start_server(folder, "--tls-cert", str(cert), "--tls-key", str(key))
+    yield running
+    running.stop()
 
 
 def transaction(to: str, subject: str) -> bytes:
@@ -113,6 +122,27 @@ def test_a_message_is_stored_when_the_client_leaves_right_after_its_dot(
     assert sorted(m["subject"] for m in listed) == [f"{ending} {n}" for n in range(TRIES)]
 
 
+@pytest.mark.parametrize("ending", ["close", "quit-close", "reset"])  # TLS: no half-close
+def test_a_message_over_starttls_is_stored_when_the_client_leaves_after_the_dot(
+    tls_server: Server, ending: str
+) -> None:
+    """Over STARTTLS too (where the end of the client's side closes the TLS layer), the
+    transaction sent in one write and the client gone at once: every message is stored."""
+    with tls_server.http() as http:
+        inbox = create_inbox(http)
+        for n in range(TRIES):
+            client = Raw(tls_server.smtp_port)
+            assert client.code() == 220
+            assert client.cmd("EHLO client.example.test") == 250
+            assert client.cmd("STARTTLS") == 220
+            client.starttls()
+            client.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            client.send(transaction(inbox["address"], f"tls {ending} {n}"))
+            ENDINGS[ending](client)
+        listed = wait_for_count(http, inbox["inbox_id"], TRIES)
+    assert sorted(m["subject"] for m in listed) == [f"tls {ending} {n}" for n in range(TRIES)]
+
+
 def test_a_message_cut_before_its_dot_is_not_stored(server: Server, http: httpx.Client) -> None:
     """A client that leaves before the final dot stores nothing (no 250 was owed), and the
     next message on a new connection is stored."""
@@ -126,6 +156,28 @@ def test_a_message_cut_before_its_dot_is_not_stored(server: Server, http: httpx.
     client.send(transaction(inbox["address"], "whole"))
     half_closed(client)
     assert [m["subject"] for m in wait_for_count(http, inbox["inbox_id"], 1)] == ["whole"]
+
+
+def test_the_server_logs_no_trouble_for_clients_that_left(server: Server) -> None:
+    """Clients leaving at every timing above are no trouble: no warning or error is logged."""
+    before = len(server.log_lines())
+    for ending in ENDINGS.values():
+        client = Raw(server.smtp_port)
+        client.send(transaction("someone@elsewhere.test", "log check"))
+        ending(client)
+    with server.http() as http:  # the last one's message is stored: the others ran before it
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:
+            listed = http.get("/v1/unrouted", params={"limit": 50}).json()["messages"]
+            if sum(m["subject"] == "log check" for m in listed) >= len(ENDINGS):
+                break
+            time.sleep(0.05)
+    troubles = [
+        line
+        for line in server.log_lines()[before:]
+        if line["level"] in ("warning", "error") and line["event"].startswith(("smtp", "library"))
+    ]
+    assert troubles == []
 
 
 def test_commands_after_the_half_close_are_all_answered(server: Server) -> None:

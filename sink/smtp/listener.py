@@ -832,6 +832,18 @@ class RunsinkSMTP(LeanLoopSMTP):
             return b"", _TOO_MUCH_DATA
         return data, None
 
+    @syntax("QUIT")
+    async def smtp_QUIT(self, arg: str | None) -> None:
+        # aiosmtpd's, less its cancel of the command loop and its assert that the client
+        # is still there (it may have left right after sending QUIT: sink/smtp/loop.py).
+        if arg:
+            await self.push("501 Syntax: QUIT")
+            return
+        await self.push("221 Bye")
+        self._hung_up = True  # the loop ends here
+        if self.transport is not None:
+            self.transport.close()  # flushes the 221 first
+
     @syntax("STARTTLS", when="tls_context")
     async def smtp_STARTTLS(self, arg: str) -> None:
         # aiosmtpd would start a second TLS layer inside the first (RFC 3207 4.2 forbids it).
