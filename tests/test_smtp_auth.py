@@ -310,11 +310,17 @@ def test_smtplib_logs_in_against_a_configured_pair(checking: Server) -> None:
 
 
 def test_passwords_never_reach_the_log(checking: Server, server: Server) -> None:
-    """Neither the configured password nor any given one (nor their base64) is logged."""
+    """Neither the configured password nor any given one (nor their base64) is logged; a
+    refused login is logged with its mechanism only."""
+    before = len(checking.log_lines())
     with Client(checking.smtp_port) as client:
         greeted(client)
         assert login(client, "LOGIN", USER, "typed-wrong-secret") == 535
         assert login(client, "PLAIN", USER, PASSWORD) == 235
+    refused = [
+        line for line in checking.log_lines()[before:] if line["event"] == "smtp_auth_refused"
+    ]
+    assert refused == [{**refused[0], "mechanism": "LOGIN"}] and USER not in str(refused)
     for running in (checking, server):
         text = running.log_path.read_text()
         for secret in (PASSWORD, "typed-wrong-secret", "any-password", OTHER_PASSWORD):

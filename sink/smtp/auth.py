@@ -22,6 +22,8 @@ from typing import Any
 
 from aiosmtpd.smtp import MISSING, SMTP, AuthResult, Envelope, LoginPassword, Session
 
+from sink.logs import warn
+
 MAX_USER_BYTES = 256
 """A longer user name is refused (501): it is stored with every message of the session."""
 
@@ -69,7 +71,7 @@ class Logins:
         """aiosmtpd's ``authenticator`` for its PLAIN and LOGIN: the user name on success."""
         if not isinstance(data, LoginPassword):
             return AuthResult(success=False, handled=False)
-        return self._result(data.login, self.password_ok(data.login, data.password))
+        return self._result(mechanism, data.login, self.password_ok(data.login, data.password))
 
     async def cram_md5(self, server: SMTP, args: list[str]) -> AuthResult:
         """RFC 2195: a challenge, then ``user SP hex-digest`` (any digest when not checking)."""
@@ -85,13 +87,15 @@ class Logins:
         if not space or not user or not digest:
             await server.push(_CRAM_SYNTAX)
             return AuthResult(success=False, handled=True)
-        return self._result(user, self.digest_ok(user, challenge, digest))
+        return self._result("CRAM-MD5", user, self.digest_ok(user, challenge, digest))
 
     @staticmethod
-    def _result(user: bytes, ok: bool) -> AuthResult:
+    def _result(mechanism: str, user: bytes, ok: bool) -> AuthResult:
         if len(user) > MAX_USER_BYTES:
             return AuthResult(success=False, handled=False, message=_TOO_LONG)
         if not ok:
+            # Why an app's mail is refused, said once: the mechanism, never the credentials.
+            warn("smtp_auth_refused", mechanism=mechanism)
             return AuthResult(success=False, handled=False)  # aiosmtpd: 535 5.7.8
         # Only the user name is kept (as session.auth_data): never the password.
         return AuthResult(success=True, auth_data=user.decode("utf-8", "replace"))
