@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
@@ -45,7 +45,6 @@ from sink.runtime import Runtime
 if TYPE_CHECKING:
     from api.waitpath import WaitEndpoint
 
-M = TypeVar("M", bound=BaseModel)
 
 _INBOX_ID = ids.INBOX_ID
 _MESSAGE_ID = ids.MESSAGE_ID
@@ -70,10 +69,6 @@ async def _json_body(request: Request, required: bool = True) -> Any:
     return parse_json(await _raw(request), required)
 
 
-def _model(model_class: type[M], body: Any) -> M:
-    return model(model_class, body)
-
-
 def _inbox_id(request: Request) -> str:
     inbox_id: str = request.path_params["inbox_id"]
     if not _INBOX_ID.fullmatch(inbox_id):
@@ -88,10 +83,6 @@ def _message_id(request: Request) -> str:
         raise NotFound(f"no message {message_id[:64]!r}")
     context_of(request.scope).note(message_id=message_id)
     return message_id
-
-
-def _run_id_param(value: str | None, where: str) -> str | None:
-    return run_id_param(value, where)
 
 
 def _caller_run(request: Request, body_run: str | None = None) -> str | None:
@@ -147,7 +138,7 @@ def _explicit_trace(request: Request) -> str | None:
 async def create_inbox(request: Request) -> Response:
     body = await _json_body(request)
     context_of(request.scope).call = route_call(request.scope, body)
-    given = _model(CreateInboxIn, body)
+    given = model(CreateInboxIn, body)
     key = request.headers.get("idempotency-key")
     if key is not None and not _IDEMPOTENCY_KEY.fullmatch(key):
         raise InvalidRequest("Idempotency-Key: 1-255 printable ASCII characters, no spaces")
@@ -256,7 +247,7 @@ async def claim_message(request: Request) -> Response:
     message_id = _message_id(request)
     body = await _json_body(request, required=False)
     context_of(request.scope).call = route_call(request.scope, body)
-    given = _model(ClaimIn, body)
+    given = model(ClaimIn, body)
     run_id = _caller_run(request, given.run_id)
     if run_id is None:
         raise InvalidRequest(
@@ -271,7 +262,7 @@ async def claim_message(request: Request) -> Response:
 
 def _run_path(request: Request) -> str:
     run_id: str = request.path_params["run_id"]
-    _run_id_param(run_id, "run_id")
+    run_id_param(run_id, "run_id")
     context_of(request.scope).note(run_id=run_id)
     return run_id
 
@@ -288,7 +279,7 @@ async def release_run(request: Request) -> Response:
 
 async def mint_run_token(request: Request) -> Response:
     run_id = _run_path(request)
-    given = _model(RunTokenIn, await _json_body(request, required=False))
+    given = model(RunTokenIn, await _json_body(request, required=False))
     runtime = _runtime(request)
     minted = await run_tokens.mint(
         runtime.store,
@@ -317,7 +308,7 @@ def _faults(request: Request) -> Any:
 
 async def add_fault(request: Request) -> Response:
     registry = _faults(request)
-    given = _model(FaultIn, await _json_body(request))
+    given = model(FaultIn, await _json_body(request))
     spec = FaultSpec(
         target=given.target,
         mode=given.mode,

@@ -20,7 +20,7 @@ from dataclasses import replace
 from functools import partial
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import aiosqlite
 
@@ -66,7 +66,6 @@ from sink.vocabulary import Reason, State
 
 _PROBE_TRUSTED_S = 1.0
 
-T = TypeVar("T")
 Row = sqlite3.Row
 
 
@@ -352,9 +351,6 @@ class SQLiteStore:
         except sqlite3.Error as exc:
             raise StorageError(f"read failed: {exc}") from exc
 
-    async def _transaction(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._writer.transaction(work)
-
     # -- inboxes -----------------------------------------------------------------
 
     async def ping(self) -> None:
@@ -368,7 +364,7 @@ class SQLiteStore:
         now = time.monotonic()
         if now - self._committed_at < _PROBE_TRUSTED_S:
             return
-        await self._transaction(_probe_commit)
+        await self._writer.transaction(_probe_commit)
         self._committed_at = now
 
     async def create_inbox(self, new: NewInbox, event: Event) -> CreateResult:
@@ -424,7 +420,7 @@ class SQLiteStore:
             _insert_events(db, [event])
             return CreateResult(CreateOutcome.CREATED, inbox)
 
-        result = await self._transaction(work)
+        result = await self._writer.transaction(work)
         if result.outcome == CreateOutcome.CREATED:
             inbox = new.inbox
             self._near.add(
@@ -501,7 +497,7 @@ class SQLiteStore:
             _insert_events(db, events)
             return True
 
-        saved = await self._transaction(work)
+        saved = await self._writer.transaction(work)
         if saved and after.state is State.EXPIRED:
             self._ended([after.inbox_id])
         return saved
@@ -510,7 +506,7 @@ class SQLiteStore:
         def work(db: sqlite3.Connection) -> None:
             _persist_expiry(db, inbox, retention_s)
 
-        await self._transaction(work)
+        await self._writer.transaction(work)
         self._ended([inbox.inbox_id])
 
     async def expire_due(self, now: float, limit: int) -> list[Inbox]:
@@ -524,7 +520,7 @@ class SQLiteStore:
         def work(db: sqlite3.Connection) -> None:
             db.execute("UPDATE inboxes SET last_error = ? WHERE inbox_id = ?", (code, inbox_id))
 
-        await self._transaction(work)
+        await self._writer.transaction(work)
 
     # -- messages ----------------------------------------------------------------
 
@@ -573,7 +569,7 @@ class SQLiteStore:
         # Cleared first: a delivery committed while the batch runs sets it again.
         self._unindexed = False
         try:
-            indexed, more = await self._transaction(partial(_index_pending, limit=limit))
+            indexed, more = await self._writer.transaction(partial(_index_pending, limit=limit))
         except BaseException:
             self._unindexed = True
             raise
@@ -661,7 +657,7 @@ class SQLiteStore:
                 (analysis, message_id, replacing),
             )
 
-        await self._transaction(work)
+        await self._writer.transaction(work)
 
     async def claim(self, delivery: Delivery, claim: Claim, after: Inbox) -> Claim:
         def work(db: sqlite3.Connection) -> Claim:
@@ -695,7 +691,7 @@ class SQLiteStore:
             )
             return claim
 
-        return await self._transaction(work)
+        return await self._writer.transaction(work)
 
     # -- release and retention ---------------------------------------------------
 
@@ -713,7 +709,7 @@ class SQLiteStore:
             _release(db, [i.inbox_id for i in inboxes], now, {i.inbox_id: run_id for i in inboxes})
             return [i.inbox_id for i in inboxes]
 
-        released = await self._transaction(work)
+        released = await self._writer.transaction(work)
         self._ended(released)
         return released
 
@@ -751,15 +747,11 @@ class SQLiteStore:
             )
             return [i.inbox_id for i in inboxes]
 
-        released = await self._transaction(work)
+        released = await self._writer.transaction(work)
         self._ended(released)
         if released:
-            await self._maintenance("PRAGMA incremental_vacuum")
+            await self._writer.statement("PRAGMA incremental_vacuum")
         return len(released)
-
-    async def _maintenance(self, sql: str) -> None:
-        """A statement that must not land inside a transaction: the writer runs it alone."""
-        await self._writer.statement(sql)
 
     async def used_bytes(self) -> int:
         """Bytes in use (pages minus free pages): what --max-store-mb caps."""
@@ -776,7 +768,7 @@ class SQLiteStore:
         def work(db: sqlite3.Connection) -> None:
             _insert_events(db, events)
 
-        await self._transaction(work)
+        await self._writer.transaction(work)
 
     async def run_report(self, run_id: str) -> tuple[list[InboxReport], list[Event]]:
         rows = await self._read(
@@ -817,7 +809,7 @@ class SQLiteStore:
             row = db.execute("SELECT key FROM server_keys WHERE name = 'run_tokens'").fetchone()
             return bytes(row[0])
 
-        return await self._transaction(work)
+        return await self._writer.transaction(work)
 
     # -- caught mail (v2) ----------------------------------------------------------
 
@@ -866,9 +858,9 @@ class SQLiteStore:
             return _delete_entries(db, [row[0] for row in rows], now)
 
         await self._index_caught_up()  # deletes go through the listing
-        deleted = await self._transaction(work)
+        deleted = await self._writer.transaction(work)
         if deleted:
-            await self._maintenance("PRAGMA incremental_vacuum")
+            await self._writer.statement("PRAGMA incremental_vacuum")
         return deleted
 
     # -- search and the listing (v2) --------------------------------------------------
@@ -1080,9 +1072,9 @@ class SQLiteStore:
             return Deleted(_delete_entries(db, list(ids), now))
 
         await self._index_caught_up()  # the listing must hold everything answered 250
-        outcome = await self._transaction(work)
+        outcome = await self._writer.transaction(work)
         if outcome.deleted:
-            await self._maintenance("PRAGMA incremental_vacuum")
+            await self._writer.statement("PRAGMA incremental_vacuum")
         return outcome
 
     # -- the run index (RunIndex: read-only views for the web UI) -------------------
