@@ -136,7 +136,7 @@ class Podman:
         try:
             yield Container(cid, smtp_port, http_port)
         finally:
-            self.call("rm", "--force", "--time", "0", cid)
+            self.call("rm", "--force", "--volumes", "--time", "0", cid)
 
 
 @dataclass(frozen=True)

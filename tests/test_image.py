@@ -223,7 +223,7 @@ def readme_container(podman: Podman, image: str) -> Iterator[tuple[Container, st
         token = done.stdout.rsplit("token=", 1)[1].strip()
         yield Container(name, smtp_port, http_port), token
     finally:
-        podman.call("rm", "--force", "--time", "0", name)
+        podman.call("rm", "--force", "--volumes", "--time", "0", name)
         podman.call("volume", "rm", "--force", name)
 
 
@@ -360,4 +360,4 @@ def test_the_readme_actions_example_serves_the_pytest_plugin(
         )
         result.assert_outcomes(passed=example.count("\ndef test_"))
     finally:
-        podman.call("rm", "--force", "--time", "0", cid)
+        podman.call("rm", "--force", "--volumes", "--time", "0", cid)
