@@ -36,6 +36,7 @@ SCRIPTS: dict[str, tuple[str, list[str]]] = {
     "commit_pages": ("commit_pages.py", ["--commits", "100"]),
     "untrusted": ("untrusted.py", []),
     "startup": ("startup.py", ["--quick"]),
+    "near_miss": ("near_miss.py", ["--quick"]),
 }
 
 

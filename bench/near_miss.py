@@ -17,6 +17,7 @@ median of ``--rounds`` rounds of ``--lookups`` look-ups each.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import string
@@ -101,17 +102,20 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     counts = [100, 1_000] if args.quick else [100, 1_000, 10_000]
-    print(f"near-miss lookup per caught mail (median of {args.rounds} rounds)")
+    load = os.getloadavg()[0]
     print(
-        f"{'live inboxes':>12} {'typo µs':>9} {'unrelated µs':>13} {'short µs':>9} "
-        f"{'scan µs':>10} {'add µs':>8} {'KiB/inbox':>10}"
+        f"NearIndex.find per caught recipient, in process, median of {args.rounds} rounds of "
+        f"{args.lookups} look-ups (load average {load:.1f}); scan: the distance to every inbox."
     )
+    print()
+    print("| live inboxes | typo µs | unrelated µs | gmail.com µs | scan µs | add µs | KiB/inbox |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for count in counts:
         row = measure(count, args.lookups, args.rounds, args.seed)
         print(
-            f"{count:>12,} {row['typo_us']:>9.1f} {row['unrelated_us']:>13.1f} "
-            f"{row['short_us']:>9.1f} {row['scan_us']:>10.1f} {row['add_us']:>8.1f} "
-            f"{row['bytes_per_inbox'] / 1024:>10.1f}"
+            f"| {count:,} | {row['typo_us']:.1f} | {row['unrelated_us']:.1f} "
+            f"| {row['short_us']:.1f} | {row['scan_us']:,.1f} | {row['add_us']:.1f} "
+            f"| {row['bytes_per_inbox'] / 1024:.1f} |"
         )
     return 0
 
