@@ -4,6 +4,11 @@ This is what an agent finishing a sign-up or password-reset flow reads, so the o
 answers matters as much as the answers: the link to click and the code to type come first.
 Everything here is heuristic, standard library only, and bounded: hostile or enormous bodies
 are looked at up to ``MAX_SCAN_CHARS`` and never make a function raise.
+
+Only what a person sees counts (issue 21): HTML text hidden from a reader
+(``sink/visibility.py``) is set apart as hidden text, zero-width characters are read as
+absent and right-to-left overrides as the order they show; and a decoy in the subject cannot
+outrank the body's code (a code in both ranks first, then the body's, then the subject's).
 """
 
 from __future__ import annotations
