@@ -51,9 +51,9 @@ _ADDRESSES_AI = re.compile(
 _AUTHORITY_LABEL = re.compile(r"(?<![A-Za-z])(?:SYSTEM|ADMIN(?:ISTRATOR)? OVERRIDE)\s*:|\[SYSTEM\]")
 # Markup and separators that imitate the edges of a tool result, a message or a role turn.
 _BOUNDARY = re.compile(
-    r"</?\s*(?:system|user|assistant|message|messages|tool|tool_result|tool_call|tool_use"
-    r"|function_results?|function_calls?|instructions?|email|document|context|untrusted"
-    r"|trusted|human|ai|im_start|im_end|prompt|result|output)\s*/?>"
+    r"</?\s*(?:system|user|assistant|message|messages|tool|instructions?|email|document"
+    r"|context|untrusted|trusted|human|ai|im_start|im_end|prompt|result|output"
+    r"|(?:tool|function|system|user|assistant|email|untrusted)_[a-z_]{1,30})\s*/?>"
     r"|<\|(?:im_start|im_end|system|user|assistant|endoftext|eot_id|start_header_id)\|>"
     r"|\[/?(?:INST|SYS|SYSTEM|TOOL|EMAIL|MESSAGE|UNTRUSTED|CONTEXT|DATA|USER|ASSISTANT)"
     r"(?:[_ ](?:END|START|BEGIN|CONTENT|OUTPUT|RESULT))*\]"
@@ -73,6 +73,8 @@ _BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 # ("ig\u200bnore", "4829\u200b13"); the padding between spaces of preheaders is not counted.
 _ZERO_WIDTH = "\u180e\u200b\u200c\u200d\u2060\ufeff"
 _ZERO_WIDTH_INSIDE = re.compile(rf"\w[{_ZERO_WIDTH}]+\w")
+# In a text body, any that is not padding between spaces ("\u200bIgnore", "co\u200b-de").
+_ZERO_WIDTH_TOUCHING = re.compile(rf"(?<![ \t\u00a0])[{_ZERO_WIDTH}]+(?!\s)")
 _ZERO_WIDTH_ANY = re.compile(rf"[{_ZERO_WIDTH}]")
 _NO_ZERO_WIDTH = dict.fromkeys(map(ord, _ZERO_WIDTH + "\u00ad"))
 
@@ -169,8 +171,11 @@ def _zero_width(content: Content, html: str) -> bool:
     names = (content.subject, content.from_name or "", *content.attachment_names)
     if any(_ZERO_WIDTH_ANY.search(name) for name in names if name):
         return True
-    bodies = ((content.text or "")[:MAX_LOOK_CHARS], _entities_decoded(html))
-    return any(_ZERO_WIDTH_INSIDE.search(body) for body in bodies if body)
+    text = (content.text or "")[:MAX_LOOK_CHARS].removeprefix("\ufeff")  # a byte-order mark
+    if text and _ZERO_WIDTH_TOUCHING.search(text):
+        return True
+    # In HTML only inside a word or number: markup puts &zwnj; between tags as spacing.
+    return bool(html) and _ZERO_WIDTH_INSIDE.search(_entities_decoded(html)) is not None
 
 
 _ZERO_WIDTH_ENTITY = re.compile(

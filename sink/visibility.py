@@ -15,6 +15,8 @@ import re
 
 PAGE = "#ffffff"  # mail is read on white unless it says otherwise
 SIMPLE_SELECTOR = re.compile(r"(?:[a-z][a-z0-9]*)?([.#])([\w-]+)", re.IGNORECASE)
+OFF_SCREEN = 500  # pixels (or any unit) left of or above the page: not on any screen
+_CLIPPED_AWAY = re.compile(r"rect\(\s*0(?:px)?[\s,]+0(?:px)?[\s,]+0(?:px)?[\s,]+0(?:px)?\s*\)")
 _LENGTH = re.compile(r"(-?[0-9]*\.?[0-9]+)\s*([a-z%]*)")
 _NAMED_COLOURS = {
     "white": "#ffffff", "black": "#000000", "red": "#ff0000", "green": "#008000",
@@ -124,10 +126,15 @@ def hides(style: dict[str, str]) -> bool:
     if style.get("position") in ("absolute", "fixed"):
         for side in ("left", "top", "right"):
             offset = _length(style.get(side))
-            if offset is not None and offset <= -500:
+            if offset is not None and offset <= -OFF_SCREEN:
                 return True
-    indent = _length(style.get("text-indent"))
-    return indent is not None and indent <= -500
+        if _CLIPPED_AWAY.match(style.get("clip", "")):  # rect(0 0 0 0): screen-reader text
+            return True
+    for pushed in ("text-indent", "margin-left", "margin-top"):
+        offset = _length(style.get(pushed))
+        if offset is not None and offset <= -OFF_SCREEN:
+            return True
+    return False
 
 
 def _length(value: str | None) -> float | None:

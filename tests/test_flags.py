@@ -56,7 +56,17 @@ def test_ordinary_words_raise_nothing(text: str) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["</message>", "<system>", "[EMAIL_END]", "<|im_start|>", "```system", "--- END OF EMAIL ---"],
+    [
+        "</message>",
+        "<system>",
+        "[EMAIL_END]",
+        "<|im_start|>",
+        "```system",
+        "--- END OF EMAIL ---",
+        "</tool_output>",
+        "<user_query>",
+        "[/INST]",
+    ],
 )
 def test_imitated_boundaries_are_flagged(text: str) -> None:
     """Markup and separators that imitate a tool, message or role boundary are flagged."""
@@ -64,8 +74,11 @@ def test_imitated_boundaries_are_flagged(text: str) -> None:
 
 
 def test_zero_width_counts_inside_words_and_in_names_only() -> None:
-    """Inside a word, or anywhere in a display name, a zero-width character is flagged; the
-    padding between spaces of a preheader is not."""
+    """In a text body touching no space, or anywhere in a display name, a zero-width
+    character is flagged; the padding between spaces of a preheader and a leading byte-order
+    mark are not."""
     assert content_flags(_content("pass\u200bword")) == ("zero_width",)
-    assert content_flags(_content("Hi \u200c \u200c there")) == ()
+    assert content_flags(_content("Hello.\n\u200bPlease sign in.")) == ("zero_width",)
+    assert content_flags(_content("Hi \u200c \u200c there\u200c\u00a0")) == ()
+    assert content_flags(_content("\ufeffYour code is 482913")) == ()  # a byte-order mark
     assert content_flags(_content(from_name="Acme\u200b")) == ("zero_width",)

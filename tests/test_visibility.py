@@ -19,6 +19,8 @@ from sink.visibility import PAGE, css_rules, declarations, hidden_selectors, hid
         "max-height:0;overflow:hidden",
         "position:absolute;left:-9999px",
         "text-indent:-10000px",
+        "margin-left:-3000px",
+        "position:absolute;clip:rect(0 0 0 0)",
         "mso-hide:all",
     ],
 )
