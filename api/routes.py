@@ -6,7 +6,7 @@ import asyncio
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -363,10 +363,6 @@ async def openapi(request: Request) -> Response:
 
 async def not_found(request: Request, exc: Exception) -> Response:
     return error_response(404, "not_found", "no such endpoint")
-
-
-def validation_problem(exc: ValidationError) -> None:  # pragma: no cover - documented in errors
-    raise exc
 
 
 ROUTES = [

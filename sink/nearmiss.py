@@ -164,10 +164,6 @@ class NearIndex:
         for item in wanted.values():
             self.add(item)
 
-    def ended_by(self, now: float) -> list[str]:
-        """The inboxes whose lease is over at ``now`` (to remove)."""
-        return [i for i, live in self._inboxes.items() if live.expires_at <= now]
-
     def find(self, recipients: Iterable[str], received_at: float) -> list[NearMissFound]:
         """The live inboxes these caught recipients nearly reached: one near miss per inbox
         (its closest recipient), closest first."""
