@@ -15,6 +15,10 @@ control, so it is strict where being lenient would let one message pass for anot
   the first byte on ``--smtps-port``; a failed handshake is logged with OpenSSL's reason.
 - Limits, each with its code: connections (421), command lines (500), DATA lines (500),
   recipients (452), message size (552), header fields (552), idle and DATA time (421).
+- AUTH (``sink/smtp/auth.py``): any login by default, the configured pairs with
+  ``--smtp-auth``, none with ``--no-smtp-auth``; the user name goes with the message.
+- A message whose final dot arrived is stored even if the client is gone by then
+  (``sink/smtp/loop.py``: the end of the client's side ends the reader, not the session).
 
 aiosmtpd's default answer to an exception (``500 Error: (Class) text``) leaks internals and
 tells the sender not to retry; trouble is a 451 here (temporary: send again later).
