@@ -192,6 +192,8 @@ def test_smtplib_logs_in_with_any_credentials(server: Server) -> None:
         (["AUTH CRAM-MD5", "*"], 501),
         (["AUTH CRAM-MD5", b64("no-space")], 501),
         (["AUTH CRAM-MD5 aW5pdGlhbA=="], 501),  # CRAM-MD5 has no initial response
+        ([f"AUTH PLAIN {plain('u' * 257, 'pw')}"], 501),  # a user name over 256 bytes
+        (["AUTH LOGIN", b64("u" * 300), b64("pw")], 501),
         (["AUTH GSSAPI"], 504),
         (["AUTH XOAUTH2 dG9rZW4="], 504),
     ],
