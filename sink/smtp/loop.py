@@ -207,7 +207,7 @@ class LeanLoopSMTP(SMTP):
                     break
                 # Gone while a reply was on its way: what it sent before is still read.
             except asyncio.CancelledError:
-                self._writer.close()  # QUIT, or the server stopping
+                self._writer.close()  # the server is stopping
                 raise
             except Exception as error:
                 await self._answer_exception(error)
