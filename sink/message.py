@@ -118,7 +118,7 @@ class Analysis:
             return cls(
                 links=tuple(str(link) for link in data["links"]),
                 codes=tuple(Code(str(v), tuple(map(str, s))) for v, s in data["codes"]),
-                hidden_text=data["hidden_text"],
+                hidden_text=None if data["hidden_text"] is None else str(data["hidden_text"]),
                 content_flags=tuple(str(flag) for flag in data["content_flags"]),
             )
         except (ValueError, KeyError, TypeError, AttributeError):

@@ -665,3 +665,16 @@ def test_a_display_name_in_an_unknown_charset_is_kept_with_a_warning() -> None:
     assert any("x-klingon" in w and "unknown charset" in w for w in unknown.parse_warnings)
     known = message.parse(b"From: =?utf-8?Q?Kapla=C3=A9?= <a@b.test>\r\n\r\nbody\r\n")
     assert known.from_name == "Kaplaé" and known.parse_warnings == ()
+
+
+def test_a_kept_analysis_reads_back_or_is_worked_out_anew() -> None:
+    """An analysis kept as JSON gives the same parse; one of another version, or unreadable,
+    is None (the read then works it out again)."""
+    from sink.message import Analysis
+
+    raw = b"From: a@b.test\r\nSubject: Code 482913\r\n\r\nYour code is 482913\r\n"
+    parsed = parse(raw)
+    kept = Analysis.from_json(Analysis.of(parsed).to_json())
+    assert kept == Analysis.of(parsed) and parse(raw, kept) == parsed
+    assert Analysis.from_json('{"v": 0, "links": []}') is None
+    assert Analysis.from_json("not json") is None and Analysis.from_json('{"v": 1}') is None
