@@ -9,6 +9,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Scope
 
 from api.auth import grant_of, implied_run, visibility_of
 from api.context import context_of
@@ -21,7 +22,7 @@ from api.routes import (
     attachment_response,
 )
 from api.views import caught_message_out, search_out, unrouted_out
-from sink.mailbox import Mailbox
+from sink.mailbox import Mailbox, Page
 from sink.scopes import Kind
 
 
@@ -67,16 +68,27 @@ async def search(request: Request) -> Response:
     query = request.query_params.get("query")
     cursor = request.query_params.get("cursor")
     run_id = _caller_run(request)
-    grant = grant_of(request.scope)
+    page = await search_in_scope(request.scope, _mailbox(request), query, run_id, cursor, limit)
+    return _model_response(search_out(page))
+
+
+async def search_in_scope(
+    scope: Scope,
+    mailbox: Mailbox,
+    query: str | None,
+    run_id: str | None,
+    cursor: str | None,
+    limit: int,
+) -> Page:
+    """The search as the caller may make it (the route and MCP's find_mail): a named run
+    (already checked against the token), else what the token sees."""
+    grant = grant_of(scope)
     if run_id is None and grant.scope.kind is Kind.RUNS:
         # A runs: token naming no run searches all of its runs, never caught mail.
-        visible = visibility_of(request.scope)
-        page = await _mailbox(request).search_visible(query, visible, cursor, limit)
-        return _model_response(search_out(page))
+        return await mailbox.search_visible(query, visibility_of(scope), cursor, limit)
     if run_id is None:
         run_id = implied_run(grant)  # a run token searches its run
-    page = await _mailbox(request).search(query, run_id, cursor, limit)
-    return _model_response(search_out(page))
+    return await mailbox.search(query, run_id, cursor, limit)
 
 
 MAILBOX_ROUTES = [

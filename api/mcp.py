@@ -28,9 +28,10 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.auth import Authority, grant_of, implied_run
+from api.auth import Authority, grant_of
 from api.context import context_of
 from api.errors import error_response, internal_error, runsink_error, validation_error
+from api.mailbox import search_in_scope
 from api.schemas import ClaimIn, CreateInboxIn, WaitIn
 from api.views import (
     create_request,
@@ -191,14 +192,14 @@ class AgentBackend:
         self._context.call = Call(Tool.FIND_MAIL, arguments)
 
         async def find() -> Json:
-            # As GET /v1/messages: a named run must be in scope; a run token searches its run.
+            # As GET /v1/messages: a named run must be in the token's scope.
             self._note(run_id=run_id)
             await self._authority.check_route(self._grant, "GET", "/v1/messages", run_id)
             if run_id is not None:
                 self._authority.check_run(self._grant, scopes.SEARCH, run_id)
-            scoped = run_id if run_id is not None else implied_run(self._grant)
             mailbox = self._request.app.state.runtime.mailbox
-            page = await mailbox.search(query, scoped, cursor, limit)
+            scope = self._request.scope
+            page = await search_in_scope(scope, mailbox, query, run_id, cursor, limit)
             return search_out(page).model_dump(mode="json")
 
         return await self._answer(find())

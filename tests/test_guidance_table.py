@@ -330,26 +330,37 @@ def test_numbers_may_come_as_numeric_strings(server: Server, transport: str) -> 
 @pytest.mark.parametrize("transport", ["http", "stdio"])
 def test_find_mail_answers_summaries_in_the_callers_scope(server: Server, transport: str) -> None:
     """find_mail: newest first, {message_id, received_at, inbox_id, run_id, caught, untrusted}."""
-    run = new_run_id("find")
+    run, other_run = new_run_id("find"), new_run_id("find")
     with server.http() as http:
         inbox = http.post("/v1/inboxes", json={"run_id": run, "purpose": "f"}).json()
+        elsewhere = http.post("/v1/inboxes", json={"run_id": other_run, "purpose": "f"}).json()
+        token = http.post(f"/v1/runs/{run}/token", json={}).json()["token"]
     server.send(inbox["address"], subject="First \u202e note")
     server.send(inbox["address"], subject="Second note")
+    server.send(elsewhere["address"], subject="Third note")
     with server.http() as http:
         deadline = time.monotonic() + 10
         while len(http.get("/v1/messages", params={"query": f"run:{run}"}).json()["messages"]) < 2:
             assert time.monotonic() < deadline
             time.sleep(0.1)
+        while not http.get("/v1/messages", params={"query": f"run:{other_run}"}).json()["messages"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
 
-    async def scenario() -> tuple[Answer, Answer]:
+    async def scenario() -> tuple[Answer, Answer, Answer]:
         async with connect(transport, server.url) as client:
             _, page = await raw_call(client, "find_mail", {"query": "note", "run_id": run})
             _, other = await raw_call(
                 client, "find_mail", {"query": "note", "run_id": new_run_id("else")}
             )
-            return page, other
+        async with connect(transport, server.url, token=token) as scoped:
+            _, mine = await raw_call(scoped, "find_mail", {"query": "note"})
+        return page, other, mine
 
-    page, other = asyncio.run(scenario())
+    page, other, mine = asyncio.run(scenario())
+    assert [m["message_id"] for m in mine["messages"]] == [
+        m["message_id"] for m in page["messages"]
+    ]  # a run token finds its run's mail only
     assert [m["untrusted"]["subject"] for m in page["messages"]] == [
         "Second note",
         "First ⟨U+202E⟩ note",
