@@ -42,15 +42,21 @@ class ApiError(RunsinkClientError):
         message: str,
         details: dict[str, Any] | None = None,
         trace_id: str | None = None,
+        guidance: dict[str, Any] | None = None,
     ) -> None:
         self.status = status
         self.code = code
         self.message = message
         self.details = details or {}
         self.trace_id = trace_id
-        super().__init__(
-            f"{status} {code}: {message}" + (f" (trace_id={trace_id})" if trace_id else "")
-        )
+        # v3: what the server says to do next (None from a server before v3).
+        given = guidance or {}
+        self.next_action: str | None = given.get("next_action")
+        self.next_tool: str | None = given.get("next_tool")
+        self.next_arguments: dict[str, Any] | None = given.get("next_arguments")
+        self.hint: str | None = given.get("hint")
+        text = f"{status} {code}: {message}" + (f" (trace_id={trace_id})" if trace_id else "")
+        super().__init__(text + (f"\n  hint: {self.hint}" if self.hint else ""))
 
 
 class Unavailable(ApiError):
@@ -64,8 +70,9 @@ class Unavailable(ApiError):
         details: dict[str, Any] | None = None,
         trace_id: str | None = None,
         retry_after: float | None = None,
+        guidance: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(status, code, message, details, trace_id)
+        super().__init__(status, code, message, details, trace_id, guidance)
         self.retry_after = retry_after
 
 
@@ -76,7 +83,9 @@ class OwnershipRefused(ApiError):
     about the other run's inbox or mail.
     """
 
-    next_action = "stop"
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.next_action = self.next_action or "stop"
 
     @property
     def reason(self) -> str:
@@ -101,6 +110,7 @@ class ExpectationFailed(RunsinkClientError):
         envelope: Envelope | None,
         deadline_exceeded: bool = False,
         mismatch: bool = False,
+        hint: str | None = None,
     ) -> None:
         super().__init__(text)
         self.reason = reason
@@ -108,3 +118,4 @@ class ExpectationFailed(RunsinkClientError):
         self.envelope = envelope
         self.deadline_exceeded = deadline_exceeded
         self.mismatch = mismatch
+        self.hint = hint  # the server's own sentence: what to do next and why

@@ -4,7 +4,8 @@ Pure: no I/O and no clock of its own; ``now`` is a parameter (monotonic seconds)
 and async inboxes drive an ``Expectation`` with their own I/O, so both follow exactly the same
 rules:
 
-- a wait that found the message -> claim it (if asked), then read it;
+- a wait that found the message -> claim the one the server's ``next_arguments`` name (with a
+  resend, the newest matching message), then read it;
 - ``wait_for_message`` / ``verify_trigger`` (retryable) -> wait again after ``retry_after``
   (the long-poll itself does the waiting, so this is usually 0);
 - ``wait_then_retry`` (too early, circuit open, provider trouble) -> sleep ``retry_after``;
@@ -123,7 +124,8 @@ class Expectation:
             NextAction.CLAIM_MESSAGE,
             NextAction.PROCEED,
         ):
-            return Found(envelope.message.message_id)
+            # The message next_tool names (a resend's newest), else the one returned.
+            return Found(envelope.next_message_id() or envelope.message.message_id)
         if envelope.next_action in _RETRY_ACTIONS:
             return self._pause(envelope, now)
         raise self.failure(envelope)
@@ -157,6 +159,7 @@ class Expectation:
                 envelope=self.last,
                 deadline_exceeded=True,
                 mismatch=self.mismatch,
+                hint=error.hint,
             )
         return Pause(delay)
 
@@ -171,9 +174,10 @@ class Expectation:
         return ExpectationFailed(
             "\n  ".join(lines),
             reason=error.reason,
-            next_action=error.next_action,
+            next_action=error.next_action or "stop",
             envelope=self.last,
             mismatch=self.mismatch,
+            hint=error.hint,
         )
 
     def _pause(self, envelope: Envelope, now: float) -> Pause:
@@ -205,6 +209,8 @@ class Expectation:
             lines.append(f"next: {_ACTIONS.get(action, action)}")
         if self.mismatch and reason != Reason.EVIDENCE_MISMATCH:
             lines.append("note: mail did arrive, but none matched the criteria (evidence_mismatch)")
+        if envelope.hint:
+            lines.append(f"hint: {envelope.hint}")
         lines.append(f"last answer: {envelope.summary()}")
         return ExpectationFailed(
             "\n  ".join(lines),
@@ -213,6 +219,7 @@ class Expectation:
             envelope=envelope,
             deadline_exceeded=deadline_exceeded,
             mismatch=self.mismatch,
+            hint=envelope.hint,
         )
 
     def _head(self) -> str:

@@ -150,6 +150,11 @@ class Envelope:
     unmatched: tuple[Unmatched, ...] = ()
     rescan_cursor: str | None = None
     near_misses: tuple[NearMiss, ...] = ()
+    # v3 guidance: the tool to call next (the client method of the same name), its arguments,
+    # and the server's one-sentence hint.
+    next_tool: str | None = None
+    next_arguments: Mapping[str, Any] | None = None
+    hint: str | None = None
 
     @classmethod
     def from_json(cls, data: Json) -> Envelope:
@@ -179,7 +184,16 @@ class Envelope:
             unmatched=tuple(Unmatched.from_json(u) for u in data.get("unmatched") or []),
             rescan_cursor=data.get("rescan_cursor"),
             near_misses=tuple(NearMiss.from_json(n) for n in data.get("near_misses") or []),
+            next_tool=_optional_str(data, "next_tool") if "next_tool" in data else None,
+            next_arguments=_arguments(data.get("next_arguments")),
+            hint=_optional_str(data, "hint") if "hint" in data else None,
         )
+
+    def next_message_id(self) -> str | None:
+        """The message next_tool names (claim_message, read_message), if it names one."""
+        given = self.next_arguments or {}
+        message_id = given.get("message_id")
+        return message_id if isinstance(message_id, str) else None
 
     def summary(self) -> str:
         """One line for logs and exception messages (no subject, no content)."""
@@ -527,3 +541,7 @@ def _optional_time(data: Json, key: str) -> datetime | None:
 
 def _wire_time(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def _arguments(value: object) -> Mapping[str, Any] | None:
+    return dict(value) if isinstance(value, dict) else None

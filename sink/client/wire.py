@@ -198,11 +198,19 @@ def _error(response: httpx.Response, data: Any) -> ApiError:
     message = str(error.get("message") or response.reason_phrase or "error")
     given = error.get("details")
     details: dict[str, Any] = given if isinstance(given, dict) else {}
+    guidance = {
+        name: body.get(name)
+        for name in ("next_action", "next_tool", "next_arguments", "hint")
+        if name in body
+    }
     if body.get("reason") in ("wrong_run", "claimed_by_other_run"):
-        return OwnershipRefused(status, str(body["reason"]), message, details, trace)
+        guidance.setdefault("next_action", "stop")
+        reason = str(body["reason"])
+        return OwnershipRefused(status, reason, message, details, trace, guidance)
     if status == 503:
-        return Unavailable(status, code, message, details, trace, _retry_after(response))
-    return ApiError(status, code, message, details, trace)
+        after = _retry_after(response)
+        return Unavailable(status, code, message, details, trace, after, guidance)
+    return ApiError(status, code, message, details, trace, guidance)
 
 
 def _retry_after(response: httpx.Response) -> float | None:
