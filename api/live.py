@@ -22,14 +22,13 @@ from starlette.types import Receive, Scope, Send
 from api.auth import grant_of, implied_run
 from api.context import context_of
 from api.openapi import DOWNLOAD_TYPES
-from api.streams import StreamGate
+from api.streams import StreamGate, holders
 from sink import clock, ids
 from sink.errors import InvalidRequest, NotFound
 from sink.events import Hub, Subscriber
 from sink.message import Part, attachment_parts
 from sink.runtime import Runtime
 from sink.scopes import Kind
-from sink.tokens import Grant
 
 KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing an idle stream
 # After each write a stream rests before it looks again, so that a burst of mail reaches each
@@ -66,7 +65,8 @@ async def events(request: Request) -> Response:
         context_of(request.scope).note(run_id=run_id)
     runtime: Runtime = request.app.state.runtime
     gate: StreamGate = request.app.state.streams
-    refusal = gate.enter(grant)
+    shares = holders(grant, run_id)
+    refusal = gate.enter(shares)
     if refusal is not None:
         runtime.metrics.refused(
             "http", "too_many_streams" if refusal.status_code == 429 else "streams_full"
@@ -76,7 +76,7 @@ async def events(request: Request) -> Response:
     last = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
     subscriber = runtime.events.subscribe(run_id, last, StreamGate.ends_on_release(grant), glob)
     return _EventStream(
-        runtime.events, subscriber, StreamGate.ends_at(grant, clock.now()), gate, grant
+        runtime.events, subscriber, StreamGate.ends_at(grant, clock.now()), gate, shares
     )
 
 
@@ -85,7 +85,12 @@ class _EventStream(StreamingResponse):
     ends, the hub closes, its run is released, or its grant ends (``ends_at``)."""
 
     def __init__(
-        self, hub: Hub, subscriber: Subscriber, ends_at: float, gate: StreamGate, grant: Grant
+        self,
+        hub: Hub,
+        subscriber: Subscriber,
+        ends_at: float,
+        gate: StreamGate,
+        shares: frozenset[str],
     ) -> None:
         super().__init__(
             _nothing(),
@@ -96,7 +101,7 @@ class _EventStream(StreamingResponse):
         self.subscriber = subscriber
         self.ends_at = ends_at
         self.gate = gate
-        self.grant = grant
+        self.shares = shares
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         hub, subscriber = self.hub, self.subscriber
@@ -126,7 +131,7 @@ class _EventStream(StreamingResponse):
             pass  # the client went away mid-write
         finally:
             hub.unsubscribe(subscriber)
-            self.gate.leave(self.grant)
+            self.gate.leave(self.shares)
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher

@@ -5,7 +5,8 @@ without a gate one minted run token could open thousands and hold every HTTP con
 everyone else, an admin included, would get 503. ``StreamGate`` admits a stream only
 
 - within ``STREAMS_PER_TOKEN`` open streams of its token, when the token is limited to runs
-  (a ``runs:`` token by its entry, a minted run token by its run): 429 with Retry-After;
+  (a ``runs:`` token by its entry, a minted run token by its run), and as many of the run it
+  names (``?run_id=``, whoever asks): 429 with Retry-After;
 - within the streams' own cap (``Capacity.streams``, a share of the long-poll cap): 503;
 - within the long-poll gate too, since a stream holds a connection as a wait does: so waits
   and streams together always leave the short requests their connections.
@@ -34,11 +35,19 @@ RETRY_AFTER_S = 5
 
 
 def _holder(grant: Grant) -> str | None:
-    """Whose share a stream counts against: tokens limited to runs have one; admin, read and
-    an open server share only the streams' own cap."""
+    """Whose share a token's streams count against: tokens limited to runs have one; admin,
+    read and an open server share only the streams' own cap."""
     if grant.scope.kind in (Kind.RUN, Kind.RUNS):
         return grant.name  # "run:<run_id>" for every token minted for that run
     return None
+
+
+def holders(grant: Grant, run_id: str | None) -> frozenset[str]:
+    """Every share a stream counts against: its token's, and the run it names."""
+    shares = {f"run:{run_id}"} if run_id is not None else set()
+    if (holder := _holder(grant)) is not None:
+        shares.add(holder)
+    return frozenset(shares)
 
 
 class StreamGate:
@@ -48,15 +57,14 @@ class StreamGate:
         self._held = held
         self._by_holder: Counter[str] = Counter()
 
-    def enter(self, grant: Grant) -> Response | None:
+    def enter(self, shares: frozenset[str]) -> Response | None:
         """None when the stream may open (then ``leave`` once it ends), else the refusal."""
-        holder = _holder(grant)
-        if holder is not None and self._by_holder[holder] >= STREAMS_PER_TOKEN:
+        if any(self._by_holder[holder] >= STREAMS_PER_TOKEN for holder in shares):
             return error_response(
                 429,
                 "too_many_streams",
-                f"this token already has {STREAMS_PER_TOKEN} live-event streams open; close "
-                "one, or retry later",
+                f"{STREAMS_PER_TOKEN} live-event streams are already open for this run or "
+                "token; close one, or retry later",
                 headers={"Retry-After": str(RETRY_AFTER_S)},
             )
         if self.active >= self.limit or not self._held.enter():
@@ -67,16 +75,14 @@ class StreamGate:
                 headers={"Retry-After": "1"},
             )
         self.active += 1
-        if holder is not None:
-            self._by_holder[holder] += 1
+        self._by_holder.update(shares)
         return None
 
-    def leave(self, grant: Grant) -> None:
+    def leave(self, shares: frozenset[str]) -> None:
         self.active -= 1
         self._held.leave()
-        holder = _holder(grant)
-        if holder is not None:
-            self._by_holder[holder] -= 1
+        self._by_holder.subtract(shares)
+        for holder in shares:
             if not self._by_holder[holder]:
                 del self._by_holder[holder]
 

@@ -92,6 +92,23 @@ def test_a_run_token_opens_32_streams_and_the_admin_is_still_served(
     streams.append(again)
 
 
+def test_streams_of_one_run_are_32_without_a_run_token(
+    server: Server, streams: list[Stream]
+) -> None:
+    """Streams naming one run by ?run_id= (no run token) are capped at 32 too: the 33rd is 429
+    with Retry-After, and another run's stream is still served."""
+    run_id = new_run_id("byrun")
+    path = f"/v1/events?run_id={run_id}"
+    streams.extend(Stream(server.http_port, path=path) for _ in range(32))
+    assert {s.status for s in streams} == {200}
+    refused = Stream(server.http_port, path=path)
+    streams.append(refused)
+    assert refused.status == 429 and int(refused.headers["retry-after"]) >= 1
+    other = Stream(server.http_port, path=f"/v1/events?run_id={new_run_id('byrun')}")
+    streams.append(other)
+    assert other.status == 200
+
+
 def test_streams_past_their_own_cap_are_503_and_the_admin_is_still_served(
     tmp_path: Path, streams: list[Stream]
 ) -> None:
