@@ -28,6 +28,7 @@ from sink.vocabulary import NextAction, Reason, State, Status, Tool
 
 HINT_MAX_CHARS = 240
 EMPTY_POLLS_BEFORE_ESCALATING = 3
+UNMATCHED_SHOWN = 3  # an answer's unmatched holds at most this many (sink/evidence.py SHOWN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +191,12 @@ def _waiting_hint(envelope: Envelope, known: Known) -> str:
 
 def _mismatch_hint(envelope: Envelope) -> str:
     count = len(envelope.unmatched)
-    arrived = "Mail arrived" if count == 0 else f"{_count(count, 'mail')} arrived"
+    if count == 0:
+        arrived = "Mail arrived"
+    elif count < UNMATCHED_SHOWN:
+        arrived = f"{_count(count, 'mail')} arrived"
+    else:  # the list is cut at its cap: more may have arrived
+        arrived = f"{count} or more mails arrived"
     rescan = (
         "; to look at it again with other criteria, wait with cursor set to rescan_cursor"
         if envelope.rescan_cursor
@@ -339,16 +345,14 @@ _ERRORS: dict[str, tuple[Status, NextAction]] = {
 _Hint = Callable[[Call, str, Mapping[str, Any]], str]
 
 
-def _tool_name(call: Call) -> str:
-    return "the call" if call.tool is None else call.tool.value
+def _call_again(call: Call) -> str:
+    return "make the call again" if call.tool is None else f"call {call.tool.value} again"
 
 
 _ERROR_HINTS: dict[str, _Hint] = {
     "invalid_request": lambda call, message, details: _fit(
-        f"The arguments were refused ({message}): correct that, then call {_tool_name(call)} "
-        "again.",
-        f"The arguments were refused: correct what error.message names, then call "
-        f"{_tool_name(call)} again.",
+        f"The arguments were refused ({message}): correct that, then {_call_again(call)}.",
+        f"The arguments were refused: correct what error.message names, then {_call_again(call)}.",
     ),
     "invalid_cursor": lambda call, message, details: (
         "That cursor is not one this server gave for this inbox: omit cursor (the inbox keeps "

@@ -121,6 +121,15 @@ def test_mismatch_names_the_rescan_cursor_and_keeps_the_match() -> None:
     assert guided.hint is not None and "rescan_cursor" in guided.hint and "1 mail " in guided.hint
 
 
+def test_a_mismatch_at_the_cap_of_unmatched_never_says_exactly_three_arrived() -> None:
+    """unmatched shows the newest 3: the hint then says 3 or more mails, not 3 (5 may have)."""
+    waiting = inbox(state=State.WAITING, reason=Reason.EVIDENCE_MISMATCH, polls_used=1)
+    shown = tuple(Unmatched(f"msg_{n}", T0 + n, "a@x.test", SECRET) for n in (5, 4, 3))
+    envelope = replace(view(waiting), unmatched=shown, rescan_cursor="cur")
+    hint = guide(envelope, WAIT_CALL, known()).hint or ""
+    assert "3 or more mails arrived" in hint, hint
+
+
 def test_a_near_miss_names_both_addresses_and_wins() -> None:
     """A near miss is the most specific hint: the caught address, the distance, the typo."""
     waiting = inbox(state=State.WAITING, reason=Reason.EVIDENCE_MISADDRESSED, polls_used=5)
@@ -262,3 +271,10 @@ def test_idempotency_conflict_speaks_without_http_terms() -> None:
         "This run and purpose already have a live inbox created with other arguments: repeat "
         "the earlier arguments, or use another purpose."
     )
+
+
+def test_invalid_request_on_a_route_no_tool_serves_reads_as_english() -> None:
+    """A route with no MCP tool (e.g. a message list) says "make the call again", never
+    "call the call again"."""
+    hint = for_error("invalid_request", 422, Call(None), message="limit: 1 to 500").hint
+    assert hint.endswith("then make the call again.") and "call the call" not in hint, hint
