@@ -352,6 +352,7 @@ async def play(
     smtp_port: int,
     label: str,
     agent: Agent = scripted_agent,
+    deadline_s: float = SCENARIO_DEADLINE_S,
 ) -> tuple[Outcome, StagingApp, str]:
     """One scenario: its fault (if any), then the agent against a fresh staging app."""
     run_id = scenario_run_id(scenario, label)
@@ -361,7 +362,7 @@ async def play(
             assert made.status_code == 201, made.text
     app = StagingApp(smtp_port, scenario.behaviour)
     outcome = await asyncio.wait_for(
-        agent(connection, app, run_id, "signup-check", **scenario.create), SCENARIO_DEADLINE_S
+        agent(connection, app, run_id, "signup-check", **scenario.create), deadline_s
     )
     await app.drain()
     return outcome, app, run_id
