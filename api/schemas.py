@@ -78,12 +78,20 @@ class CreateInboxIn(_Request):
 
 class WaitIn(_Request):
     # Capped by long_poll_max_s and the lease; a day is past any policy's long_poll_max_s.
-    timeout_s: Annotated[float, Field(ge=0, allow_inf_nan=False), _at_most(86400)] | None = None
+    timeout_s: Annotated[float, Field(ge=0, allow_inf_nan=False), _at_most(86400)] | None = Field(
+        None,
+        description="Seconds to long-poll; omitted: the policy's long_poll_max_s (30 under ci); "
+        "0 looks once; capped by long_poll_max_s and the lease.",
+    )
     cursor: Annotated[str, StringConstraints(max_length=256)] | None = None
     match: MatchIn | None = None
     run_id: RunId | None = None
     # v3: "newest" returns the newest unclaimed match beyond the cursor (a resend's).
-    order: Literal["oldest", "newest"] | None = None
+    order: Literal["oldest", "newest"] | None = Field(
+        "oldest",
+        description="oldest: the oldest unclaimed match beyond the cursor; newest: the newest "
+        "(a resend's), passing older ones over.",
+    )
 
 
 class ClaimIn(_Request):

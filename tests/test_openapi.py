@@ -31,3 +31,11 @@ def test_the_served_document_is_the_generated_one(server: Server) -> None:
     with server.http() as client:
         served = client.get("/openapi.json").json()
     assert served == openapi_document()
+
+
+def test_the_wait_body_states_its_defaults() -> None:
+    """The wait's timeout_s says an omitted value is the policy's long_poll_max_s (contract v3:
+    "Tool and OpenAPI schemas state the default"), and order says oldest is the default."""
+    fields = openapi_document()["components"]["schemas"]["WaitIn"]["properties"]
+    assert "long_poll_max_s" in fields["timeout_s"]["description"]
+    assert fields["order"]["default"] == "oldest"
