@@ -148,15 +148,13 @@ class Hub:
 
     def _end_streams_of(self, run_id: str) -> None:
         """A run was released: the streams that end with it read its last events, then end."""
-        for key in (run_id, None):
-            group = self._groups.get(key)
-            if group is None:
-                continue
-            for member in group.members:
-                mine = member.glob is None or fnmatchcase(run_id, member.glob)
-                if member.ends_on_release and mine:
-                    member.ended = True
-            group.poke()
+        group = self._groups.get(run_id)
+        if group is None:
+            return
+        for member in group.members:
+            if member.ends_on_release:
+                member.ended = True
+        group.poke()
 
     def message(self, incoming: Incoming) -> None:
         """A message was stored (its 250 follows): one event per inbox, one if caught."""
