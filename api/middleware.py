@@ -18,6 +18,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import OPEN_PATHS, Authority, Refused
+from api.calls import route_call
 from api.connections import MAX_HEAD_BYTES, MAX_TARGET_BYTES, OVERFLOW_SCOPE_KEY
 from api.context import KEY as CONTEXT
 from api.context import RequestContext
@@ -126,7 +127,8 @@ class EdgeMiddleware:
                     return
             length = headers.get("content-length")
             if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-                response = error_response(413, "invalid_request", BODY_TOO_LARGE)
+                call = route_call(scope, None)
+                response = error_response(413, "invalid_request", BODY_TOO_LARGE, call=call)
                 await response(scope, receive, send_wrapped)
                 return
             await self.app(scope, _capped(receive), send_wrapped)

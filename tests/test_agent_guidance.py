@@ -131,6 +131,23 @@ def test_error_bodies_say_what_to_do(server: Server) -> None:
     assert "id returned by the call that made it" in gone["hint"]
 
 
+def test_a_body_too_large_for_a_tool_route_names_its_tool(server: Server) -> None:
+    """A create whose declared body is over 1 MiB is 413 fix_arguments on create_inbox (the
+    route's tool, as every invalid_request names), not a null next_tool."""
+    body = b'{"run_id": "' + b"a" * (1024 * 1024) + b'"}'
+    with server.http() as client:
+        refused = client.post(
+            "/v1/inboxes", content=body, headers={"Content-Type": "application/json"}
+        )
+    guided = refused.json()
+    assert refused.status_code == 413
+    assert (guided["next_action"], guided["next_tool"], guided["next_arguments"]) == (
+        "fix_arguments",
+        "create_inbox",
+        None,
+    )
+
+
 def test_a_failed_read_repeats_itself_and_success_clears_last_error(server: Server) -> None:
     """Provider trouble names the same call; last_error lasts until a call the provider answers."""
     run_id = new_run_id()
