@@ -236,7 +236,7 @@ class Step:
 
 @dataclass
 class Outcome:
-    ended_by: str  # "code", "stop", "cause", "lost"
+    ended_by: str  # "code", "stop", "cause", "lost" (too many calls, or arguments to fix)
     steps: list[Step]
     wall_s: float
     code: str | None = None
@@ -298,6 +298,8 @@ async def scripted_agent(
             return end("cause", body)
         if body.get("next_tool") is None:
             return end("stop", body)
+        if body.get("next_arguments") is None:
+            return end("lost", body)  # fix_arguments: the agent has nothing else to go on
         if body.get("retry_after"):
             await asyncio.sleep(body["retry_after"])
         tool, arguments = body["next_tool"], body["next_arguments"]

@@ -201,6 +201,11 @@ def test_a_slow_provider_is_waited_out(played: Played, transport: str) -> None:
         assert steps[i + 1].at - steps[i].at >= steps[i].answer.body["retry_after"]
 
 
-def test_the_module_runs_every_scenario(played: Played) -> None:
-    """Each scenario ran over each transport (a new scenario is not silently skipped)."""
+def test_every_call_the_answers_named_was_accepted(played: Played) -> None:
+    """Every scenario ran over each transport, and no call made with next_tool and
+    next_arguments as given was refused (the agent checks each tool is listed)."""
     assert set(played) == {(t, s.name) for t in TRANSPORTS for s in SCENARIOS}
+    for (transport, name), (outcome, _, _) in played.items():
+        refused = [s for s in outcome.steps if s.answer.is_error]
+        assert refused == [], (transport, name, refused)
+        assert outcome.ended_by in ("code", "cause"), (transport, name, _story(outcome))
