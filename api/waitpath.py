@@ -85,6 +85,7 @@ class WaitEndpoint:
                 "over_capacity",
                 f"{gate.limit} waits are already in progress; retry shortly",
                 headers={"Retry-After": "1"},
+                call=wait_call(inbox_id, wait),  # repeat this very wait
             )
         envelope = None
         try:

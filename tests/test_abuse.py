@@ -398,6 +398,15 @@ def test_long_polls_past_their_cap_are_503(tmp_path: Path, policy_file: str) -> 
             assert refused.status_code == 503
             assert refused.headers["retry-after"] == "1"
             assert refused.json()["error"]["code"] == "over_capacity"
+            guided = refused.json()  # v3: repeat this very wait after retry_after
+            assert (guided["next_action"], guided["next_tool"]) == (
+                "wait_then_retry",
+                "wait_for_message",
+            )
+            assert guided["next_arguments"] == {
+                "inbox_id": inboxes[-1]["inbox_id"],
+                "timeout_s": 10,
+            }
             assert client.get("/healthz").status_code == 200
     finally:
         server.stop()  # answers the waits in progress
