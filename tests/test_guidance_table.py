@@ -119,8 +119,10 @@ async def envelope_rows(walk: Walk, server: Server, http: httpx.Client) -> None:
     await asyncio.to_thread(server.send, late["address"], subject="Code 2")
     got = await walk.call("wait_for_message", inbox_id=late["inbox_id"], run_id=run, timeout_s=5)
     await asyncio.sleep(max(0.0, 2.2 - 0.0))
-    lapsed = await walk.call("claim_message", message_id=got["message"]["message_id"], run_id=run)
-    assert lapsed["reason"] == "lease_expired", lapsed
+    failed, lapsed = await raw_call(
+        walk.client, "claim_message", {"message_id": got["message"]["message_id"], "run_id": run}
+    )
+    assert failed and lapsed["reason"] == "lease_expired", lapsed  # a 409 over HTTP
     await walk.follow(lapsed)
 
     # too early, provider trouble, circuit open: the same call again
