@@ -123,7 +123,7 @@ def _figures(outcome: Outcome, has_code: bool) -> dict[str, Any]:
 
 async def measure(url: str, smtp_port: int, transport: str) -> list[dict[str, Any]]:
     async with connect(transport, url) as connection:
-        guided = asyncio.gather(*(play(s, connection, url, smtp_port, "guided") for s in SCENARIOS))
+        guided = asyncio.gather(*(play(s, connection, url, smtp_port, "guide") for s in SCENARIOS))
         naive = asyncio.gather(
             *(
                 play(s, connection, url, smtp_port, "naive", naive_agent, NAIVE_DEADLINE_S)

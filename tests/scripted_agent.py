@@ -341,7 +341,7 @@ SCENARIOS = (
 
 def scenario_run_id(scenario: Scenario, label: str) -> str:
     slug = "".join(c if c.isalnum() else "-" for c in scenario.name.lower()).strip("-")
-    return f"{label}-{slug[:40]}-{time.time_ns() % 10**9}"
+    return f"{label}-{slug[:40]}-{time.time_ns() % 10**9:09d}"  # one length: fair counts
 
 
 Agent = Callable[..., Awaitable[Outcome]]
