@@ -269,7 +269,7 @@ class Agent:
         except ProviderTrouble as exc:
             known = self._known.inbox(inbox_id)
             envelope = self._unreadable(exc, "wait", known, request.run_id, trace)
-        return await self._guided(envelope, wait_call(inbox_id, request))
+        return await self._guided(envelope, wait_call(inbox_id, request), scanned=True)
 
     async def _wait(
         self, inbox_id: str, cursor_seq: int | None, request: WaitRequest, trace: str | None
@@ -704,7 +704,9 @@ class Agent:
         except (TimeoutError, ProviderTrouble):
             return False
 
-    async def _guided(self, envelope: Envelope, call: Call, inbox: Inbox | None = None) -> Envelope:
+    async def _guided(
+        self, envelope: Envelope, call: Call, inbox: Inbox | None = None, scanned: bool = False
+    ) -> Envelope:
         """``envelope`` with next_tool, next_arguments and hint (``sink/guidance.py``), from
         what this process knows of the inbox; the store is asked only what the hint needs,
         and a store that cannot answer leaves the hint less specific, never the answer."""
@@ -715,8 +717,13 @@ class Agent:
         policy = self._policy(inbox)
         mail_seen = True
         if needs_mail_check(envelope) and inbox.cursor_seq == 0:
-            seen = await self._quietly(self._store.deliveries_after(inbox.inbox_id, 0, 1))
-            mail_seen = seen is None or bool(seen)
+            if scanned and envelope.state is State.WAITING:
+                # This wait scanned from the start, and the cursor moves past every delivery
+                # a scan looks at: none had arrived (no store call on the long-poll path).
+                mail_seen = False
+            else:
+                seen = await self._quietly(self._store.deliveries_after(inbox.inbox_id, 0, 1))
+                mail_seen = seen is None or bool(seen)
         inboxes_left = None
         if needs_inbox_count(envelope):
             used = await self._quietly(self._store.count_inboxes(inbox.run_id, inbox.purpose))
