@@ -414,3 +414,19 @@ def test_the_prompt_states_the_loop(server: Server) -> None:
     assert prompts == ["check_email_flow"]
     for words in ("create_inbox", "'ci-1'", "'signup'", "a 6-digit code", "next_tool", "untrusted"):
         assert words in text, words
+
+
+def test_a_next_action_called_as_a_tool_is_told_the_tool(server: Server) -> None:
+    """Calling create_new_inbox (a next_action) is a tool error naming create_inbox."""
+
+    async def scenario() -> tuple[bool, Answer, bool, Answer]:
+        async with connect("http", server.url) as client:
+            action = await raw_call(client, "create_new_inbox", {"run_id": "r", "purpose": "p"})
+            unknown = await raw_call(client, "send_mail", {})
+            return (*action, *unknown)
+
+    failed, action, unknown_failed, unknown = asyncio.run(scenario())
+    assert failed and action["error"]["code"] == "invalid_request"
+    assert (action["next_action"], action["next_tool"]) == ("fix_arguments", "create_inbox")
+    assert "create_new_inbox is a next_action, not a tool" in action["hint"]
+    assert unknown_failed and unknown["next_tool"] is None and "send_mail" in unknown["hint"]

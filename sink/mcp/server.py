@@ -107,7 +107,7 @@ def tools_server(backend_for: BackendFor) -> Server[Any]:
     ) -> types.CallToolResult:
         spec = specs.get(params.name)
         if spec is None:
-            raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name!r}")
+            return tool_result(unknown_tool(params.name))
         given = {k: v for k, v in (params.arguments or {}).items() if v is not None}
         arguments = numbers_taken(spec.input_schema, given)
         refused = check_arguments(spec, arguments, Call(Tool(spec.name)))
@@ -159,6 +159,36 @@ def tools_server(backend_for: BackendFor) -> Server[Any]:
         on_list_prompts=list_prompts,
         on_get_prompt=get_prompt,
     )
+
+
+# next_action words a model may call as if they were tools: the tool each one means.
+_ACTION_TOOLS = {
+    "create_new_inbox": Tool.CREATE_INBOX,
+    "verify_trigger": Tool.WAIT_FOR_MESSAGE,
+    "proceed": Tool.READ_MESSAGE,
+}
+
+
+def unknown_tool(name: str) -> Json:
+    """A tool error for a name that is no tool (not a bare protocol error: the model reads
+    it), naming the tool it most likely meant."""
+    shown = name[:64]
+    meant = _ACTION_TOOLS.get(name)
+    tools = ", ".join(spec.name for spec in TOOLS)
+    body = error_body(
+        "invalid_request",
+        f"unknown tool {shown!r}; the tools are {tools}",
+        {"field": "name"},
+        Call(meant),
+    )
+    if meant is not None:
+        body["hint"] = (
+            f"{shown} is a next_action, not a tool: call next_tool ({meant.value}) with the "
+            "answer's next_arguments."
+        )
+    else:
+        body["hint"] = f"There is no tool {shown!r}: call the answer's next_tool, one of {tools}."
+    return body
 
 
 def numbers_taken(schema: Json, arguments: Json) -> Json:
