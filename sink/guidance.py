@@ -197,8 +197,9 @@ def _mismatch_hint(envelope: Envelope) -> str:
         arrived = f"{_count(count, 'mail')} arrived"
     else:  # the list is cut at its cap: more may have arrived
         arrived = f"{count} or more mails arrived"
+    mail = "it" if count <= 1 else "them"
     rescan = (
-        "; to look at it again with other criteria, wait with cursor set to rescan_cursor"
+        f"; to look at {mail} again with other criteria, wait with cursor set to rescan_cursor"
         if envelope.rescan_cursor
         else ""
     )
@@ -213,7 +214,7 @@ def _claim_hint(envelope: Envelope) -> str:
     newer = envelope.newer_matching or 0
     if newer > 0:
         which = (
-            "next_arguments claim the newest"
+            "next_arguments claim that newest one"
             if envelope.newest_matching is not None
             else "wait again with order newest to get it"
         )
