@@ -100,19 +100,21 @@ async def naive_agent(
     return end("budget")
 
 
-def _ended(outcome: Outcome, has_code: bool) -> str:
+def _ended(outcome: Outcome, has_code: bool, guided: bool) -> str:
     if outcome.ended_by == "code":
         return "valid code" if outcome.accepted else "WRONG code"
     if outcome.ended_by == "cause":
         return "cause named"
+    if outcome.ended_by == "stop" and guided:
+        return "stop, cause named"  # the stop answer's hint, which this agent reads
     if outcome.ended_by in ("stop", "budget") and not has_code:
         return "gave up, cause unknown"
     return outcome.ended_by
 
 
-def _figures(outcome: Outcome, has_code: bool) -> dict[str, Any]:
+def _figures(outcome: Outcome, has_code: bool, guided: bool) -> dict[str, Any]:
     return {
-        "ended": _ended(outcome, has_code),
+        "ended": _ended(outcome, has_code, guided),
         "calls": outcome.calls,
         "inboxes": outcome.tools().count("create_inbox"),
         "answer_chars": outcome.answer_chars,
@@ -136,8 +138,8 @@ async def measure(url: str, smtp_port: int, transport: str) -> list[dict[str, An
         rows.append(
             {
                 "scenario": scenario.name,
-                "guided": _figures(g, scenario.has_code),
-                "naive": _figures(n, scenario.has_code),
+                "guided": _figures(g, scenario.has_code, guided=True),
+                "naive": _figures(n, scenario.has_code, guided=False),
             }
         )
     return rows

@@ -331,6 +331,14 @@ SCENARIOS = (
         Behaviour(first_delay_s=3.5, later_delay_s=0.5),
         create={"ttl_s": 2},
     ),
+    # Never sent, with 2 s leases: both inboxes the policy allows expire, and the last
+    # answer is stop (no tool), its hint naming the cause.
+    Scenario(
+        "never sent, short leases",
+        Behaviour(first_delay_s=None, later_delay_s=None),
+        has_code=False,
+        create={"ttl_s": 2},
+    ),
     Scenario(
         "slow provider",
         Behaviour(first_delay_s=1.0),

@@ -186,6 +186,19 @@ def test_mail_after_the_lease_ends_with_the_next_inbox(
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
+def test_never_sent_with_short_leases_reaches_stop(played: Played, transport: str) -> None:
+    """Both inboxes expire without mail: the agent makes the second as told, then stops on a
+    null next_tool whose hint says the app never sent the email."""
+    outcome, app, _ = _get(played, transport, "never sent, short leases")
+    assert app.sent == [] and app.triggers == 2
+    assert outcome.ended_by == "stop", _story(outcome)
+    assert outcome.tools().count("create_inbox") == 2
+    last = outcome.steps[-1].answer.body
+    assert (last["state"], last["next_action"], last["next_arguments"]) == ("expired", "stop", None)
+    assert "the app never sent the email" in (outcome.hint or "")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_slow_provider_is_waited_out(played: Played, transport: str) -> None:
     """Injected store timeouts on wait: the agent repeats the same call after retry_after."""
     outcome, app, _ = _get(played, transport, "slow provider")
@@ -208,4 +221,4 @@ def test_every_call_the_answers_named_was_accepted(played: Played) -> None:
     for (transport, name), (outcome, _, _) in played.items():
         refused = [s for s in outcome.steps if s.answer.is_error]
         assert refused == [], (transport, name, refused)
-        assert outcome.ended_by in ("code", "cause"), (transport, name, _story(outcome))
+        assert outcome.ended_by in ("code", "cause", "stop"), (transport, name, _story(outcome))
