@@ -29,7 +29,8 @@ from tests.scripted_agent import (
 from tests.support import Server, start_server
 
 TRANSPORTS = ("stdio", "http")
-Played = dict[tuple[str, str], tuple[Outcome, StagingApp, str]]
+Result = tuple[Outcome, StagingApp, str]
+Played = dict[tuple[str, str], Result | BaseException]
 
 
 @pytest.fixture(scope="module")
@@ -50,18 +51,19 @@ def agent_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def played(agent_server: Server) -> Played:
     """Every scenario over both transports, concurrently (one MCP session per transport)."""
 
-    async def over(transport: str) -> list[tuple[Outcome, StagingApp, str]]:
+    async def over(transport: str) -> list[Result | BaseException]:
         async with connect(transport, agent_server.url) as connection:
             return list(
                 await asyncio.gather(
                     *(
                         play(s, connection, agent_server.url, agent_server.smtp_port, transport)
                         for s in SCENARIOS
-                    )
+                    ),
+                    return_exceptions=True,  # a scenario that fails fails its own test
                 )
             )
 
-    async def everything() -> list[list[tuple[Outcome, StagingApp, str]]]:
+    async def everything() -> list[list[Result | BaseException]]:
         return list(await asyncio.gather(*(over(transport) for transport in TRANSPORTS)))
 
     results = asyncio.run(everything())
@@ -72,8 +74,11 @@ def played(agent_server: Server) -> Played:
     }
 
 
-def _get(played: Played, transport: str, name: str) -> tuple[Outcome, StagingApp, str]:
-    return played[(transport, name)]
+def _get(played: Played, transport: str, name: str) -> Result:
+    result = played[(transport, name)]
+    if isinstance(result, BaseException):
+        raise result
+    return result
 
 
 def _gets_the_valid_code(outcome: Outcome, app: StagingApp) -> dict[str, Any]:
@@ -218,7 +223,8 @@ def test_every_call_the_answers_named_was_accepted(played: Played) -> None:
     """Every scenario ran over each transport, and no call made with next_tool and
     next_arguments as given was refused (the agent checks each tool is listed)."""
     assert set(played) == {(t, s.name) for t in TRANSPORTS for s in SCENARIOS}
-    for (transport, name), (outcome, _, _) in played.items():
+    for transport, name in played:
+        outcome, _, _ = _get(played, transport, name)
         refused = [s for s in outcome.steps if s.answer.is_error]
         assert refused == [], (transport, name, refused)
         assert outcome.ended_by in ("code", "cause", "stop"), (transport, name, _story(outcome))
