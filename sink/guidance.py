@@ -144,6 +144,15 @@ def _near_miss_hint(envelope: Envelope) -> str | None:
         return None
     near = envelope.near_misses[0]
     edits = "1 edit" if near.distance == 1 else f"{near.distance} edits"
+    if envelope.rescan_cursor is not None:  # a mismatch too: its hint says rescan_cursor
+        return _fit(
+            f"Mail went to {near.address}, {edits} from this inbox's address (an app typo?), "
+            "and the mail that reached this inbox did not match: check the app and your match, "
+            "or wait with cursor set to rescan_cursor.",
+            "Mail went to an address a few letters off this inbox's (see near_misses) and the "
+            "mail here did not match: check the app and your match, or wait with cursor set to "
+            "rescan_cursor.",
+        )
     return _fit(
         f"Mail was sent to {near.address}, {edits} from this inbox's {envelope.address}: the "
         "app has a typo in the address; fix it, trigger the app again, then wait.",

@@ -142,6 +142,21 @@ def test_a_near_miss_names_both_addresses_and_wins() -> None:
     assert "r7x2k9q4m2@sink.test" in hint and ADDRESS in hint and "1 edit" in hint
 
 
+def test_a_mismatch_with_a_near_miss_says_both() -> None:
+    """evidence_mismatch wins the reason over near misses, so its hint names the near miss
+    and still says rescan_cursor (the contract: a mismatch's hint says both)."""
+    waiting = inbox(state=State.WAITING, reason=Reason.EVIDENCE_MISMATCH, polls_used=1)
+    envelope = replace(
+        view(waiting),
+        unmatched=(Unmatched("msg_2", T0 + 2, "a@x.test", SECRET),),
+        rescan_cursor="cur",
+        near_misses=(NearMiss("r7x2k9q4m2@sink.test", T0 + 4, 1),),
+    )
+    hint = guide(envelope, WAIT_CALL, known()).hint or ""
+    assert "r7x2k9q4m2@sink.test" in hint and "rescan_cursor" in hint, hint
+    assert len(hint) <= HINT_MAX_CHARS and SECRET not in hint
+
+
 def test_received_claims_the_message_and_a_resend_claims_the_newest() -> None:
     """received: claim_message {message_id, run_id}; with newer matches, the newest."""
     received = inbox(state=State.RECEIVED, evidence=evidence(), polls_used=1)
