@@ -25,6 +25,7 @@ late_arrival = "reject"
 retention_s = 60
 max_message_bytes = 1048576
 agent_body = "never"
+hint_after_s = 15
 """
 
 
@@ -54,6 +55,7 @@ def test_every_key_is_honoured(tmp_path: Path) -> None:
     assert policy.inboxes_per_purpose == 1 and policy.late_arrival == "reject"
     assert policy.retention_s == 60 and policy.max_message_bytes == 1048576
     assert policy.agent_body == "never"
+    assert policy.hint_after_s == 15.0 and CI.hint_after_s == 60.0
 
 
 def test_missing_keys_take_the_ci_values(tmp_path: Path) -> None:
@@ -91,6 +93,9 @@ def test_caller_values_are_capped_never_raised() -> None:
         ("[policy.x]\nagent_body = 'sometimes'\n", "agent_body"),
         ("[policy.x]\nagent_body = false\n", "agent_body"),
         ("[policy.x]\nprovider_deadline_s = 0\n", "provider_deadline_s"),
+        ("[policy.x]\nhint_after_s = 0\n", "hint_after_s"),
+        ("[policy.x]\nhint_after_s = 'soon'\n", "hint_after_s"),
+        ("[policy.x]\nhint_after_s = 1e300\n", "hint_after_s"),
         ("[policy.x]\nttl_default_s = 100\nttl_max_s = 50\n", "ttl_default_s"),
         (
             "[policy.x]\nbreaker_cooldown_s = 9.0\nbreaker_cooldown_max_s = 3.0\n",
