@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import smtplib
 import sys
 import time
@@ -265,7 +266,7 @@ def names_a_cause(body: Json) -> bool:
     return (
         body.get("next_tool") == "wait_for_message"
         and body.get("state") not in (None, "created")
-        and "the app" in str(body.get("hint"))
+        and re.search(r"\bapp\b", str(body.get("hint")), re.IGNORECASE) is not None
     )
 
 
