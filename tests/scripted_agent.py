@@ -326,6 +326,13 @@ SCENARIOS = (
     Scenario("never sent", Behaviour(first_delay_s=None, later_delay_s=None), has_code=False),
     Scenario("resend, first code stale", Behaviour(resend=True)),
     Scenario("mistyped address", Behaviour(typo=True), has_code=False),
+    # The task expects another subject than the app sends: the mismatch is named.
+    Scenario(
+        "wrong match",
+        Behaviour(),
+        has_code=False,
+        create={"match": {"subject_contains": "Reset your password"}},
+    ),
     # The first send comes after the 2 s lease (a late arrival); the re-triggered one in time.
     Scenario(
         "mail after the lease",

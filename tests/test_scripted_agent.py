@@ -167,6 +167,19 @@ def test_a_mistyped_address_ends_with_the_near_miss_named(played: Played, transp
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_wrong_match_ends_with_the_mismatch_named(played: Played, transport: str) -> None:
+    """Mail arrives that the task's match does not fit: the first wait says so, lists what
+    arrived (untrusted) and gives the rescan cursor; the agent ends with that cause."""
+    outcome, app, _ = _get(played, transport, "wrong match")
+    assert outcome.ended_by == "cause", _story(outcome)
+    [last] = outcome.waits()
+    assert (last["reason"], last["next_action"]) == ("evidence_mismatch", "verify_trigger")
+    assert last["unmatched"][0]["untrusted"]["subject"] == "Confirm your account"
+    assert last["rescan_cursor"] and "rescan_cursor" in (outcome.hint or "")
+    assert outcome.tools().count("claim_message") == 0 and len(app.sent) == 1
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_mail_after_the_lease_ends_with_the_next_inbox(
     played: Played, transport: str, agent_server: Server
 ) -> None:
