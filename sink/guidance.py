@@ -143,7 +143,7 @@ def _near_miss_hint(envelope: Envelope) -> str | None:
     if not envelope.near_misses or envelope.message is not None:
         return None
     near = envelope.near_misses[0]
-    edits = "1 edit" if near.distance == 1 else f"{near.distance} edits"
+    edits = _count(near.distance, "edit")
     if envelope.rescan_cursor is not None:  # a mismatch too: its hint says rescan_cursor
         return _fit(
             f"Mail went to {near.address}, {edits} from this inbox's address (an app typo?), "
@@ -169,7 +169,7 @@ def _waiting_hint(envelope: Envelope, known: Known) -> str:
     if not known.mail_seen and (
         elapsed >= known.hint_after_s or empty_polls >= EMPTY_POLLS_BEFORE_ESCALATING
     ):
-        polls = "1 poll" if empty_polls == 1 else f"{empty_polls} polls"
+        polls = _count(empty_polls, "poll")
         return _fit(
             f"No mail at all has reached {envelope.address} in {_span(elapsed)} and {polls}: "
             "check that the app really sent the email, to this exact address, before waiting "
@@ -359,12 +359,13 @@ def _call_again(call: Call) -> str:
     return "make the call again" if call.tool is None else f"call {call.tool.value} again"
 
 
-_ERROR_HINTS: dict[str, _Hint] = {
+# error code -> its hint: a sentence, or one made from the call, error.message and error.details
+_ERROR_HINTS: dict[str, str | _Hint] = {
     "invalid_request": lambda call, message, details: _fit(
         f"The arguments were refused ({message}): correct that, then {_call_again(call)}.",
         f"The arguments were refused: correct what error.message names, then {_call_again(call)}.",
     ),
-    "invalid_cursor": lambda call, message, details: (
+    "invalid_cursor": (
         "That cursor is not one this server gave for this inbox: omit cursor (the inbox keeps "
         "its own position) or pass one from an earlier answer."
     ),
@@ -373,59 +374,55 @@ _ERROR_HINTS: dict[str, _Hint] = {
         f"of {', '.join(str(p) for p in details.get('known', ()))}.",
         "No policy of that name on this server: omit policy to use the server's default.",
     ),
-    "idempotency_key_conflict": lambda call, message, details: (
+    "idempotency_key_conflict": (
         "This run and purpose already have a live inbox created with other arguments: repeat "
         "the earlier arguments, or use another purpose."
     ),
-    "not_found": lambda call, message, details: (
+    "not_found": (
         "Nothing here has that id: use the id returned by the call that made it (create_inbox's "
         "inbox_id, wait_for_message's message.message_id), never one you made up."
     ),
-    "policy_forbids": lambda call, message, details: (
+    "policy_forbids": (
         "The policy allows no more inboxes for this run and purpose: stop; get_run_report "
         "shows what happened to the earlier ones."
     ),
-    "evidence_released": lambda call, message, details: (
+    "evidence_released": (
         "This message's body was released (its run was released or its retention passed); only "
         "metadata is left: stop."
     ),
-    "unauthorized": lambda call, message, details: (
+    "unauthorized": (
         "The server needs a valid API token for this call: ask whoever runs it for one; "
         "repeating the call will not help."
     ),
-    "forbidden_scope": lambda call, message, details: (
+    "forbidden_scope": (
         "Your token does not reach this run or call: stop, or ask whoever gave you the token "
         "for one that does."
     ),
-    "wrong_run": lambda call, message, details: (
+    "wrong_run": (
         "This inbox or message belongs to another run: use only the ids your own run's calls "
         "returned, with your own run_id."
     ),
-    "claimed_by_other_run": lambda call, message, details: (
+    "claimed_by_other_run": (
         "Another run claimed this message first: it is not your evidence; do not use it."
     ),
-    "live_evidence": lambda call, message, details: (
-        "That mail is evidence of a live inbox and cannot be deleted now: stop."
-    ),
-    "circuit_open": lambda call, message, details: (
+    "live_evidence": "That mail is evidence of a live inbox and cannot be deleted now: stop.",
+    "circuit_open": (
         "Recent calls here failed, so the circuit is open; nothing was done: repeat this call "
         "after retry_after seconds."
     ),
-    "provider_timeout": lambda call, message, details: (
+    "provider_timeout": (
         "The mail store did not answer in time; nothing was done: repeat this call after "
         "retry_after seconds."
     ),
-    "provider_error": lambda call, message, details: (
+    "provider_error": (
         "The mail store failed; nothing was done: repeat this call after retry_after seconds."
     ),
-    "over_capacity": lambda call, message, details: (
+    "over_capacity": (
         "The server is at its limit of concurrent calls: repeat this call after retry_after "
         "seconds."
     ),
-    "internal_error": lambda call, message, details: (
-        "The server failed on this call: repeat it after retry_after seconds."
-    ),
-    "server_unreachable": lambda call, message, details: (
+    "internal_error": "The server failed on this call: repeat it after retry_after seconds.",
+    "server_unreachable": (
         "The runsink server did not answer: repeat this call after retry_after seconds."
     ),
 }
@@ -453,11 +450,12 @@ def for_error(
         tool = call.tool
     elif action is NextAction.WAIT_THEN_RETRY and call.tool is not None:
         tool, arguments = call.tool, dict(call.arguments or {})
-        retry_after = 1.0 if retry_after is None else retry_after
     if action is NextAction.WAIT_THEN_RETRY and retry_after is None:
         retry_after = 1.0
     hint_of = _ERROR_HINTS.get(code)
-    if hint_of is not None:
+    if isinstance(hint_of, str):
+        hint = hint_of
+    elif hint_of is not None:
         hint = hint_of(call, message, details or {})
     elif action is NextAction.WAIT_THEN_RETRY:
         hint = "The call could not be done now: repeat it after retry_after seconds."
