@@ -304,6 +304,22 @@ class SmtpEnvelopeOut(_Response):
     )
 
 
+# Described alike in a message and in caught mail read whole.
+_CODES_DETAIL = Field(
+    description="The codes in the same order, each with where a person sees it: "
+    '"subject", "text" or "html" (the HTML as shown).'
+)
+_HIDDEN_TEXT = Field(
+    description="HTML text a reader would not see (display:none, white on white...): "
+    "never a source of codes or links; null when none."
+)
+_CONTENT_FLAGS = Field(
+    description="Facts about the content, never a verdict: addresses_ai_agent, "
+    "forged_boundary, hidden_text, bidi_controls, zero_width, link_text_mismatch, "
+    "subject_code_not_in_body; [] when none."
+)
+
+
 class MessageOut(_Response):
     message_id: str
     inbox_id: str
@@ -323,19 +339,9 @@ class MessageOut(_Response):
     attachments: list[AttachmentOut]
     links: list[str]
     codes: list[str]
-    codes_detail: list[CodeOut] = Field(
-        description="The codes in the same order, each with where a person sees it: "
-        '"subject", "text" or "html" (the HTML as shown).'
-    )
-    hidden_text: str | None = Field(
-        description="HTML text a reader would not see (display:none, white on white...): "
-        "never a source of codes or links; null when none."
-    )
-    content_flags: list[str] = Field(
-        description="Facts about the content, never a verdict: addresses_ai_agent, "
-        "forged_boundary, hidden_text, bidi_controls, zero_width, link_text_mismatch, "
-        "subject_code_not_in_body; [] when none."
-    )
+    codes_detail: list[CodeOut] = _CODES_DETAIL
+    hidden_text: str | None = _HIDDEN_TEXT
+    content_flags: list[str] = _CONTENT_FLAGS
     parse_warnings: list[str] = Field(
         description="What could not be parsed strictly (e.g. a malformed From), instead of a "
         "guessed value; [] when everything parsed."
@@ -414,19 +420,9 @@ class CaughtMessageOut(_Response):
     attachments: list[AttachmentOut]
     links: list[str]
     codes: list[str]
-    codes_detail: list[CodeOut] = Field(
-        description="The codes in the same order, each with where a person sees it: "
-        '"subject", "text" or "html" (the HTML as shown).'
-    )
-    hidden_text: str | None = Field(
-        description="HTML text a reader would not see (display:none, white on white...): "
-        "never a source of codes or links; null when none."
-    )
-    content_flags: list[str] = Field(
-        description="Facts about the content, never a verdict: addresses_ai_agent, "
-        "forged_boundary, hidden_text, bidi_controls, zero_width, link_text_mismatch, "
-        "subject_code_not_in_body; [] when none."
-    )
+    codes_detail: list[CodeOut] = _CODES_DETAIL
+    hidden_text: str | None = _HIDDEN_TEXT
+    content_flags: list[str] = _CONTENT_FLAGS
     parse_warnings: list[str]
     envelope: SmtpEnvelopeOut
     size: int
