@@ -117,8 +117,13 @@ class WriteRule:
         """(status, code, message) for a write a web page must not make, else None."""
         if scope["method"] not in _SAFE_METHODS:
             origin = headers.get("origin")
-            cross = headers.get("sec-fetch-site") == "cross-site" or (
-                origin is not None and not _same_origin(origin, headers.get("host"))
+            site = headers.get("sec-fetch-site")
+            cross = site == "cross-site" or (
+                origin is not None
+                and not _same_origin(origin, headers.get("host"))
+                # Browsers send "null" for a page of ours under Referrer-Policy: no-referrer
+                # (the UI's), and say where it came from in a header no page can set.
+                and not (origin == "null" and site == "same-origin")
             )
             if cross and (origin is None or _origin(origin) not in self.allowed_origins):
                 where = "from another site" if origin is None else f"from {origin[:100]!r}"

@@ -132,13 +132,14 @@ def test_a_body_that_is_not_json_is_415(server: Server) -> None:
 
 def test_a_cross_site_write_is_403_and_a_read_is_not(server: Server) -> None:
     """A POST with Origin: evil, Origin: null or Sec-Fetch-Site: cross-site is 403; the same
-    origin, and GETs from anywhere, are not refused for it."""
+    origin (also as null with Sec-Fetch-Site: same-origin), and GETs from anywhere, are not."""
     create = {"run_id": new_run_id("xs"), "purpose": "p"}
     own = f"http://127.0.0.1:{server.http_port}"
     with server.http() as client:
         for headers in (
             {"Origin": "https://evil.example"},
             {"Origin": "null"},
+            {"Origin": "null", "Sec-Fetch-Site": "cross-site"},  # a sandboxed mail frame
             {"Origin": "http://127.0.0.1:1"},  # another port of this host: another site
             {"Sec-Fetch-Site": "cross-site"},
             {"Origin": own, "Sec-Fetch-Site": "cross-site"},
@@ -152,6 +153,10 @@ def test_a_cross_site_write_is_403_and_a_read_is_not(server: Server) -> None:
         assert got.status_code == 200 and "access-control-allow-origin" not in got.headers
         same = client.post("/v1/inboxes", json=create, headers={"Origin": own})
         assert same.status_code == 201, same.text
+        # A page of ours under Referrer-Policy: no-referrer: Origin null, the browser's own
+        # Sec-Fetch-Site says same-origin.
+        hidden = {"Origin": "null", "Sec-Fetch-Site": "same-origin"}
+        assert client.post("/v1/inboxes", json=create, headers=hidden).status_code == 200
 
 
 def test_a_preflight_gets_no_permissive_answer(server: Server) -> None:
