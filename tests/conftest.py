@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from tests.pg_cluster import INSTALL_HINT as PG_HINT
@@ -88,6 +89,13 @@ def server(tmp_path_factory: pytest.TempPathFactory, policy_file: str) -> Server
     running = start_server(folder, "--policy-file", policy_file, "--enable-faults")
     yield running
     running.stop()
+
+
+@pytest.fixture
+def http(server: Server) -> Iterator[httpx.Client]:
+    """An HTTP client on the test's server (the shared one, or its module's own ``server``)."""
+    with server.http() as client:
+        yield client
 
 
 # -- PostgreSQL: one real server per session, a fresh database per test ------------------

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
 from hypothesis import given
@@ -107,12 +105,6 @@ def test_unparseable_from_over_smtp_is_a_warning_not_a_guess(
     assert message["from"] == "" and message["from_name"] is None
     assert len(message["parse_warnings"]) == 1
     assert message["parse_warnings"][0].startswith("From:")
-
-
-@pytest.fixture()
-def http(server: Server) -> Iterator[httpx.Client]:
-    with server.http() as client:
-        yield client
 
 
 def test_to_and_cc_are_parsed_as_strictly() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -13,12 +12,6 @@ from tests.support import Server, create_inbox, new_run_id
 from tests.test_mcp import TRANSPORTS, call, connect
 
 CI_TTL_MAX_S, CI_POLL_BUDGET = 3600, 12
-
-
-@pytest.fixture()
-def http(server: Server) -> Iterator[httpx.Client]:
-    with server.http() as client:
-        yield client
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import smtplib
 import time
 import uuid
-from collections.abc import Iterator
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
@@ -22,12 +21,6 @@ SENDER = "app@example.test"
 def server(request: pytest.FixtureRequest, server: Server) -> Server:
     """Every test here runs against a server on each persistent backend."""
     return on_each_backend(request, server)
-
-
-@pytest.fixture
-def http(server: Server) -> Iterator[httpx.Client]:
-    with server.http() as client:
-        yield client
 
 
 def _caught(http: httpx.Client, rcpt: str) -> list[dict[str, Any]]:

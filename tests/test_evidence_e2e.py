@@ -4,7 +4,6 @@ PostgreSQL (contract v3, Agent guidance: Resends, Near misses)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -18,12 +17,6 @@ from tests.test_ui_http import Reader
 def server(request: pytest.FixtureRequest, server: Server) -> Server:
     """Every test here runs against a server on each persistent backend."""
     return on_each_backend(request, server)
-
-
-@pytest.fixture
-def http(server: Server) -> Iterator[httpx.Client]:
-    with server.http() as client:
-        yield client
 
 
 def _one_letter_off(address: str) -> str:

@@ -115,12 +115,6 @@ class Signup:
         return message
 
 
-@pytest.fixture()
-def http(server: Server) -> Iterator[httpx.Client]:
-    with server.http() as client:
-        yield client
-
-
 @pytest.fixture(params=["default", "login"])
 def signup(request: pytest.FixtureRequest, http: httpx.Client, tmp_path: Path) -> Signup:
     """The signup mail, sent without a login and with the app's SMTP login."""

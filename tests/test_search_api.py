@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from typing import Any
@@ -18,12 +17,6 @@ from tests.support import Server, create_inbox, new_run_id, on_each_backend, wai
 def server(request: pytest.FixtureRequest, server: Server) -> Server:
     """Every test here runs against a server on each persistent backend."""
     return on_each_backend(request, server)
-
-
-@pytest.fixture
-def http(server: Server) -> Iterator[httpx.Client]:
-    with server.http() as client:
-        yield client
 
 
 def _send(

@@ -26,12 +26,6 @@ def server(request: pytest.FixtureRequest, server: Server) -> Server:
     return on_each_backend(request, server)
 
 
-@pytest.fixture()
-def http(server: Server) -> httpx.Client:
-    with server.http() as client:
-        yield client
-
-
 def messages(http: httpx.Client, inbox_id: str) -> list[dict[str, Any]]:
     response = http.get(f"/v1/inboxes/{inbox_id}/messages", params={"limit": 500})
     assert response.status_code == 200, response.text

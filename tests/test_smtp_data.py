@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Iterator
 from types import SimpleNamespace
 
 import httpx
@@ -14,12 +13,6 @@ import pytest
 from sink.smtp.listener import RunsinkSMTP
 from tests.support import Server, create_inbox
 from tests.test_smtp_hardening import SENDER, Raw, greeted, in_data, messages, raw_of, unstuffed
-
-
-@pytest.fixture()
-def http(server: Server) -> Iterator[httpx.Client]:
-    with server.http() as client:
-        yield client
 
 
 def _send_in_pieces(client: Raw, data: bytes, cut: int) -> None:

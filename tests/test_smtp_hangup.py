@@ -24,12 +24,6 @@ TRIES = 6
 DEADLINE_S = 10.0
 
 
-@pytest.fixture()
-def http(server: Server) -> Iterator[httpx.Client]:
-    with server.http() as client:
-        yield client
-
-
 @pytest.fixture(scope="module")
 def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     folder = tmp_path_factory.mktemp("hangup-tls")

@@ -96,12 +96,6 @@ class Raw:
         self.sock = context.wrap_socket(self.sock)
 
 
-@pytest.fixture()
-def http(server: Server) -> Iterator[httpx.Client]:
-    with server.http() as client:
-        yield client
-
-
 def messages(http: httpx.Client, inbox_id: str) -> list[dict[str, Any]]:
     response = http.get(f"/v1/inboxes/{inbox_id}/messages", params={"limit": 500})
     assert response.status_code == 200, response.text

@@ -6,21 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
 from sink.smtp.listener import Limits
 from tests.support import Server, create_inbox
 from tests.test_smtp_hardening import SENDER, Client, Raw, greeted, listener, messages, raw_of
-
-
-@pytest.fixture()
-def http(server: Server) -> Iterator[httpx.Client]:
-    with server.http() as client:
-        yield client
 
 
 def _nodelay(client: Raw) -> Raw:
