@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sink.untrusted import MAX_BODY_CHARS, untrusted, untrusted_body, visible, wrap
+from sink.untrusted import MAX_BODY_CHARS, SENDER_FIELDS, untrusted, untrusted_body, visible, wrap
 
 Json = dict[str, Any]
 MAX_BODY_CHARS_LIMIT = 1_000_000  # the most max_body_chars may ask for
 
-# Envelope members that hold summaries of mail (the wait's message, a mismatch's unmatched).
+# Answer members that hold summaries of mail: the wait's message; a mismatch's unmatched and
+# a list's messages.
 _SUMMARY_MEMBERS = ("message",)
 _SUMMARY_LISTS = ("unmatched", "messages")
 
@@ -44,13 +45,7 @@ def read_answer(message: Json, arguments: Json) -> Json:
     """``read_message``: the evidence, the sender's words under ``untrusted``, and a body
     only when asked for."""
     limit = _max_chars(arguments.get("max_body_chars"))
-    sender = untrusted(
-        {
-            "from": message.get("from"),
-            "from_name": message.get("from_name"),
-            "subject": message.get("subject"),
-        }
-    )
+    sender = untrusted({name: message.get(name) for name in SENDER_FIELDS})
     answer: Json = {
         "message_id": message.get("message_id"),
         "received_at": message.get("received_at"),
