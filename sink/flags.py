@@ -114,9 +114,7 @@ def content_flags(content: Content) -> tuple[str, ...]:
     # read as a person (or a model) reads them: "ig\u200bnore" is "ignore"
     spoken = [text.translate(_NO_ZERO_WIDTH) if text else text for text in spoken]
     raised = {
-        "addresses_ai_agent": any(
-            _ADDRESSES_AI.search(t) or _AUTHORITY_LABEL.search(t) for t in spoken if t
-        ),
+        "addresses_ai_agent": any(_speaks_to_model(t) for t in spoken if t),
         "forged_boundary": any(_BOUNDARY.search(t) for t in (*spoken, html) if t),
         "hidden_text": content.hidden_text is not None,
         "bidi_controls": any(_BIDI.search(t) for t in (*spoken, html) if t),
@@ -136,21 +134,24 @@ def demoted(codes: tuple[Code, ...], content: Content) -> tuple[Code, ...]:
         if text
         for line in text[:MAX_LOOK_CHARS].splitlines()
     ]
-    suspect = [_suspect(line) for line in lines]
+    injected = [_injected(line) for line in lines]
     squeezed = [line.replace(" ", "").replace("-", "") for line in lines]
 
     def only_in_injected_text(code: Code) -> bool:
         holding = [n for n, line in enumerate(squeezed) if code.value in line]
-        return bool(holding) and all(suspect[n] for n in holding)
+        return bool(holding) and all(injected[n] for n in holding)
 
     clean = [code for code in codes if not only_in_injected_text(code)]
     return (*clean, *(code for code in codes if code not in clean))
 
 
-def _suspect(line: str) -> bool:
-    return bool(
-        _ADDRESSES_AI.search(line) or _AUTHORITY_LABEL.search(line) or _BOUNDARY.search(line)
-    )
+def _speaks_to_model(text: str) -> bool:
+    return bool(_ADDRESSES_AI.search(text) or _AUTHORITY_LABEL.search(text))
+
+
+def _injected(line: str) -> bool:
+    """Whether a line speaks to a model or imitates a boundary."""
+    return _speaks_to_model(line) or _BOUNDARY.search(line) is not None
 
 
 def _comments(html: str) -> list[str]:
