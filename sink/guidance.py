@@ -71,6 +71,8 @@ def needs_mail_check(envelope: Envelope) -> bool:
 
 
 def needs_inbox_count(envelope: Envelope) -> bool:
+    """Whether the hint says ``Known.inboxes_left`` (so the agent counts the run's inboxes
+    only then)."""
     return envelope.next_action in (NextAction.CREATE_NEW_INBOX, NextAction.STOP)
 
 
