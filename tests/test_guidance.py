@@ -10,7 +10,7 @@ import pytest
 
 from sink.envelope import Envelope, NearMiss, Unmatched, blocked, describe, provider_trouble
 from sink.guidance import HINT_MAX_CHARS, Call, Known, for_error, guide
-from sink.inbox import Claim, Evidence, Inbox, Match
+from sink.inbox import Claim, Evidence, Inbox
 from sink.vocabulary import NextAction, Reason, State, Status, Tool
 
 T0 = 1_000_000.0
@@ -28,22 +28,15 @@ WAIT_CALL = Call(
 
 
 def inbox(**changes: Any) -> Inbox:
-    base = Inbox(
+    base = Inbox.fresh(
         inbox_id=INBOX_ID,
         run_id="run-1",
         purpose="signup",
         address=ADDRESS,
         policy_name="ci",
-        created_at=T0,
-        expires_at=T0 + 600,
+        now=T0,
+        ttl_s=600,
         poll_budget=12,
-        polls_used=0,
-        next_poll_at=None,
-        cursor_seq=0,
-        state=State.CREATED,
-        reason=None,
-        evidence=None,
-        match=Match(),
         trace_id="trace",
         created_with=CREATED_WITH,
     )

@@ -28,22 +28,15 @@ T0 = 1_000_000.0
 
 
 def make_inbox(**changes: object) -> Inbox:
-    inbox = Inbox(
+    inbox = Inbox.fresh(
         inbox_id="ib_aaaaaaaaaaaaaaaaaaaa",
         run_id="run-1",
         purpose="signup",
         address="raaaa@sink.test",
         policy_name="ci",
-        created_at=T0,
-        expires_at=T0 + 600,
+        now=T0,
+        ttl_s=600,
         poll_budget=12,
-        polls_used=0,
-        next_poll_at=None,
-        cursor_seq=0,
-        state=State.CREATED,
-        reason=None,
-        evidence=None,
-        match=Match(),
         trace_id="trace",
     )
     return replace(inbox, **changes)  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ import pytest
 
 from sink import clock, ids
 from sink.errors import StorageError
-from sink.inbox import Claim, Inbox, Match, State, after_claim
+from sink.inbox import Claim, Inbox, after_claim
 from sink.mailbox import MailStore
 from sink.message import summarize
 from sink.search import parse_query
@@ -53,22 +53,15 @@ async def _inbox(
     store: SQLiteStore, run_id: str, purpose: str, at: float, ttl: float = 600
 ) -> Inbox:
     local = ids.new_local_part()
-    inbox = Inbox(
+    inbox = Inbox.fresh(
         inbox_id=ids.new_inbox_id(),
         run_id=run_id,
         purpose=purpose,
         address=f"{local}@sink.test",
         policy_name="ci",
-        created_at=at,
-        expires_at=at + ttl,
+        now=at,
+        ttl_s=ttl,
         poll_budget=12,
-        polls_used=0,
-        next_poll_at=None,
-        cursor_seq=0,
-        state=State.CREATED,
-        reason=None,
-        evidence=None,
-        match=Match(),
         trace_id=ids.new_trace_id(),
     )
     new = NewInbox(inbox, local, f"{purpose}:{run_id}", json.dumps([run_id, purpose]), 3, 86400)
