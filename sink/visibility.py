@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 PAGE = "#ffffff"  # mail is read on white unless it says otherwise
-SIMPLE_SELECTOR = re.compile(r"(?:[a-z][a-z0-9]*)?([.#])([\w-]+)", re.IGNORECASE)
+_SIMPLE_SELECTOR = re.compile(r"(?:[a-z][a-z0-9]*)?([.#])([\w-]+)", re.IGNORECASE)
 OFF_SCREEN = 500  # pixels (or any unit) left of or above the page: not on any screen
 _CLIPPED_AWAY = re.compile(r"rect\(\s*0(?:px)?[\s,]+0(?:px)?[\s,]+0(?:px)?[\s,]+0(?:px)?\s*\)")
 _LENGTH = re.compile(r"(-?[0-9]*\.?[0-9]+)\s*([a-z%]*)")
@@ -39,7 +39,7 @@ def hidden_selectors(css: str) -> tuple[set[str], set[str]]:
         if not hides(declarations(body)):
             continue
         for selector in selectors.split(","):
-            found = SIMPLE_SELECTOR.fullmatch(selector.strip())
+            found = _SIMPLE_SELECTOR.fullmatch(selector.strip())
             if found:
                 (classes if found.group(1) == "." else ids).add(found.group(2).lower())
     return classes, ids
@@ -72,6 +72,8 @@ def css_rules(css: str) -> list[tuple[str, str]]:
 
 
 def declarations(style: str) -> dict[str, str]:
+    """The declarations in a style attribute or rule body (its first 4 KiB): names and values
+    lower-cased, values without ``!important``; a repeated name keeps its last value."""
     found: dict[str, str] = {}
     for declaration in style[:4096].split(";"):
         name, colon, value = declaration.partition(":")
