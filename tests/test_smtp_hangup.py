@@ -9,6 +9,7 @@ tried several times on one real server over real sockets, and every message must
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Callable, Iterator
@@ -135,6 +136,24 @@ def test_a_message_over_starttls_is_stored_when_the_client_leaves_after_the_dot(
             ENDINGS[ending](client)
         listed = wait_for_count(http, inbox["inbox_id"], TRIES)
     assert sorted(m["subject"] for m in listed) == [f"tls {ending} {n}" for n in range(TRIES)]
+
+
+def test_the_server_sends_nothing_between_the_handshake_and_the_first_command(
+    tls_server: Server,
+) -> None:
+    """No TLS 1.3 session ticket follows the handshake: a write there, to a client that
+    already sent its transaction and reset, closed the socket with the transaction unread."""
+    client = Raw(tls_server.smtp_port)
+    assert client.code() == 220
+    assert client.cmd("EHLO client.example.test") == 250
+    assert client.cmd("STARTTLS") == 220
+    client.starttls()
+    assert client.cmd("EHLO client.example.test") == 250  # read after any ticket sent before
+    assert isinstance(client.sock, ssl.SSLSocket)
+    assert client.sock.version() == "TLSv1.3"
+    session = client.sock.session
+    assert session is not None and not session.has_ticket
+    client.sock.close()
 
 
 def test_a_message_cut_before_its_dot_is_not_stored(server: Server, http: httpx.Client) -> None:

@@ -29,6 +29,12 @@ def server_context(settings: Settings) -> ssl.SSLContext | None:
             f"--tls-cert {settings.tls_cert} / --tls-key {settings.tls_key}: "
             f"not a usable PEM certificate and key ({exc.__class__.__name__})"
         ) from exc
+    # No TLS 1.3 session tickets. OpenSSL sends them right after it reads the client's
+    # Finished, before the client's first command: to a client that already sent its
+    # transaction and reset the connection, that write fails, and the event loop (uvloop's
+    # and asyncio's transports alike) closes the socket unread, the transaction with it
+    # (README "Choices"). The cost: a reconnecting client makes a full handshake.
+    context.num_tickets = 0
     return context
 
 
