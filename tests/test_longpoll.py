@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from sink.breaker import BreakerKey
 from sink.clock import SystemClock
 from sink.guard import Guard
 from sink.longpoll import Ending, LongPolls, Look
@@ -25,7 +26,7 @@ def test_a_delivery_wakes_the_wait_and_is_found() -> None:
         new = new_inbox()
         await store.create_inbox(new, created_event(new))
         inbox = new.inbox
-        key = (inbox.run_id, inbox.inbox_id, "wait")
+        key = BreakerKey(inbox.run_id, inbox.inbox_id, "wait")
 
         async def look() -> Look:
             async with guard.attempt(key, CI) as attempt:
