@@ -27,7 +27,6 @@ from api.snippet import snippet
 from api.ui.render import frame_headers, inline_cids
 from sink import __version__, clock
 from sink.errors import EvidenceReleased, InvalidRequest, NotFound
-from sink.extract import html_to_text
 from sink.mailbox import Mailbox
 from sink.message import ParsedMessage, attachment_parts, parse
 from sink.search import Filter, Query
@@ -195,7 +194,11 @@ def _sender_name(parsed: ParsedMessage) -> str:
 
 def _text(parsed: ParsedMessage) -> str:
     # As Mailpit (enmime): an HTML-only message's text is its HTML rendered as text.
-    return parsed.text or (html_to_text(parsed.html) if parsed.html else "")
+    if parsed.text or not parsed.html:
+        return parsed.text or ""
+    from sink.extract import html_to_text  # not at start-up (see sink.message.analyse)
+
+    return html_to_text(parsed.html)
 
 
 def _message(entry: Listed, raw: bytes) -> dict[str, Any]:

@@ -20,10 +20,12 @@ import re
 from dataclasses import dataclass, field
 from email.message import Message
 from html import unescape
+from typing import TYPE_CHECKING
 
 from sink.address import Mailbox, parse_from, parse_list
-from sink.extract import Code, extract_evidence, html_to_text
-from sink.flags import Content, content_flags, demoted
+
+if TYPE_CHECKING:
+    from sink.extract import Code
 
 MAX_DEPTH = 50  # multipart nesting followed; deeper parts are ignored
 MAX_PARTS = 1000  # MIME parts looked at per message
@@ -111,6 +113,8 @@ class Analysis:
         the read then works out and keeps anew)."""
         if not text:
             return None
+        from sink.extract import Code  # the analysis's modules load on the first read
+
         try:
             data = json.loads(text)
             if data.get("v") != ANALYSIS_VERSION:
@@ -204,6 +208,11 @@ def analyse(
     summary: Summary, text: str | None, html: str | None, attachment_names: tuple[str, ...]
 ) -> Analysis:
     """Links, codes, hidden text and flags: what a person sees in the content, and what not."""
+    # Imported here, not at the top: their patterns take ~30 ms to compile, which start-up
+    # would pay before the first message is read (bench/startup.py).
+    from sink.extract import extract_evidence
+    from sink.flags import Content, content_flags, demoted
+
     evidence = extract_evidence(text, html, summary.subject)
     content = Content(
         subject=summary.subject,
@@ -229,7 +238,11 @@ def searchable_text(raw: bytes) -> str:
         bodies = _Bodies(scan_budget=_scan_budget(raw))
         _walk(raw, body_start, len(raw), _fields(raw[: min(head_end, MAX_HEAD_BYTES)]), 0, bodies)
         text, html = bodies.text(), bodies.html()
-        return "\n".join(part for part in (text, html_to_text(html) if html else None) if part)
+        if not html:
+            return text or ""
+        from sink.extract import html_to_text
+
+        return "\n".join(part for part in (text, html_to_text(html)) if part)
     except Exception:  # matching must not fail on a message: it then matches nothing
         return ""
 
