@@ -172,6 +172,52 @@ def test_an_unreachable_database_is_storage_unavailable(pg_cluster: Cluster) -> 
         asyncio.run(scenario())
 
 
+def _driver_errors() -> list[type[BaseException]]:
+    """Every exception class asyncpg defines (its whole tree), but its warnings."""
+    found = []
+    for name in dir(asyncpg.exceptions):
+        cls = getattr(asyncpg.exceptions, name)
+        if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, Warning):
+            found.append(cls)
+    return found
+
+
+@pytest.mark.parametrize("error", _driver_errors(), ids=lambda cls: cls.__name__)
+def test_every_driver_error_becomes_one_of_ours(error: type[BaseException]) -> None:
+    """Whatever asyncpg raises leaves the adapter as a StorageError: client-side errors
+    (InternalClientError, as in a fast shutdown) and the server's trouble as
+    StorageUnavailable, only a write's own bad data (SQLSTATE 22, 23) as StorageError."""
+    from sink.errors import StorageError
+    from sink.storage.postgres import _translated
+
+    async def scenario() -> None:
+        async with _translated("save_message"):
+            raise error("driver trouble")
+
+    with pytest.raises(StorageError) as raised:
+        asyncio.run(scenario())
+    state = getattr(error, "sqlstate", None) or ""
+    if not state.startswith(("22", "23")):
+        assert isinstance(raised.value, StorageUnavailable), (error, type(raised.value))
+
+
+@pytest.mark.parametrize(
+    "error", [ConnectionResetError, BrokenPipeError, asyncio.IncompleteReadError], ids=str
+)
+def test_a_socket_lost_under_the_driver_is_storage_unavailable(error: type[Exception]) -> None:
+    """A reset, a broken pipe or a message cut short is StorageUnavailable (451), never raw."""
+    from sink.storage.postgres import _translated
+
+    async def scenario() -> None:
+        async with _translated("save_message"):
+            if error is asyncio.IncompleteReadError:
+                raise asyncio.IncompleteReadError(b"", 5)
+            raise error()
+
+    with pytest.raises(StorageUnavailable):
+        asyncio.run(scenario())
+
+
 def test_a_bad_database_url_names_the_flag_and_never_the_password() -> None:
     """--db postgresql://... without a database name stops start-up; the message hides the URL."""
     import argparse

@@ -71,13 +71,17 @@ def _ready(server: Server, want: int) -> int:
 
 
 def test_readyz_follows_whether_the_store_can_commit(tmp_path: Path, small_disk: Path) -> None:
-    """Disk full: /readyz is 503 (reads still work, writes do not); space freed: 200 again,
-    with no restart."""
+    """Disk full: /readyz is 503 (reads still work, writes do not) and new mail is 452 4.3.1
+    as on PostgreSQL; space freed: 200 again, with no restart."""
     server = start_server(tmp_path / "logs", db=small_disk / "runsink.db")
     try:
         assert _ready(server, 200) == 200
+        with server.http() as client:
+            inbox = client.post("/v1/inboxes", json={"run_id": new_run_id(), "purpose": "p"})
         filler = _fill(small_disk)
         assert _ready(server, 503) == 503
+        full = [_smtp_answer(server, inbox.json()["address"], size) for size in (2000, 300_000)]
+        assert full == [452, 452]
         with server.http() as client:
             assert client.get("/healthz").status_code == 200
             create = client.post("/v1/inboxes", json={"run_id": new_run_id(), "purpose": "p"})

@@ -26,8 +26,9 @@ ids, delivered at COMMIT; each replica LISTENs on a dedicated connection
 (``_Listener``) and, on every (re)connect, wakes every wait it holds so that a
 notification lost while it was down costs latency, never a wake-up.
 
-Driver errors never leave this module: connection trouble becomes
-``StorageUnavailable``, anything else ``StorageError``.
+Driver errors never leave this module: a full disk becomes ``StoreFull``, a write's own
+bad data (SQLSTATE classes 22, 23) ``StorageError``, and everything else the driver raises
+(its whole tree, client-side errors included) ``StorageUnavailable``.
 """
 
 from __future__ import annotations
@@ -125,14 +126,6 @@ def _refused(retry_after: float) -> Admission:
     )
 
 
-# SQLSTATE classes that mean "not now" rather than "wrong": connection exceptions (08),
-# insufficient resources (53: too many connections, disk full), operator intervention
-# (57: shutdown, restart, cannot connect now), and a read-only transaction (25006: a
-# standby after a failover).
-_UNAVAILABLE_CLASSES = ("08", "53", "57")
-_UNAVAILABLE_STATES = ("25006", "40001", "40P01")
-
-
 class WakeTarget(Protocol):
     """What the listener wakes: the process's waiters (``sink/waiters.py``)."""
 
@@ -147,25 +140,34 @@ def is_postgres_url(text: str) -> bool:
     return text.startswith(("postgresql://", "postgres://"))
 
 
+# SQLSTATE classes that are about the data a statement was given (22: data exception, 23:
+# integrity constraint): the one write is wrong, not the database (a batch retries alone).
+_DATA_CLASSES = ("22", "23")
+
+
 def _translate(exc: BaseException, what: str) -> StorageError:
+    """Every driver error is ours: a full store, one write's own fault (``StorageError``), or
+    the database unavailable, which is everything else asyncpg can raise, on the server's side
+    (shutdown, restart, a standby) or the client's (``InterfaceError``, ``InternalClientError``
+    as in a ``pg_ctl stop -m fast``, a reset socket)."""
     if isinstance(exc, StorageError):
         return exc
     state = getattr(exc, "sqlstate", None) or ""
     if state == DISK_FULL:
         return StoreFull(f"{what}: the database has no space left")
-    if (
-        isinstance(
-            exc,
-            OSError | TimeoutError | asyncpg.InterfaceError | asyncpg.PostgresConnectionError,
-        )
-        or state.startswith(_UNAVAILABLE_CLASSES)
-        or state in _UNAVAILABLE_STATES
-    ):
-        return StorageUnavailable(f"{what}: the database is unavailable ({type(exc).__name__})")
-    return StorageError(f"{what} failed ({type(exc).__name__}: {state or 'no sqlstate'})")
+    if isinstance(exc, asyncpg.PostgresError) and state.startswith(_DATA_CLASSES):
+        return StorageError(f"{what} failed ({type(exc).__name__}: {state})")
+    return StorageUnavailable(f"{what}: the database is unavailable ({type(exc).__name__})")
 
 
-_DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+_DRIVER_ERRORS = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,  # ConnectionError included
+    EOFError,  # asyncio.IncompleteReadError: the server went away mid-message
+    TimeoutError,
+)
 
 
 @contextlib.asynccontextmanager
@@ -1399,8 +1401,13 @@ class _Deliveries:
                 for item in batch:  # find the one that fails; the others are stored
                     await self._commit_one(item)
                 return
+            except Exception as exc:  # never a sender left without an answer (nor a lost task)
+                _settle(batch, StorageUnavailable(f"save_message: {type(exc).__name__}"))
+                return
             _settle(batch, None)
         finally:
+            # Cancelled (shutdown) or failed mid-retry: whoever has no answer yet gets a 451.
+            _settle(batch, StorageUnavailable("save_message: the commit was interrupted"))
             self._slots.release()
 
     async def _commit_one(self, item: tuple[Incoming, asyncio.Future[None]]) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import queue
 import sqlite3
 import threading
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sink.errors import StorageError
+from sink.errors import StorageError, StoreFull
 from sink.logs import warn
 
 T = TypeVar("T")
@@ -46,6 +47,19 @@ _BATCH_MAX = 256
 
 Work = Callable[[sqlite3.Connection], Any]
 Outcome = tuple[bool, Any]  # (succeeded, result or exception)
+
+_SQLITE_FULL = 13  # https://www.sqlite.org/rescode.html#full (a write failing with ENOSPC)
+
+
+def storage_error(exc: BaseException, what: str) -> StorageError:
+    """A driver error as ours: a full disk is ``StoreFull`` (SMTP 452 4.3.1, as with
+    PostgreSQL), anything else ``StorageError``."""
+    if isinstance(exc, StorageError):
+        return exc
+    code = getattr(exc, "sqlite_errorcode", None) or 0
+    if code & 0xFF == _SQLITE_FULL or getattr(exc, "errno", None) == errno.ENOSPC:
+        return StoreFull(f"{what}: the disk is full")
+    return StorageError(f"{what}: {exc}")
 
 
 class Shared:
@@ -170,8 +184,8 @@ class Writer:
         try:
             result: T = await self._queue(_Call(fn))
             return result
-        except sqlite3.Error as exc:
-            raise StorageError(f"write failed: {exc}") from exc
+        except (sqlite3.Error, OSError) as exc:
+            raise storage_error(exc, "write failed") from exc
 
     def _queue(self, work: Work | _Call) -> asyncio.Future[Any]:
         loop = self._loop
@@ -236,9 +250,7 @@ class Writer:
         try:
             outcomes = self._run_batch([work for work, _ in batch])  # type: ignore[misc]
         except Exception as exc:  # BEGIN or COMMIT failed: nothing of the batch happened
-            failure = (
-                exc if isinstance(exc, StorageError) else StorageError(f"commit failed: {exc}")
-            )
+            failure = storage_error(exc, "commit failed")
             outcomes = [(False, failure)] * len(batch)
         notes: list[Any] = []
         results: list[Outcome] = []
@@ -306,8 +318,8 @@ class Writer:
         except Exception as exc:
             db.execute("ROLLBACK TO write")
             db.execute("RELEASE write")
-            if isinstance(exc, sqlite3.Error):
-                return False, StorageError(f"write failed: {exc}")
+            if isinstance(exc, sqlite3.Error | OSError):
+                return False, storage_error(exc, "write failed")
             return False, exc
         db.execute("RELEASE write")
         return True, (value, getattr(db, "notes", []))
