@@ -6,11 +6,13 @@ Real processes, a real database; every wait is bounded by a deadline.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import smtplib
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -304,16 +306,25 @@ def _until_delivered(dsn: str, count: int, deadline_s: float = 60.0) -> None:
     raise AssertionError(f"fewer than {count} deliveries within {deadline_s}s")
 
 
+@contextlib.contextmanager
+def _own_database() -> Iterator[Cluster]:
+    """A PostgreSQL server of the test's own (to stop and start), with a database runsink."""
+    own = Cluster.create()
+    try:
+        own.start()
+        own.psql("CREATE DATABASE runsink")
+        yield own
+    finally:
+        own.destroy()
+
+
 @pytest.mark.slow
 def test_the_database_restarted_mid_run_costs_451s_and_nothing_acknowledged(
     tmp_path: Path, policy_file: str, pg_cluster: Cluster
 ) -> None:
     """PostgreSQL stops under load: 451s (never a 250 without a commit), /readyz 503,
     provider trouble on waits; back up, everything recovers without restarting runsink."""
-    own = Cluster.create()
-    try:
-        own.start()
-        own.psql("CREATE DATABASE runsink")
+    with _own_database() as own:
         dsn = own.dsn("runsink")
         (a,) = start_replicas(tmp_path, dsn, policy_file, 1)
         try:
@@ -340,8 +351,6 @@ def test_the_database_restarted_mid_run_costs_451s_and_nothing_acknowledged(
             stored = _subjects(a, [inbox["inbox_id"]])
         finally:
             a.stop()
-    finally:
-        own.destroy()
     assert refused == 451
     # The inbox cannot be read, but this replica knows it: provider trouble, state unchanged.
     assert down.status_code == 200 and down.headers["Retry-After"] == "1"
@@ -383,10 +392,7 @@ def test_postgres_stopped_under_load_answers_every_sender_at_once(
     """pg_ctl stop -m fast / -m immediate under SMTP load on two replicas: every sender is
     answered within seconds (451 while it is down, never a hang until the idle window), no
     task dies unretrieved, and nothing acknowledged is lost once it is back."""
-    own = Cluster.create()
-    try:
-        own.start()
-        own.psql("CREATE DATABASE runsink")
+    with _own_database() as own:
         dsn = own.dsn("runsink")
         a, b = start_replicas(tmp_path, dsn, policy_file, 2)
         try:
@@ -411,8 +417,6 @@ def test_postgres_stopped_under_load_answers_every_sender_at_once(
             a.stop()
             b.stop()
         logged = a.log_path.read_text() + b.log_path.read_text()
-    finally:
-        own.destroy()
     acknowledged = {subject for subjects, _, _ in results for subject in subjects}
     longest = max(took for _, _, took in results)
     assert longest < 20, f"a sender waited {longest:.1f}s for an answer"
@@ -452,10 +456,7 @@ def test_database_down_inbox_calls_answer_wait_then_retry(tmp_path: Path, policy
     state unchanged, retryable/wait_then_retry and a retry_after; an inbox this replica never
     saw, a create, a listing and a read get a 503 that says the same; after a restart of
     PostgreSQL (not of runsink) the same calls answer normally."""
-    own = Cluster.create()
-    try:
-        own.start()
-        own.psql("CREATE DATABASE runsink")
+    with _own_database() as own:
         dsn = own.dsn("runsink")
         a, b = start_replicas(tmp_path, dsn, policy_file, 2)
         try:
@@ -484,8 +485,6 @@ def test_database_down_inbox_calls_answer_wait_then_retry(tmp_path: Path, policy
         finally:
             a.stop()
             b.stop()
-    finally:
-        own.destroy()
     assert (before["state"], before["next_action"]) == ("received", "claim_message")
     for answer in (got, waited, claimed):
         assert answer.status_code == 200, answer.text
