@@ -9,6 +9,7 @@
 ``expect_message`` follows the server's ``next_action`` and ``retry_after`` until it has the
 message or a terminal answer, and raises ``ExpectationFailed`` naming the reason and the
 next action. ``sink.fake.FakeSink`` has the same interface, in-process and scripted.
+A webhook receiver checks each delivery with ``verify_webhook(secret, headers, body)``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sink.client.errors import (
     RunsinkClientError,
     TransportFailed,
     Unavailable,
+    WebhookVerificationError,
 )
 from sink.client.inbox import AsyncInbox, Inbox
 from sink.client.models import (
@@ -41,6 +43,7 @@ from sink.client.models import (
     SmtpEnvelope,
 )
 from sink.client.sync import Sink
+from sink.client.webhooks import WebhookEvent, verify_webhook
 
 __all__ = [
     "ApiError",
@@ -71,4 +74,7 @@ __all__ = [
     "SmtpEnvelope",
     "TransportFailed",
     "Unavailable",
+    "WebhookEvent",
+    "WebhookVerificationError",
+    "verify_webhook",
 ]

@@ -6,7 +6,8 @@
     ├── ApiError                an error answer: .status, .code, .message, .details
     │   ├── Unavailable         503 on read: provider_timeout / provider_error / circuit_open
     │   └── OwnershipRefused    wrong_run (403) / claimed_by_other_run (409): .reason
-    └── ExpectationFailed       expect_message ended without the message: .reason, .next_action
+    ├── ExpectationFailed       expect_message ended without the message: .reason, .next_action
+    └── WebhookVerificationError  a webhook delivery's signature or timestamp does not check out
 
 These are the client's own classes; ``sink.errors`` is the server's tree and is never
 raised to a client.
@@ -119,3 +120,7 @@ class ExpectationFailed(RunsinkClientError):
         self.deadline_exceeded = deadline_exceeded
         self.mismatch = mismatch
         self.hint = hint  # the server's own sentence: what to do next and why
+
+
+class WebhookVerificationError(RunsinkClientError):
+    """A webhook delivery failed verification (``verify_webhook``): answer it with a 4xx."""
