@@ -21,6 +21,8 @@ export * from "./errors.js";
 export * from "./types.js";
 export { runIdFor, isRunId, RUN_ID_MAX } from "./runid.js";
 export { describeReport } from "./report.js";
+export { verifyWebhook, secretKey, WebhookVerificationError, WEBHOOK_TOLERANCE_S } from "./webhooks.js";
+export type { VerifyOptions, WebhookEvent, WebhookHeaders } from "./webhooks.js";
 export { startServer } from "./server.js";
 export type { RunsinkServer, StartOptions } from "./server.js";
 export type { FetchLike } from "./http.js";
