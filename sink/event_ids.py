@@ -1,11 +1,13 @@
-"""Event ids a run's reader cannot count other runs by.
+"""Live event ids made from durable facts, the same on every replica and after a restart.
 
-A stream limited to runs (a run or ``runs:`` token, ``?run_id=``) sees only its runs'
-events, but plain ids (``<boot>.<seq>``, one sequence for every run) would show by their
-gaps how much happened elsewhere. Such readers get ``<boot>.m<hex>`` instead: the sequence
-number under a keyed permutation of 64-bit numbers (a three-round Feistel network over
-keyed BLAKE2b, the key made once per process), so one id says nothing about the next, and
-the hub still turns it back into a position to resume from.
+A webhook's ``webhook-id`` is its live event's SSE ``id:``, the same on every retry and on
+every replica, and its outbox row is written in the commit of its event: so the id is made
+from what that commit stores, not from an in-process sequence. ``run_event`` and ``inbox``
+events come from a row of the ``events`` table (its id, plus the kind: one row can make
+both); ``message`` events from the message's own id (a delivery's ``message_id``, caught
+mail's ``caught_id``). The id is a keyed hash of that (BLAKE2b; the key derived from the
+store's signing key, which every replica shares): opaque, so no reader can count other
+runs' events by it, and one id serves every reader.
 """
 
 from __future__ import annotations
@@ -13,37 +15,36 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-_ROUNDS = 3
-_HALF = 0xFFFFFFFF
+_PREFIX = "ev_"
+_DIGEST = 12  # 96 bits: 24 hex digits
 
 
-class IdMask:
-    def __init__(self, key: bytes | None = None) -> None:
-        key = key or secrets.token_bytes(32)
-        self._rounds = [
-            hashlib.blake2b(digest_size=4, key=key, person=bytes([n]) * 16) for n in range(_ROUNDS)
-        ]
+class EventIds:
+    def __init__(self, signing_key: bytes | None = None) -> None:
+        # Derived, so the id key says nothing of the token key it comes from.
+        root = signing_key or secrets.token_bytes(32)
+        self._key = hashlib.blake2b(root, digest_size=32, person=b"runsink.evids").digest()
 
-    def hide(self, seq: int) -> str:
-        left, right = (seq >> 32) & _HALF, seq & _HALF
-        for n in range(_ROUNDS):
-            left, right = right, left ^ self._round(n, right)
-        return f"m{(left << 32) | right:016x}"
+    def of_row(self, kind: str, row_id: int) -> str:
+        """A ``run_event`` or ``inbox`` event made from the ``events`` row ``row_id``."""
+        return self._id(f"{kind}:{row_id}")
 
-    def reveal(self, hidden: str) -> int | None:
-        """The sequence number behind an id of ``hide``, or None if it is not one."""
-        if len(hidden) != 17 or not hidden.startswith("m"):
-            return None
-        try:
-            value = int(hidden[1:], 16)
-        except ValueError:
-            return None
-        left, right = value >> 32, value & _HALF
-        for n in reversed(range(_ROUNDS)):
-            left, right = right ^ self._round(n, left), left
-        return (left << 32) | right
+    def of_message(self, message_id: str) -> str:
+        """A ``message`` event: a delivery's message_id or a caught mail's caught_id."""
+        return self._id(f"message:{message_id}")
 
-    def _round(self, n: int, half: int) -> int:
-        mixed = self._rounds[n].copy()
-        mixed.update(half.to_bytes(4, "big"))
-        return int.from_bytes(mixed.digest(), "big")
+    def of_ping(self, delivery_id: str) -> str:
+        """A webhook's test delivery."""
+        return self._id(f"ping:{delivery_id}")
+
+    def of_mark(self, boot: str, seq: int) -> str:
+        """A position of one process's stream that no event has (a ``resync``'s id)."""
+        return self._id(f"mark:{boot}:{seq}")
+
+    def _id(self, fact: str) -> str:
+        digest = hashlib.blake2b(fact.encode(), digest_size=_DIGEST, key=self._key)
+        return _PREFIX + digest.hexdigest()
+
+
+def is_event_id(text: str) -> bool:
+    return len(text) == len(_PREFIX) + 2 * _DIGEST and text.startswith(_PREFIX)

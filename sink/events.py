@@ -12,10 +12,11 @@ event) instead of holding the publisher back. The same log answers ``Last-Event-
 Subscribers with the same filter share one wake-up, so publishing costs O(1) whatever the
 number of readers.
 
-Ids are ``<boot>.<seq>``: ``boot`` names this process's life, so an id from before a
-restart is recognised as unknown instead of being taken for a recent position. A reader
-limited to runs gets ``<boot>.m<hex>`` instead (``sink/event_ids.py``): one sequence
-numbers every run's events, and its gaps would tell how busy the other runs are.
+An event's id is made from durable facts (``sink/event_ids.py``: its ``events`` row, or
+its message's id), the same on every replica and the same a webhook delivers it under;
+opaque, so one id serves every reader and tells nothing of other runs. The hub keeps its
+own sequence for order and maps the ids in its log to it for ``Last-Event-ID``: an id it
+does not hold (from before a restart, too old, not ours) gets a resync.
 
 Fed, with SQLite, from the store's commit hook (every run event recorded, after its commit:
 ``record``) and ingest (a message stored, after its commit: ``message``); with PostgreSQL,
@@ -32,15 +33,16 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any
 
-from sink.clock import rfc3339
-from sink.event_ids import IdMask
+from sink import event_shapes
+from sink.event_ids import EventIds
 from sink.storage.base import Event, Incoming
+from sink.webhooks.model import LiveEvent
 
 KEEP_S = 600.0  # Last-Event-ID resumes within the last 10 minutes (the contract's minimum)
 KEEP_MAX = 65_536  # and never more events than this in memory
 _TRIM_CHUNK = 1024  # trim the log's head in chunks: amortised O(1) per event
+_MARKS_MAX = 4096  # resync ids remembered (positions no event has)
 
 
 @dataclass(slots=True)
@@ -49,7 +51,7 @@ class Entry:
     run_id: str | None
     at: float  # monotonic, for trimming
     frame: bytes  # the whole SSE frame: id, event and data lines
-    hidden: bytes | None = None  # the frame with a masked id, made when a run's reader reads it
+    event_id: str
 
 
 @dataclass(slots=True, eq=False)  # compared (and hashed) by identity
@@ -100,7 +102,14 @@ class Hub:
         self.published = 0
         self.subscribers = 0  # open subscriptions
         self._last_left = -float("inf")  # when the last reader left (monotonic)
-        self._mask = IdMask()  # ids for readers limited to runs (sink/event_ids.py)
+        self.ids = EventIds()  # keyed by the store's signing key once it is open (keyed())
+        self._seqs: dict[str, int] = {}  # the ids in the log -> their seq (Last-Event-ID)
+        self._marks: dict[str, int] = {}  # resync ids -> the position they name
+        self._unstored = 0  # events handed in without a row id (tests): numbered below 0
+
+    def keyed(self, signing_key: bytes) -> None:
+        """Make ids with the store's key (every replica's ids then agree)."""
+        self.ids = EventIds(signing_key)
 
     # -- publishing (never awaits) ---------------------------------------------------
 
@@ -117,9 +126,13 @@ class Hub:
         if self.heard():
             return False
         self._next += 1
-        self._log.clear()
-        self._first = self._next
+        self._forget_log()
         return True
+
+    def _forget_log(self) -> None:
+        self._log.clear()
+        self._seqs.clear()
+        self._first = self._next
 
     def record(self, events: Iterable[Event]) -> None:
         """Run events just committed: each as ``run_event``, plus ``inbox`` on state changes."""
@@ -129,20 +142,12 @@ class Hub:
         for event in events:
             if event.type == "expired" and event.detail.get("cause") == "released":
                 released.add(event.run_id)
-            self._publish("run_event", event.run_id, _run_event(event))
-            state = _state_after(event)
-            if state is not None and event.inbox_id is not None:
-                reason = event.detail.get("reason") if state[0] == "expired" else state[1]
-                self._publish(
-                    "inbox",
-                    event.run_id,
-                    {
-                        "inbox_id": event.inbox_id,
-                        "run_id": event.run_id,
-                        "state": state[0],
-                        "reason": reason,
-                    },
-                )
+            row_id = event.seq
+            if row_id is None:
+                self._unstored -= 1
+                row_id = self._unstored
+            for live in event_shapes.of_event(event, self.ids, row_id):
+                self._publish(live)
         for run_id in released:
             self._end_streams_of(run_id)
 
@@ -160,34 +165,15 @@ class Hub:
         """A message was stored (its 250 follows): one event per inbox, one if caught."""
         if self._unheard():
             return
-        received_at = rfc3339(incoming.received_at)
-        subject = incoming.summary.subject
-        for d in incoming.deliveries:
-            self._delivered(d.message_id, d.inbox_id, d.run_id, subject, received_at)
-        if incoming.unrouted:
-            # Caught mail has an id once the catch-all store gives it one.
-            self._caught(getattr(incoming, "caught_id", None), subject, received_at)
+        for live in event_shapes.of_incoming(incoming, self.ids):
+            self._publish(live)
 
     def caught(self, caught_id: str, subject: str, received_at: float) -> None:
-        """Caught mail stored by any replica (and answered 250 for), from the store's feed."""
+        """Caught mail stored by any replica (and answered 250 for), from the store's feed.
+        No run: only readers of every run see it (a run's stream never does)."""
         if self._unheard():
             return
-        self._caught(caught_id, subject, rfc3339(received_at))
-
-    def _caught(self, caught_id: str | None, subject: str, received_at: str) -> None:
-        # No run: only readers of every run see it (a run's stream never does).
-        self._publish(
-            "message",
-            None,
-            {
-                "message_id": caught_id,
-                "inbox_id": None,
-                "run_id": None,
-                "caught": True,
-                "subject": subject,
-                "received_at": received_at,
-            },
-        )
+        self._publish(event_shapes.caught(self.ids, caught_id, subject, received_at))
 
     def delivered(
         self, message_id: str, inbox_id: str, run_id: str, subject: str, received_at: float
@@ -195,42 +181,28 @@ class Hub:
         """A message stored by any replica (and answered 250 for), from the store's feed."""
         if self._unheard():
             return
-        self._delivered(message_id, inbox_id, run_id, subject, rfc3339(received_at))
-
-    def _delivered(
-        self, message_id: str, inbox_id: str, run_id: str, subject: str, received_at: str
-    ) -> None:
-        self._publish(
-            "message",
-            run_id,
-            {
-                "message_id": message_id,
-                "inbox_id": inbox_id,
-                "run_id": run_id,
-                "caught": False,
-                "subject": subject,
-                "received_at": received_at,
-            },
-        )
+        live = event_shapes.delivered(self.ids, message_id, inbox_id, run_id, subject, received_at)
+        self._publish(live)
 
     def lost(self) -> None:
         """Events were missed (more than could be replayed): every reader resynchronises."""
         self._next += 1
-        self._log.clear()
-        self._first = self._next
+        self._forget_log()
         for group in self._groups.values():
             group.last_seq = self._next - 1  # past every reader's cursor: each reads a resync
             group.poke()
 
-    def _publish(self, kind: str, run_id: str | None, data: dict[str, Any]) -> None:
+    def _publish(self, live: LiveEvent) -> None:
         if self._closed:
             return
         seq = self._next
         self._next += 1
-        payload = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
-        frame = f"id: {self.boot}.{seq}\nevent: {kind}\ndata: {payload}\n\n".encode()
+        payload = json.dumps(live.data, separators=(",", ":"), ensure_ascii=False)
+        frame = f"id: {live.id}\nevent: {live.type}\ndata: {payload}\n\n".encode()
         now = time.monotonic()
-        self._log.append(Entry(seq, run_id, now, frame))
+        run_id = live.run_id
+        self._log.append(Entry(seq, run_id, now, frame, live.id))
+        self._seqs[live.id] = seq
         self.published += 1
         self._trim(now)
         for key in (None, run_id) if run_id is not None else (None,):
@@ -249,6 +221,9 @@ class Hub:
         drop = max(over + _TRIM_CHUNK, 0) if over > 0 else 0
         while drop < len(log) - 1 and now - log[drop].at > KEEP_S:
             drop += 1
+        for entry in log[:drop]:
+            if self._seqs.get(entry.event_id) == entry.seq:
+                del self._seqs[entry.event_id]
         del log[:drop]
         self._first += drop
 
@@ -300,8 +275,7 @@ class Hub:
         if subscriber.cursor < self._first - 1:
             # Fell behind the log's tail (or resumed from an unknown id): start again from now.
             subscriber.cursor = self._next - 1
-            limited = subscriber.run_id is not None or subscriber.glob is not None
-            return Batch([self._resync_frame(limited)], resync=True)
+            return Batch([self._resync_frame()], resync=True)
         start = subscriber.cursor + 1 - self._first
         entries = self._log[start:]
         subscriber.cursor = self._next - 1
@@ -312,15 +286,7 @@ class Hub:
             mine = [e for e in entries if e.run_id is not None and fnmatchcase(e.run_id, glob)]
         else:
             return Batch([e.frame for e in entries])
-        return Batch([self._hidden(e) for e in mine], closed=subscriber.ended)
-
-    def _hidden(self, entry: Entry) -> bytes:
-        """The frame for a reader limited to runs: its id masked (made once per event)."""
-        if entry.hidden is None:
-            _, _, rest = entry.frame.partition(b"\n")
-            masked = self._mask.hide(entry.seq)
-            entry.hidden = f"id: {self.boot}.{masked}\n".encode() + rest
-        return entry.hidden
+        return Batch([e.frame for e in mine], closed=subscriber.ended)
 
     async def wait(self, subscriber: Subscriber, idle_s: float) -> Batch:
         """The next batch, or an empty one after ``idle_s`` seconds (time for a keep-alive)."""
@@ -347,47 +313,18 @@ class Hub:
             group.poke()
 
     def _parse_id(self, given: str) -> int | None:
-        boot, _, seq = given.strip().partition(".")
-        if boot != self.boot:
-            return None
-        if seq.isdigit():
-            return int(seq)
-        return self._mask.reveal(seq)
+        given = given.strip()
+        seq = self._seqs.get(given)
+        return seq if seq is not None else self._marks.get(given)
 
-    def _resync_frame(self, limited: bool = False) -> bytes:
+    def _resync_frame(self) -> bytes:
+        """Resynchronise: its id names the current position (a reader resumes from there)."""
         seq = self._next - 1
-        last = f"{self.boot}.{self._mask.hide(seq) if limited else seq}"
-        return f'id: {last}\nevent: resync\ndata: {{"last_event_id":"{last}"}}\n\n'.encode()
-
-
-def _run_event(event: Event) -> dict[str, Any]:
-    """The same shape as an entry of ``GET /v1/runs/{run_id}``'s ``events``."""
-    return {
-        "at": rfc3339(event.at),
-        "type": event.type,
-        "run_id": event.run_id,
-        "inbox_id": event.inbox_id,
-        "message_id": event.message_id,
-        "detail": event.detail,
-    }
-
-
-def _state_after(event: Event) -> tuple[str, str | None] | None:
-    """(state, reason) an inbox is in after this event, or None if the event changes none."""
-    if event.type == "created":
-        return ("created", None)
-    if event.type == "claimed":
-        return ("received", None)
-    if event.type == "expired":
-        return ("expired", None)
-    if event.type == "polled":
-        outcome = str(event.detail.get("outcome"))
-        if outcome == "received":
-            return ("received", None)
-        if outcome in ("evidence_not_found", "evidence_mismatch", "evidence_misaddressed"):
-            return ("waiting", outcome)
-        return None  # "timeout": the expired event recorded with it says so
-    return None
+        mark = self.ids.of_mark(self.boot, seq)
+        self._marks[mark] = seq
+        if len(self._marks) > _MARKS_MAX:
+            del self._marks[next(iter(self._marks))]
+        return f'id: {mark}\nevent: resync\ndata: {{"last_event_id":"{mark}"}}\n\n'.encode()
 
 
 def _base36(number: int) -> str:

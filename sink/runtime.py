@@ -103,7 +103,9 @@ class Runtime:
         self.tls_context = server_context(self.settings)
         sized = self._size_connections()
         await self.store.open()
-        self.keyring = Keyring(self.settings.tokens, await self.store.signing_key())
+        signing_key = await self.store.signing_key()
+        self.keyring = Keyring(self.settings.tokens, signing_key)
+        self.events.keyed(signing_key)  # live event ids agree across replicas and restarts
         if self.postgres is not None:
             # Mail accepted by another replica wakes the waits held here.
             # And every replica's live events (this one's too) reach its /v1/events readers.

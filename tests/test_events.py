@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 
 import pytest
 
 from sink import events
+from sink.event_ids import is_event_id
 from sink.events import Hub
 from sink.storage.base import Event
 
@@ -22,6 +24,10 @@ def _frames(batch: events.Batch) -> list[tuple[str, str, dict[str, object]]]:
 
 def _event(run_id: str, kind: str = "created", **detail: object) -> Event:
     return Event(run_id, kind, 1_000.0, "ib_x", None, dict(detail))
+
+
+def _ids(batch: events.Batch) -> list[str]:
+    return [i for i, _, _ in _frames(batch)]
 
 
 def test_run_events_come_with_the_inbox_state_they_lead_to() -> None:
@@ -47,7 +53,8 @@ def test_run_events_come_with_the_inbox_state_they_lead_to() -> None:
         ("expired", "timeout"),
     ]
     assert [kind for _, kind, _ in got].count("run_event") == 6
-    assert [i for i, _, _ in got] == [f"b.{n}" for n in range(1, len(got) + 1)]
+    ids = [i for i, _, _ in got]
+    assert len(set(ids)) == len(ids) and all(is_event_id(i) for i in ids)
 
 
 def test_a_run_filter_sees_only_its_run() -> None:
@@ -60,35 +67,53 @@ def test_a_run_filter_sees_only_its_run() -> None:
 
 
 def test_last_event_id_resumes_after_it_and_unknown_ids_resync() -> None:
-    """A known id replays what followed it; another boot's, a future or a garbage id resync."""
+    """A known id replays what followed it; another key's, an old-style or a garbage id resync,
+    and a resync's own id resumes from where it was given."""
     hub = Hub(boot="b")
-    hub.subscribe(None)  # someone listening: events are kept
-    hub.record([_event("r")])  # ids b.1, b.2
-    hub.record([_event("r")])  # ids b.3, b.4
-    resumed = hub.subscribe(None, "b.2")
-    assert [i for i, _, _ in _frames(hub.read(resumed))] == ["b.3", "b.4"]
-    for stale in ("other.1", "b.99", "nonsense", "b.-1"):
+    reader = hub.subscribe(None)  # someone listening: events are kept
+    hub.record([_event("r")])
+    hub.record([_event("r")])
+    ids = _ids(hub.read(reader))
+    resumed = hub.subscribe(None, ids[1])
+    assert _ids(hub.read(resumed)) == ids[2:]
+    other = Hub(boot="b")  # another key: another server's ids
+    listening = other.subscribe(None)
+    other.record([_event("r")])
+    foreign = _ids(other.read(listening))
+    assert foreign
+    for stale in ("b.1", "b.m0000000000000001", "nonsense", *foreign):
         batch = hub.read(hub.subscribe("r", stale))
         assert batch.resync and _frames(batch)[0][1] == "resync"
+    mark = _frames(hub.read(hub.subscribe(None, "nonsense")))[0][0]
+    hub.record([_event("r")])
+    assert len(hub.read(hub.subscribe(None, mark)).frames) == 2
 
 
-def test_a_run_readers_ids_say_nothing_of_other_runs() -> None:
-    """A reader limited to a run gets masked ids: no sequence to count other runs' events
-    by, yet each resumes exactly after itself; an every-run reader keeps plain ids."""
-    hub = Hub(boot="b")
-    mine = hub.subscribe("mine")
-    hub.record([_event("mine")])
-    hub.record([_event("other")] * 50)
-    hub.record([_event("mine")])
-    frames = _frames(hub.read(mine))
-    ids = [i for i, _, _ in frames]
-    assert len(ids) == 4 and all(i.startswith("b.m") and len(i) == 19 for i in ids)
-    assert len(set(ids)) == 4
-    resumed = hub.subscribe("mine", ids[1])
-    assert [i for i, _, _ in _frames(hub.read(resumed))] == ids[2:]
-    assert all(
-        i.split(".")[1].isdigit() for i, _, _ in _frames(hub.read(hub.subscribe(None, "b.1")))
-    )
+def test_ids_come_from_the_stored_rows_and_are_the_same_for_every_reader() -> None:
+    """An event's id is made from its events row and the store's key: another hub (a replica)
+    with the same key gives the same ids, a run's reader the same ids as an every-run reader,
+    and ids say nothing of other runs' events; a run's reader resumes exactly after itself."""
+    key = b"k" * 32
+    hubs = [Hub(boot="one"), Hub(boot="two")]
+    readers = []
+    for hub in hubs:
+        hub.keyed(key)
+        readers.append((hub.subscribe("mine"), hub.subscribe(None)))
+        hub.record([replace(_event("mine"), seq=1)])
+        hub.record([replace(_event("other"), seq=n) for n in range(2, 52)])
+        hub.record([replace(_event("mine"), seq=52)])
+    (mine_1, all_1), (mine_2, _) = readers
+    mine = _ids(hubs[0].read(mine_1))
+    assert len(mine) == 4 and mine == _ids(hubs[1].read(mine_2))
+    everything = _ids(hubs[0].read(all_1))
+    assert [i for i in everything if i in mine] == mine
+    assert all(is_event_id(i) for i in everything)
+    resumed = hubs[0].subscribe("mine", mine[1])
+    assert _ids(hubs[0].read(resumed)) == mine[2:]
+    unkeyed = Hub(boot="one")  # another key: other ids for the same rows
+    listening = unkeyed.subscribe(None)
+    unkeyed.record([replace(_event("mine"), seq=1)])
+    assert not set(_ids(unkeyed.read(listening))) & set(everything)
 
 
 def test_the_log_is_bounded_and_a_reader_left_behind_resyncs(

@@ -521,7 +521,7 @@ def test_live_events_of_one_replica_reach_readers_on_the_other_once_in_order(
 ) -> None:
     """A /v1/events reader on B sees everything A commits for the run (created, message,
     claim, expiry, release) and B's own poll after the message that answered it; A's reader
-    sees the very same stream: every event once, in one order."""
+    sees the very same stream: every event once, in one order, under the same ids."""
     from tests.test_ui_http import Reader
 
     a, b = pair
@@ -551,14 +551,17 @@ def test_live_events_of_one_replica_reach_readers_on_the_other_once_in_order(
                 kind == "run_event" and data["type"] == "released" for _, kind, data in events
             )
 
-        on_b = [(kind, data) for _, kind, data in on_b_reader.until(released, 10)]
-        on_a_seen = [(kind, data) for _, kind, data in on_a_reader.until(released, 10)]
+        on_b_ids = on_b_reader.until(released, 10)
+        on_a_ids = on_a_reader.until(released, 10)
+        on_b = [(kind, data) for _, kind, data in on_b_ids]
+        on_a_seen = [(kind, data) for _, kind, data in on_a_ids]
     finally:
         on_b_reader.close()
         on_a_reader.close()
     types = [data["type"] for kind, data in on_b if kind == "run_event"]
     assert types == ["created", "message_accepted", "polled", "claimed", "expired", "released"]
     assert on_b == on_a_seen  # the same events, in the same order, none twice
+    assert on_b_ids == on_a_ids  # under the same ids: made from the rows, not per replica
     message = next(data for kind, data in on_b if kind == "message")
     assert message["subject"] == "Across replicas" and message["message_id"] == message_id
     states = [data["state"] for kind, data in on_b if kind == "inbox"]

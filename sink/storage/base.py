@@ -116,6 +116,7 @@ class Event:
     inbox_id: str | None = None
     message_id: str | None = None
     detail: dict[str, Any] = field(default_factory=dict)
+    seq: int | None = None  # the id of its ``events`` row, once stored (live event ids)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,10 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from sink import event_shapes
 from sink.envelope import NearMiss
 from sink.errors import StorageError
+from sink.event_ids import EventIds
 from sink.inbox import Claim, Delivery, Evidence, Inbox
 from sink.message import Summary, search_fields
 from sink.nearmiss import LiveAddress, NearIndex
@@ -33,6 +35,7 @@ from sink.storage.base import (
     Route,
     StoredMessage,
 )
+from sink.storage.memory_webhooks import MemoryWebhooks
 from sink.storage.rows import (
     accepted_event,
     claimed_event,
@@ -110,6 +113,10 @@ class MemoryStore:
         self._near = NearIndex()  # the live inboxes' local parts, for near misses
         self._near_misses: dict[str, list[NearMiss]] = {}  # by inbox, in arrival order
         self._signing_key = secrets.token_bytes(32)  # lives as long as the store, as its data
+        self._ids = EventIds(self._signing_key)
+        self._event_rows = itertools.count(1)  # the events' row ids (their live events' ids)
+        # Webhooks and their outbox: deliveries added in the same step as their events.
+        self.webhooks = MemoryWebhooks(self._ids, self._record)
 
     async def open(self) -> None:
         self._open = True
@@ -144,7 +151,7 @@ class MemoryStore:
         self._by_local[new.local_part] = inbox.inbox_id
         self._by_inbox[inbox.inbox_id] = []
         self._keys[new.idempotency_key] = (new.request_json, inbox.inbox_id)
-        self._events.append(event)
+        self._record([event])
         self._near.add(
             LiveAddress(
                 inbox.inbox_id, inbox.run_id, inbox.address, inbox.created_at, inbox.expires_at
@@ -196,9 +203,9 @@ class MemoryStore:
             rescan_seq=after.rescan_seq,
         )
         row.evidence_message_id = after.evidence.message_id if after.evidence else None
-        self._events.append(event)
+        self._record([event])
         if after.state is State.EXPIRED:
-            self._events.append(expired_event(after))
+            self._record([expired_event(after)])
             self._near.remove([after.inbox_id])
         return True
 
@@ -245,7 +252,7 @@ class MemoryStore:
                 self._listing[d.message_id] = _Entry(
                     next(self._listing_seq), d.message_id, message, d.inbox_id, d.run_id, d.rcpts
                 )
-                self._events.append(accepted_event(d, incoming.received_at, size))
+                self._record([accepted_event(d, incoming.received_at, size)])
             if incoming.caught_id:
                 self._record_near_misses(incoming)
                 entry = _Entry(
@@ -258,14 +265,17 @@ class MemoryStore:
                     incoming.caught_until,
                 )
                 self._listing[entry.id] = self._caught[entry.id] = entry
-        self._events.extend(late_events(incoming.late, incoming.received_at, size))
+        self._record(late_events(incoming.late, incoming.received_at, size))
+        if self.webhooks.any:
+            live = event_shapes.of_incoming(incoming, self._ids)
+            self.webhooks.add(live, incoming.received_at)
 
     def _record_near_misses(self, incoming: Incoming) -> None:
         at = incoming.received_at
         for found in self._near.find(incoming.unrouted, at):
             seen = NearMiss(found.address, at, found.distance)
             self._near_misses.setdefault(found.inbox_id, []).append(seen)
-            self._events.append(near_miss_event(found, at))
+            self._record([near_miss_event(found, at)])
 
     async def near_misses(self, inbox_id: str, limit: int) -> list[NearMiss]:
         self._check()
@@ -341,7 +351,7 @@ class MemoryStore:
                 cursor_seq=max(row.inbox.cursor_seq, delivery.seq),
             )
             row.evidence_message_id = claim.message_id
-        self._events.append(claimed_event(claim, delivery.inbox_id))
+        self._record([claimed_event(claim, delivery.inbox_id)])
         return claim
 
     # -- release and retention ---------------------------------------------------
@@ -392,7 +402,7 @@ class MemoryStore:
 
     async def add_events(self, events: list[Event]) -> None:
         self._check()
-        self._events.extend(events)
+        self._record(events)
 
     async def run_report(self, run_id: str) -> tuple[list[InboxReport], list[Event]]:
         self._check()
@@ -603,6 +613,19 @@ class MemoryStore:
 
     # -- rows --------------------------------------------------------------------
 
+    def _record(self, events: list[Event]) -> None:
+        """Keep run events (the run report's), and queue their webhook deliveries with them."""
+        self._events.extend(events)
+        if not self.webhooks.any:
+            return
+        live = [
+            shaped
+            for event in events
+            for shaped in event_shapes.of_event(event, self._ids, next(self._event_rows))
+        ]
+        if live:
+            self.webhooks.add(live, events[0].at)
+
     def _check(self) -> None:
         if not self._open:
             raise StorageError("the store is closed")
@@ -641,7 +664,7 @@ class MemoryStore:
             row.evidence_release_at, at + retention_s if retention_s else _NEVER
         )
         row.last_change_reason = cause or inbox.reason
-        self._events.append(expired_event(inbox, cause))
+        self._record([expired_event(inbox, cause)])
         self._near.remove([inbox.inbox_id])
 
     def _release_rows(self, rows: list[_Inbox], now: float) -> int:
@@ -668,7 +691,7 @@ class MemoryStore:
                     message.analysis = None
                     message.released_at = now
             run_id = self._inboxes[inbox_id].inbox.run_id
-            self._events.append(Event(run_id=run_id, type="released", at=now, inbox_id=inbox_id))
+            self._record([Event(run_id=run_id, type="released", at=now, inbox_id=inbox_id)])
 
 
 def _expiry(entry: _Entry) -> float:

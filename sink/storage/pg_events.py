@@ -172,6 +172,7 @@ class EventFeed:
             inbox_id=r["inbox_id"],
             message_id=r["message_id"],
             detail=json.loads(r["detail_json"]),
+            seq=int(r["id"]),
         )
         self._target.record([event])
         if event.type == "message_accepted" and r["subject"] is not None:

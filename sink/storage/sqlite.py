@@ -1221,7 +1221,10 @@ def _insert_events(db: sqlite3.Connection, events: Iterable[Event]) -> None:
             for e in recorded
         ],
     )
-    note(db, recorded)
+    # One writer connection: the rows just inserted took consecutive ids up to the last one.
+    last = int(db.execute("SELECT last_insert_rowid()").fetchone()[0])
+    first = last - len(recorded) + 1
+    note(db, [replace(e, seq=first + n) for n, e in enumerate(recorded)])
 
 
 def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:

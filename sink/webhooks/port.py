@@ -1,0 +1,56 @@
+"""The webhook store port: webhooks, and the outbox of their deliveries.
+
+Deliveries are not written through this port: a store writes them itself, in the same
+transaction as the events they carry (``model.deliveries_for`` over the webhooks it knows),
+so a crash between the commit and the send loses none. This port is what the HTTP
+endpoints (create, list, delete, deliveries, test) and the delivery worker (take what is
+due under a lease, settle each attempt) call. Every backend implements it: memory,
+SQLite, PostgreSQL (where several replicas share the outbox and ``take_due`` leases each
+row to one of them, ``FOR UPDATE SKIP LOCKED``).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from sink.webhooks.model import Attempt, Due, Outcome, Webhook
+
+LEASE_S = 15.0  # a taken delivery is another replica's to retry after this (attempts last <= 5 s)
+IN_FLIGHT_MAX = 8  # deliveries of one webhook in flight at once (take_due never leases more)
+
+
+class WebhookStore(Protocol):
+    async def create_webhook(self, webhook: Webhook) -> None: ...
+
+    async def webhooks(self) -> list[Webhook]:
+        """Every webhook, oldest first (the caller filters by scope)."""
+
+    async def webhook(self, webhook_id: str) -> Webhook | None: ...
+
+    async def delete_webhook(self, webhook_id: str) -> bool:
+        """Delete it with its deliveries; False if there was none."""
+
+    async def deliveries(
+        self, webhook_id: str, before: tuple[float, int, int] | None, limit: int
+    ) -> list[Attempt]:
+        """Its attempts (and its deliveries not tried yet), newest first, strictly before
+        ``before`` (an ``Attempt.position``)."""
+
+    async def enqueue_ping(self, webhook_id: str, now: float) -> str | None:
+        """Queue a ``ping`` delivery (due at once); its delivery_id, or None if no webhook."""
+
+    # -- the worker's side -------------------------------------------------------------
+
+    async def take_due(self, now: float, limit: int) -> list[Due]:
+        """Lease up to ``limit`` pending deliveries due by ``now`` (not leased, of an enabled
+        webhook, at most ``IN_FLIGHT_MAX`` leased per webhook) until ``now + LEASE_S``."""
+
+    async def settle(self, outcome: Outcome) -> None:
+        """Record an attempt and free its lease: delivered, retried later, or failed (then a
+        ``webhook_failed`` run event for its run, in the same commit); ``disable`` sets the
+        webhook's ``disabled_at`` and fails its other pending deliveries."""
+
+    async def next_due(self) -> float | None:
+        """When the earliest pending delivery is due (leased ones: when their lease ends)."""
+
+    async def pending_count(self) -> int: ...

@@ -1,0 +1,259 @@
+"""The webhook store port (sink/webhooks/port.py) and its outbox, on every backend: the
+deliveries written with their events, the filters, leases, attempts and their listing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from sink.message import summarize
+from sink.storage.base import Delivered, Event, Incoming
+from sink.storage.memory import MemoryStore
+from sink.webhook_signature import new_secret
+from sink.webhooks.model import DeliveryState, Outcome, Webhook, new_webhook_id
+from sink.webhooks.port import IN_FLIGHT_MAX, LEASE_S
+
+T = TypeVar("T")
+Opener = Callable[[Path], AbstractAsyncContextManager[Any]]
+NOW = 1_800_000_000.0
+
+
+@asynccontextmanager
+async def _memory(folder: Path) -> AsyncIterator[Any]:
+    store = MemoryStore()
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+OPENERS: dict[str, Opener] = {"memory": _memory}
+
+
+@pytest.fixture(params=list(OPENERS))
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., Any]:
+    opener = OPENERS[request.param]
+
+    def run(scenario: Callable[[Any], Awaitable[T]]) -> T:
+        async def main() -> T:
+            async with opener(tmp_path) as store:
+                return await scenario(store)
+
+        return asyncio.run(main())
+
+    return run
+
+
+def _hook(**fields: Any) -> Webhook:
+    values: dict[str, Any] = {
+        "webhook_id": new_webhook_id(),
+        "url": "http://127.0.0.1:9/hook",
+        "events": ("message", "inbox", "run_event"),
+        "run_id": None,
+        "run_glob": None,
+        "description": None,
+        "secret": new_secret(),
+        "created_at": NOW,
+        "created_by_admin": False,
+    }
+    values.update(fields)
+    return Webhook(**values)
+
+
+def _incoming(run_id: str | None, at: float = NOW) -> Incoming:
+    raw = b"From: a@b.test\r\nSubject: hello\r\n\r\nbody\r\n"
+    if run_id is None:
+        return Incoming(
+            raw, summarize(raw), "a@b.test", at, (), ("x@sink.test",), caught_id="cm_" + "a" * 24
+        )
+    delivered = Delivered(
+        "ib_" + "a" * 20, run_id, "msg_" + run_id.ljust(24, "a")[:24], ("x@sink.test",)
+    )
+    return Incoming(raw, summarize(raw), "a@b.test", at, (delivered,))
+
+
+async def _types(store: Any, hook: Webhook) -> list[str]:
+    return sorted(a.type for a in await store.webhooks.deliveries(hook.webhook_id, None, 100))
+
+
+def test_an_event_goes_to_every_webhook_whose_filter_wants_it(backend: Callable[..., Any]) -> None:
+    """Types, run_id and run_glob filter; caught mail goes only to an admin's unfiltered webhook."""
+
+    async def scenario(store: Any) -> None:
+        hooks = {
+            "all": _hook(),
+            "admin": _hook(created_by_admin=True),
+            "run": _hook(run_id="team-a-1"),
+            "glob": _hook(run_glob="team-a-*"),
+            "other": _hook(run_glob="team-b-*"),
+            "messages": _hook(events=("message",), created_by_admin=True),
+        }
+        for hook in hooks.values():
+            await store.webhooks.create_webhook(hook)
+        await store.add_events([Event("team-a-1", "breaker_opened", NOW, "ib_x")])
+        await store.save_message(_incoming("team-a-1"))
+        await store.save_message(_incoming(None))
+        got = {name: await _types(store, hook) for name, hook in hooks.items()}
+        run_events = ["message", "run_event", "run_event"]  # breaker_opened, message_accepted
+        assert got["all"] == run_events
+        assert got["admin"] == ["message", *run_events]
+        assert got["run"] == got["glob"] == run_events
+        assert got["other"] == []
+        assert got["messages"] == ["message", "message"]
+
+    backend(scenario)
+
+
+def test_the_body_is_the_live_event_and_its_id_is_the_events_id(
+    backend: Callable[..., Any],
+) -> None:
+    """A delivery's body is {type, id, timestamp, data} with data exactly as SSE shows it."""
+
+    async def scenario(store: Any) -> None:
+        hook = _hook()
+        await store.webhooks.create_webhook(hook)
+        await store.save_message(_incoming("r1"))
+        due = await store.webhooks.take_due(NOW, 10)
+        message = next(d for d in due if d.type == "message")
+        body = json.loads(message.body)
+        assert body["id"] == message.event_id and body["type"] == "message"
+        assert body["timestamp"].endswith("Z")
+        assert body["data"] == {
+            "message_id": "msg_r1aaaaaaaaaaaaaaaaaaaaaa",
+            "inbox_id": "ib_" + "a" * 20,
+            "run_id": "r1",
+            "caught": False,
+            "subject": "hello",
+            "received_at": body["timestamp"],
+        }
+        inbox = [json.loads(d.body) for d in due if d.type == "run_event"]
+        assert inbox[0]["data"]["type"] == "message_accepted" and inbox[0]["data"]["run_id"] == "r1"
+
+    backend(scenario)
+
+
+def test_nothing_is_queued_without_a_webhook_or_for_a_deleted_one(
+    backend: Callable[..., Any],
+) -> None:
+    """No webhook: no delivery; a deleted webhook's deliveries go with it."""
+
+    async def scenario(store: Any) -> None:
+        await store.save_message(_incoming("r1"))
+        assert await store.webhooks.pending_count() == 0
+        hook = _hook()
+        await store.webhooks.create_webhook(hook)
+        await store.save_message(_incoming("r2"))
+        assert await store.webhooks.pending_count() == 2
+        assert await store.webhooks.delete_webhook(hook.webhook_id)
+        assert not await store.webhooks.delete_webhook(hook.webhook_id)
+        assert await store.webhooks.pending_count() == 0
+        assert await store.webhooks.webhook(hook.webhook_id) is None
+
+    backend(scenario)
+
+
+def test_leases_give_each_attempt_to_one_taker_and_at_most_eight_per_webhook(
+    backend: Callable[..., Any],
+) -> None:
+    """A taken delivery is not taken again until its lease ends; never more than 8 leased."""
+
+    async def scenario(store: Any) -> None:
+        hook = _hook(events=("run_event",))
+        await store.webhooks.create_webhook(hook)
+        await store.add_events([Event("r", "breaker_opened", NOW, "ib_x") for _ in range(12)])
+        first = await store.webhooks.take_due(NOW, 100)
+        assert len(first) == IN_FLIGHT_MAX and all(d.attempt == 1 for d in first)
+        assert await store.webhooks.take_due(NOW + 1, 100) == []
+        later = await store.webhooks.take_due(NOW + LEASE_S + 1, 100)
+        assert len(later) == IN_FLIGHT_MAX  # the leases ran out: taken again (by anyone)
+        assert await store.webhooks.next_due() is not None
+
+    backend(scenario)
+
+
+def test_attempts_are_listed_newest_first_and_the_last_failure_is_a_run_event(
+    backend: Callable[..., Any],
+) -> None:
+    """Pending (retried), then failed: one row per attempt, and a webhook_failed run event."""
+
+    async def scenario(store: Any) -> None:
+        hook = _hook(events=("message",))
+        await store.webhooks.create_webhook(hook)
+        await store.save_message(_incoming("r1"))
+        [queued] = await store.webhooks.deliveries(hook.webhook_id, None, 10)
+        assert (queued.attempt, queued.state, queued.status_code) == (
+            1,
+            DeliveryState.PENDING,
+            None,
+        )
+        [due] = await store.webhooks.take_due(NOW, 10)
+        retry = Outcome(
+            due.delivery_id, 1, NOW + 1, 500, "http_500", DeliveryState.PENDING, NOW + 2
+        )
+        await store.webhooks.settle(retry)
+        await store.webhooks.settle(retry)  # settled already: ignored
+        assert await store.webhooks.take_due(NOW + 1.5, 10) == []
+        [again] = await store.webhooks.take_due(NOW + 2, 10)
+        assert again.attempt == 2 and again.event_id == due.event_id
+        await store.webhooks.settle(
+            Outcome(due.delivery_id, 2, NOW + 3, None, "timeout", DeliveryState.FAILED)
+        )
+        rows = await store.webhooks.deliveries(hook.webhook_id, None, 10)
+        assert [(r.attempt, r.state, r.status_code) for r in rows] == [
+            (2, DeliveryState.FAILED, None),
+            (1, DeliveryState.PENDING, 500),
+        ]
+        assert rows[1].next_attempt_at == NOW + 2
+        assert await store.webhooks.deliveries(hook.webhook_id, rows[0].position, 10) == rows[1:]
+        assert await store.webhooks.pending_count() == 0
+        _, events = await store.run_report("r1")
+        failed = [e for e in events if e.type == "webhook_failed"]
+        assert len(failed) == 1 and failed[0].detail["event_id"] == due.event_id
+
+    backend(scenario)
+
+
+def test_gone_disables_the_webhook_and_fails_its_other_deliveries(
+    backend: Callable[..., Any],
+) -> None:
+    """A 410 sets disabled_at; nothing more is queued or taken for it."""
+
+    async def scenario(store: Any) -> None:
+        hook = _hook(events=("message",))
+        await store.webhooks.create_webhook(hook)
+        await store.save_message(_incoming("r1"))
+        await store.save_message(_incoming("r2"))
+        first, _ = await store.webhooks.take_due(NOW, 1) + [None]
+        assert first is not None
+        await store.webhooks.settle(
+            Outcome(first.delivery_id, 1, NOW + 1, 410, "gone", DeliveryState.FAILED, disable=True)
+        )
+        stored = await store.webhooks.webhook(hook.webhook_id)
+        assert stored is not None and stored.disabled_at == NOW + 1
+        assert await store.webhooks.take_due(NOW + 100, 10) == []
+        await store.save_message(_incoming("r3"))
+        assert await store.webhooks.pending_count() == 0
+
+    backend(scenario)
+
+
+def test_a_ping_is_queued_at_once(backend: Callable[..., Any]) -> None:
+    """enqueue_ping queues a ping due now; an unknown webhook gets None."""
+
+    async def scenario(store: Any) -> None:
+        hook = _hook()
+        await store.webhooks.create_webhook(hook)
+        delivery_id = await store.webhooks.enqueue_ping(hook.webhook_id, NOW)
+        assert await store.webhooks.enqueue_ping("wh_nope", NOW) is None
+        [due] = await store.webhooks.take_due(NOW, 10)
+        assert due.delivery_id == delivery_id and due.type == "ping"
+        assert json.loads(due.body)["data"] == {"webhook_id": hook.webhook_id}
+
+    backend(scenario)
