@@ -155,6 +155,7 @@ class Agent:
         metrics: Metrics,
         clock: Clock | None = None,
         new_ids: ids.Ids = ids.RANDOM,
+        poll_slots: PollSlots | None = None,
     ) -> None:
         self._store = store
         self._waiters = waiters
@@ -166,7 +167,7 @@ class Agent:
         self._polls = LongPolls(store, waiters, self._clock, metrics)
         self._facts = EvidenceFacts(store, self._polls)
         # Replicas sharing a database share each inbox's one wait in progress there.
-        self._slots = store if isinstance(store, PollSlots) else None
+        self._slots = poll_slots
         # What this process last knew of each inbox: the "unchanged" state of a provider-
         # trouble answer when the store cannot even be read (PostgreSQL down).
         self._known = LastKnown()

@@ -138,7 +138,7 @@ class Attempting:
 
 
 class FleetBreakers(Protocol):
-    """Breaker state shared by every replica of one database (``PostgresStore``).
+    """Breaker state shared by every replica of one database (``Backend.fleet_breakers``).
 
     Each method is one atomic move of the breaker's row; ``breaker_admit`` hands out the
     fleet's one half-open probe. They raise ``StorageError`` when the database is away.
@@ -157,6 +157,9 @@ class FleetBreakers(Protocol):
     async def breaker_abandon(self, key: BreakerKey) -> None: ...
 
     async def breaker_cooldown_left(self, key: BreakerKey) -> float | None: ...
+
+    async def forget_breakers(self, untouched_s: float) -> int:
+        """Delete breakers nobody touched for ``untouched_s`` (the sweeper's, not the guard's)."""
 
 
 class Guard:

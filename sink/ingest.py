@@ -87,13 +87,11 @@ class Ingest:
         clock: Clock | None = None,
         new_ids: ids.Ids = ids.RANDOM,
         events: Hub | None = None,
-        announce_messages: bool = True,
     ) -> None:
         self._store = store
+        # Where stored and caught mail is announced: None when the backend's own feed
+        # announces every commit, mail included (``Backend.feed_announces_commits``).
         self._events = events
-        # False when the store's own feed announces stored mail, caught mail included
-        # (PostgreSQL): then nothing is announced from here.
-        self._announce_messages = announce_messages
         self._waiters = waiters
         self._settings = settings
         self._metrics = metrics
@@ -194,7 +192,7 @@ class Ingest:
         )
         await self._store.save_message(incoming)
         self._waiters.wake(d.inbox_id for d in deliveries)
-        if self._events is not None and self._announce_messages:
+        if self._events is not None:
             self._events.message(incoming)
         if deliveries:
             self._metrics.message("stored", len(deliveries))

@@ -14,7 +14,6 @@ import errno
 import random
 import ssl
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from sink import capacity
 from sink.agent import Agent
@@ -26,18 +25,15 @@ from sink.faults import FaultRegistry
 from sink.guard import Guard
 from sink.ingest import Ingest
 from sink.logs import announce, warn
-from sink.mailbox import Mailbox, MailStore
+from sink.mailbox import Mailbox
 from sink.metrics import Metrics
 from sink.smtp.auth import Logins
 from sink.smtp.listener import Handler, Limits, smtp_factory
 from sink.smtp.tls import server_context
-from sink.storage.sqlite import SQLiteStore
+from sink.storage.backend import Backend, Opener, open_backend
 from sink.sweeper import Sweeper
 from sink.tokens import Keyring
 from sink.waiters import Waiters
-
-if TYPE_CHECKING:  # imported at run time only for a postgresql:// URL (it brings asyncpg)
-    from sink.storage.postgres import PostgresStore
 
 _LISTEN_BACKLOG = 2048
 
@@ -45,37 +41,31 @@ _LISTEN_BACKLOG = 2048
 class Runtime:
     """Everything one server process holds, opened in order and closed in reverse."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, backend: Opener | None = None) -> None:
+        """``backend``: how to get the storage backend (``open_backend``: by ``--db``;
+        tests hand ``memory_backend``). It is opened in ``start``."""
         self.settings = settings
         self.metrics = Metrics()
         self.waiters = Waiters()
         self.events = Hub()  # live events (GET /v1/events): fed by the store's commits and ingest
-        self.store: SQLiteStore | PostgresStore
-        self.postgres: PostgresStore | None = None  # the store, when it is PostgreSQL
-        self.mail: MailStore  # caught mail, search and the Mailpit subset (the v2 mail ports)
-        if settings.db_url is not None:
-            from sink.storage.postgres import PostgresStore
-
-            # Live events come from the database's feed (follow() below): every replica's,
-            # this one's included, in commit order, so all replicas show one order.
-            self.store = self.postgres = PostgresStore(settings.db_url)
-            self.mail = self.postgres.mail
-        else:
-            self.store = self.mail = SQLiteStore(settings.db, self.events.record)
+        self.backend: Backend = (backend or open_backend)(settings, self.events)
+        self.store = self.backend.store
+        self.mail = self.backend.mail  # caught mail, search and the Mailpit subset
         self.faults = FaultRegistry(random.Random()) if settings.enable_faults else None
         self.agent: Agent | None = None
         self.keyring: Keyring | None = None  # once the store is open (it keeps the signing key)
         self.clock = SystemClock()
-        self.guard = Guard(self.faults, self.store, self.metrics, self.clock, self.postgres)
+        self.guard = Guard(
+            self.faults, self.store, self.metrics, self.clock, self.backend.fleet_breakers
+        )
         self.ingest = Ingest(
             self.store,
             self.waiters,
             settings,
             self.metrics,
             self.clock,
-            events=self.events,
-            # On PostgreSQL a message event (caught mail's too) comes with its row from the feed.
-            announce_messages=settings.db_url is None,
+            # Mail is announced here unless the backend's feed announces it with its commit.
+            events=None if self.backend.feed_announces_commits else self.events,
         )
         self.mailbox = Mailbox(self.mail)
         self.started_at = self.clock.now()
@@ -85,15 +75,7 @@ class Runtime:
         self.smtps_port: int | None = None
         self.tls_context: ssl.SSLContext | None = None
         self.capacity: capacity.Capacity | None = None
-        self.sweeper = Sweeper(
-            self.store,
-            self.mail,
-            self.waiters,
-            settings,
-            self.metrics,
-            self.clock,
-            self.postgres,
-        )
+        self.sweeper = Sweeper(self.backend, self.waiters, settings, self.metrics, self.clock)
         self._sweeping: asyncio.Task[None] | None = None
         self.stopping = asyncio.Event()
         self._ping: asyncio.Future[None] | None = None  # the readiness probe in flight
@@ -106,12 +88,18 @@ class Runtime:
         signing_key = await self.store.signing_key()
         self.keyring = Keyring(self.settings.tokens, signing_key)
         self.events.keyed(signing_key)  # live event ids agree across replicas and restarts
-        if self.postgres is not None:
+        if self.backend.feed is not None:
             # Mail accepted by another replica wakes the waits held here.
             # And every replica's live events (this one's too) reach its /v1/events readers.
-            self.postgres.follow(self.waiters, live=self.events)
+            self.backend.feed.follow(self.waiters, live=self.events)
         self.agent = Agent(
-            self.store, self.waiters, self.settings, self.guard, self.metrics, self.clock
+            self.store,
+            self.waiters,
+            self.settings,
+            self.guard,
+            self.metrics,
+            self.clock,
+            poll_slots=self.backend.poll_slots,
         )
         loop = asyncio.get_running_loop()
         handler = Handler(

@@ -12,19 +12,13 @@ The runtime (``sink/runtime.py``) starts ``Sweeper.run`` as a task and cancels i
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from typing import TYPE_CHECKING
 
 from sink.clock import Clock
 from sink.config import Settings
 from sink.logs import warn
-from sink.mailbox import MailStore
 from sink.metrics import Metrics
-from sink.storage.base import Maintenance
+from sink.storage.backend import Backend
 from sink.waiters import Waiters
-
-if TYPE_CHECKING:  # imported at run time only for a postgresql:// URL (it brings asyncpg)
-    from sink.storage.postgres import PostgresStore
 
 EVERY_S = 1.0
 BATCH = 500
@@ -36,38 +30,32 @@ class Sweeper:
 
     def __init__(
         self,
-        store: Maintenance,
-        mail: MailStore,
+        backend: Backend,
         waiters: Waiters,
         settings: Settings,
         metrics: Metrics,
         clock: Clock,
-        postgres: PostgresStore | None,
     ) -> None:
-        self.store = store
-        self.mail = mail
+        self.store = backend.store
+        self.mail = backend.mail
+        self._turn = backend.sweeper_turn  # replicas sharing a database sweep one at a time
+        self._fleet = backend.fleet_breakers  # breakers shared by replicas, in the database
         self.waiters = waiters
         self.settings = settings
         self.metrics = metrics
         self.clock = clock
-        self.postgres = postgres  # the store, when it is PostgreSQL (shared by replicas)
         self._over_cap = False  # warned once per stretch over the cap
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Persist lease expiries, release evidence past retention; never blocks ingest."""
         while not await self.clock.wait(stopping, self.clock.now() + EVERY_S):
             try:
+                # Sharing a database, one replica sweeps at a time (the others skip that second).
                 async with self._turn() as mine:
                     if mine:
                         await self.sweep_once()
             except Exception as exc:  # the sweeper must outlive a bad moment of the store
                 warn("sweep_failed", error=type(exc).__name__)
-
-    def _turn(self) -> contextlib.AbstractAsyncContextManager[bool]:
-        """Sharing a database, one replica sweeps at a time (the others skip that second)."""
-        if self.postgres is not None:
-            return self.postgres.sweeper_turn()
-        return contextlib.nullcontext(True)
 
     async def sweep_once(self) -> None:
         now = self.clock.now()
@@ -80,9 +68,9 @@ class Sweeper:
         await self.store.release_due(now, BATCH)
         await self.mail.expire_caught(now, BATCH)
         await self._enforce_size_cap(now)
-        if self.postgres is not None:
+        if self._fleet is not None:
             # Breakers nobody touched for an hour belong to leases long over (as in memory).
-            await self.postgres.forget_breakers(BREAKERS_FORGOTTEN_AFTER_S)
+            await self._fleet.forget_breakers(BREAKERS_FORGOTTEN_AFTER_S)
         self.metrics.sweeps.inc()
 
     async def _enforce_size_cap(self, now: float) -> None:

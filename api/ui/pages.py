@@ -65,7 +65,8 @@ def _agent(request: Request) -> Agent:
 
 
 def _index(request: Request) -> RunIndex:
-    index: RunIndex = _runtime(request).store
+    index = _runtime(request).backend.runs
+    assert index is not None, "the web UI's run pages need a backend with a run index"
     return index
 
 

@@ -11,9 +11,10 @@ processes share (PostgreSQL): the one wait in progress per inbox lives there too
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from sink.envelope import NearMiss
 from sink.inbox import Claim, Delivery, Inbox
@@ -243,8 +244,10 @@ class Maintenance(Protocol):
 class Storage(Store, Maintenance, Protocol):
     """An adapter: the domain's port and the sweeper's, over one database."""
 
+    async def open(self) -> None:
+        """Connect and migrate; raises ``StorageError`` naming what failed."""
 
-@runtime_checkable
+
 class PollSlots(Protocol):
     """Adapters that several processes share: one wait in progress per inbox, fleet-wide.
 
@@ -256,6 +259,32 @@ class PollSlots(Protocol):
 
     async def free_poll_slot(self, inbox_id: str, until: float) -> None:
         """Give the slot back (the wait ended without recording a poll)."""
+
+
+class WakeTarget(Protocol):
+    """What a shared database's feed wakes: the process's waiters (``sink/waiters.py``)."""
+
+    def wake(self, inbox_ids: Iterable[str]) -> None: ...
+
+    def end(self, inbox_ids: Iterable[str]) -> None: ...
+
+    def watched(self) -> list[str]: ...
+
+
+class LiveTarget(Protocol):
+    """Where a shared database's feed publishes: the live-event hub (``sink/events.py``)."""
+
+    def heard(self) -> bool: ...
+
+    def record(self, events: Iterable[Event]) -> None: ...
+
+    def delivered(
+        self, message_id: str, inbox_id: str, run_id: str, subject: str, received_at: float
+    ) -> None: ...
+
+    def caught(self, caught_id: str, subject: str, received_at: float) -> None: ...
+
+    def lost(self) -> None: ...
 
 
 # -- caught mail and search (v2): separate ports, beside Store ---------------------------

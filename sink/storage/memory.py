@@ -13,6 +13,7 @@ import itertools
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from sink import event_shapes
 from sink.envelope import NearMiss
@@ -22,6 +23,7 @@ from sink.inbox import Claim, Delivery, Evidence, Inbox
 from sink.message import Summary, search_fields
 from sink.nearmiss import LiveAddress, NearIndex
 from sink.search import Query, texts_match
+from sink.storage.backend import Announced, Backend
 from sink.storage.base import (
     CaughtMessage,
     CreateOutcome,
@@ -44,6 +46,9 @@ from sink.storage.rows import (
     near_miss_event,
 )
 from sink.vocabulary import Reason, State
+
+if TYPE_CHECKING:
+    from sink.config import Settings
 
 _NEVER = 1e18  # evidence_release_at of an inbox whose expiry set no retention
 
@@ -97,8 +102,10 @@ class _Entry:
 
 
 class MemoryStore:
-    def __init__(self) -> None:
+    def __init__(self, on_events: Callable[[list[Event]], None] | None = None) -> None:
         self._open = True
+        # on_events: every event recorded, as it is recorded (the live events).
+        self._on_events = on_events
         self._inboxes: dict[str, _Inbox] = {}
         self._by_local: dict[str, str] = {}
         self._keys: dict[str, tuple[str, str]] = {}  # idempotency key -> (request_json, inbox)
@@ -614,8 +621,11 @@ class MemoryStore:
     # -- rows --------------------------------------------------------------------
 
     def _record(self, events: list[Event]) -> None:
-        """Keep run events (the run report's), and queue their webhook deliveries with them."""
+        """Keep run events (the run report's), announce them (the memory's commit is the write
+        itself), and queue their webhook deliveries with them."""
         self._events.extend(events)
+        if self._on_events is not None and events:
+            self._on_events(events)
         if not self.webhooks.any:
             return
         live = [
@@ -732,3 +742,9 @@ def _document(message: _Message) -> dict[str, str]:
     if message.raw is None:
         return {**message.document, "body": ""}
     return message.document
+
+
+def memory_backend(settings: Settings | None = None, hub: Announced | None = None) -> Backend:
+    """A backend over dicts, for tests: ``Runtime(settings, memory_backend)``."""
+    store = MemoryStore(hub.record if hub is not None else None)
+    return Backend(name="memory", store=store, mail=store)

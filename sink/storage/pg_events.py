@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from sink.logs import warn
-from sink.storage.base import Event
+from sink.storage.base import Event, LiveTarget
 
 FETCH_S = 5.0  # a read that takes longer drops the connection: the reconnect catches up
 GAP_TTL_S = 120.0  # a transaction that took an id and has not committed in this long won't
@@ -51,22 +51,6 @@ LEFT JOIN messages m ON m.message_key = COALESCE(d.message_key, c.message_key)
 """
 _ANNOUNCED = _COLUMNS + " WHERE e.id = ANY($1::bigint[]) ORDER BY e.id"
 _UNSEEN = _COLUMNS + " WHERE e.id > $1 OR e.id = ANY($2::bigint[]) ORDER BY e.id LIMIT $3"
-
-
-class LiveTarget(Protocol):
-    """Where the feed publishes: the live-event hub (``sink/events.py``)."""
-
-    def heard(self) -> bool: ...
-
-    def record(self, events: Iterable[Event]) -> None: ...
-
-    def delivered(
-        self, message_id: str, inbox_id: str, run_id: str, subject: str, received_at: float
-    ) -> None: ...
-
-    def caught(self, caught_id: str, subject: str, received_at: float) -> None: ...
-
-    def lost(self) -> None: ...
 
 
 class Querying(Protocol):

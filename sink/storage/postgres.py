@@ -45,7 +45,7 @@ from contextvars import ContextVar
 from dataclasses import replace
 from functools import partial
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import asyncpg
 
@@ -72,12 +72,14 @@ from sink.storage.base import (
     InboxReport,
     Incoming,
     Late,
+    LiveTarget,
     NewInbox,
     Route,
     RunSummary,
     StoredMessage,
+    WakeTarget,
 )
-from sink.storage.pg_events import CAUGHT, EventFeed, LiveTarget
+from sink.storage.pg_events import CAUGHT, EventFeed
 from sink.storage.pg_space import DISK_FULL, SpaceGate, probe
 from sink.storage.postgres_mail import PostgresMail, lock_messages
 from sink.storage.routecache import RouteCache
@@ -124,16 +126,6 @@ def _refused(retry_after: float) -> Admission:
         retry_after=max(retry_after, MIN_RETRY_AFTER_S),
         transition=None,
     )
-
-
-class WakeTarget(Protocol):
-    """What the listener wakes: the process's waiters (``sink/waiters.py``)."""
-
-    def wake(self, inbox_ids: Iterable[str]) -> None: ...
-
-    def end(self, inbox_ids: Iterable[str]) -> None: ...
-
-    def watched(self) -> list[str]: ...
 
 
 def is_postgres_url(text: str) -> bool:
