@@ -1,4 +1,5 @@
-"""Shared fixtures: real runsink servers in subprocesses, on free ports, with real SQLite files."""
+"""Shared fixtures: real runsink servers in subprocesses, on free ports, with real SQLite files;
+and the real app in this process (``tests/inproc.py``) where the socket is not the point."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from tests.inproc import InProcess
 from tests.pg_cluster import INSTALL_HINT as PG_HINT
 from tests.pg_cluster import Cluster
 from tests.pg_cluster import available as pg_available
@@ -96,6 +98,16 @@ def http(server: Server) -> Iterator[httpx.Client]:
     """An HTTP client on the test's server (the shared one, or its module's own ``server``)."""
     with server.http() as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def app(tmp_path_factory: pytest.TempPathFactory, policy_file: str) -> Iterator[InProcess]:
+    """The real app in this process, shared by the suite (tests isolate themselves by
+    run_id): requests go through an ASGI bridge, mail through the runtime's own listener."""
+    folder = tmp_path_factory.mktemp("app")
+    running = InProcess(folder, "--policy-file", policy_file, "--enable-faults")
+    yield running
+    running.stop()
 
 
 # -- PostgreSQL: one real server per session, a fresh database per test ------------------

@@ -50,8 +50,35 @@ def new_run_id(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
+class Mailer:
+    """Sends real SMTP to a server's listener (``smtp_port`` on loopback)."""
+
+    smtp_port: int
+
+    def smtp(self) -> smtplib.SMTP:
+        return smtplib.SMTP("127.0.0.1", self.smtp_port, timeout=30)
+
+    def send(
+        self,
+        to: str | list[str],
+        subject: str = "Hello",
+        body: str = "Hello from the app.",
+        sender: str = "app@example.test",
+        html: str | None = None,
+    ) -> None:
+        message = EmailMessage()
+        message["From"] = sender
+        message["To"] = to if isinstance(to, str) else ", ".join(to)
+        message["Subject"] = subject
+        message.set_content(body)
+        if html is not None:
+            message.add_alternative(html, subtype="html")
+        with self.smtp() as client:
+            client.send_message(message)
+
+
 @dataclass
-class Server:
+class Server(Mailer):
     process: subprocess.Popen[bytes]
     folder: Path
     db: Path | str  # a SQLite file, or a postgresql:// URL
@@ -74,27 +101,6 @@ class Server:
             if raw.strip():
                 lines.append(json.loads(raw))
         return lines
-
-    def smtp(self) -> smtplib.SMTP:
-        return smtplib.SMTP("127.0.0.1", self.smtp_port, timeout=30)
-
-    def send(
-        self,
-        to: str | list[str],
-        subject: str = "Hello",
-        body: str = "Hello from the app.",
-        sender: str = "app@example.test",
-        html: str | None = None,
-    ) -> None:
-        message = EmailMessage()
-        message["From"] = sender
-        message["To"] = to if isinstance(to, str) else ", ".join(to)
-        message["Subject"] = subject
-        message.set_content(body)
-        if html is not None:
-            message.add_alternative(html, subtype="html")
-        with self.smtp() as client:
-            client.send_message(message)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
         if self.process.poll() is None:

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support import Server, create_inbox, new_run_id
+from tests.inproc import InProcess
+from tests.support import create_inbox, new_run_id
 
 TYPO_RUN_IDS = ["temp gamil com", "tamp mail com", "", "x" * 129, "run/1", "ü-run", None, 42, ["r"]]
 
@@ -22,9 +23,9 @@ def _assert_error(response: httpx.Response, status: int, code: str) -> None:
 
 
 @pytest.mark.parametrize("run_id", TYPO_RUN_IDS)
-def test_create_rejects_bad_run_ids(server: Server, run_id: object) -> None:
+def test_create_rejects_bad_run_ids(app: InProcess, run_id: object) -> None:
     """A run_id outside 1-128 chars of A-Za-z0-9._:- (typos like 'temp gamil com') is 422."""
-    with server.http() as client:
+    with app.http() as client:
         response = client.post("/v1/inboxes", json={"run_id": run_id, "purpose": "signup"})
     _assert_error(response, 422, "invalid_request")
 
@@ -47,9 +48,9 @@ def test_create_rejects_bad_run_ids(server: Server, run_id: object) -> None:
         {"run_id": "r1", "purpose": "p", "policy": "bad name!"},
     ],
 )
-def test_create_rejects_wrong_shapes(server: Server, body: dict) -> None:
+def test_create_rejects_wrong_shapes(app: InProcess, body: dict) -> None:
     """Missing fields, wrong types, unknown fields and absurd numbers are 422 invalid_request."""
-    with server.http() as client:
+    with app.http() as client:
         response = client.post("/v1/inboxes", json=body)
     _assert_error(response, 422, "invalid_request")
     assert response.json()["error"]["details"]["errors"]
@@ -59,9 +60,9 @@ def test_create_rejects_wrong_shapes(server: Server, body: dict) -> None:
     "content",
     [b"{", b"[]", b"null", b'"text"', b"\xff\xfe", b"", b"   ", b'{"run_id": "r1", "purpose": }'],
 )
-def test_create_rejects_broken_json(server: Server, content: bytes) -> None:
+def test_create_rejects_broken_json(app: InProcess, content: bytes) -> None:
     """Broken or non-object JSON bodies are 422 invalid_request."""
-    with server.http() as client:
+    with app.http() as client:
         response = client.post(
             "/v1/inboxes", content=content, headers={"Content-Type": "application/json"}
         )
@@ -94,10 +95,10 @@ CRAFTED_JSON = {
         "/v1/faults",
     ],
 )
-def test_crafted_json_is_422_never_500(server: Server, path: str, name: str) -> None:
+def test_crafted_json_is_422_never_500(app: InProcess, path: str, name: str) -> None:
     """Nesting past the recursion limit and integers past the digit limit are 422
     invalid_request (small bodies that used to be 500s)."""
-    with server.http() as client:
+    with app.http() as client:
         response = client.post(
             path, content=CRAFTED_JSON[name], headers={"Content-Type": "application/json"}
         )
@@ -139,9 +140,9 @@ def crafted_bodies(draw: st.DrawFn) -> bytes:
 
 @given(path=st.sampled_from(JSON_PATHS), body=crafted_bodies())
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_no_request_body_yields_a_5xx(server: Server, path: str, body: bytes) -> None:
+def test_no_request_body_yields_a_5xx(app: InProcess, path: str, body: bytes) -> None:
     """Whatever the body, the answer is not a server error (and never a trace)."""
-    with server.http() as client:
+    with app.http() as client:
         response = client.post(
             path,
             content=body,
@@ -154,9 +155,9 @@ def test_no_request_body_yields_a_5xx(server: Server, path: str, body: bytes) ->
     assert "Traceback" not in response.text
 
 
-def test_oversized_body_is_413(server: Server) -> None:
+def test_oversized_body_is_413(app: InProcess) -> None:
     """A request body over the cap is refused with 413, not read into memory."""
-    with server.http() as client:
+    with app.http() as client:
         response = client.post(
             "/v1/inboxes",
             content=b'{"run_id": "' + b"a" * (2 * 1024 * 1024) + b'"}',
@@ -166,9 +167,9 @@ def test_oversized_body_is_413(server: Server) -> None:
     assert response.json()["error"]["code"] == "invalid_request"
 
 
-def test_bad_idempotency_key_is_422(server: Server) -> None:
+def test_bad_idempotency_key_is_422(app: InProcess) -> None:
     """An Idempotency-Key with spaces or too long is 422."""
-    with server.http() as client:
+    with app.http() as client:
         response = client.post(
             "/v1/inboxes",
             json={"run_id": new_run_id(), "purpose": "p"},
@@ -190,9 +191,9 @@ def test_bad_idempotency_key_is_422(server: Server) -> None:
         "/v1/nothing-here",
     ],
 )
-def test_unknown_ids_are_404(server: Server, path: str) -> None:
+def test_unknown_ids_are_404(app: InProcess, path: str) -> None:
     """Unknown or malformed ids are 404 not_found."""
-    with server.http() as client:
+    with app.http() as client:
         response = client.get(path)
     _assert_error(response, 404, "not_found")
 
@@ -208,9 +209,9 @@ def test_unknown_ids_are_404(server: Server, path: str) -> None:
         {"extra": True},
     ],
 )
-def test_wait_rejects_bad_bodies(server: Server, body: dict) -> None:
+def test_wait_rejects_bad_bodies(app: InProcess, body: dict) -> None:
     """Bad wait bodies are 422 and spend no poll."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client)
         response = client.post(f"/v1/inboxes/{inbox['inbox_id']}/wait", json=body)
         after = client.get(f"/v1/inboxes/{inbox['inbox_id']}").json()
@@ -218,9 +219,9 @@ def test_wait_rejects_bad_bodies(server: Server, body: dict) -> None:
     assert after["attempt"] == 0
 
 
-def test_wait_rejects_infinite_timeout(server: Server) -> None:
+def test_wait_rejects_infinite_timeout(app: InProcess) -> None:
     """A non-finite timeout_s is 422, not a wait forever."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client)
         response = client.post(
             f"/v1/inboxes/{inbox['inbox_id']}/wait",
@@ -230,9 +231,9 @@ def test_wait_rejects_infinite_timeout(server: Server) -> None:
     _assert_error(response, 422, "invalid_request")
 
 
-def test_wait_rejects_a_bad_run_header(server: Server) -> None:
+def test_wait_rejects_a_bad_run_header(app: InProcess) -> None:
     """An X-Run-Id outside the alphabet is 422, never matched against the owner."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client)
         response = client.post(
             f"/v1/inboxes/{inbox['inbox_id']}/wait", json={}, headers={"X-Run-Id": "temp gamil com"}
@@ -241,9 +242,9 @@ def test_wait_rejects_a_bad_run_header(server: Server) -> None:
 
 
 @pytest.mark.parametrize("limit", ["0", "501", "-1", "abc", "1e3", "99999999999999999999"])
-def test_absurd_limits_are_422(server: Server, limit: str) -> None:
+def test_absurd_limits_are_422(app: InProcess, limit: str) -> None:
     """limit outside 1..500 is 422 on both listings."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client)
         listed = client.get(f"/v1/inboxes/{inbox['inbox_id']}/messages", params={"limit": limit})
         unrouted = client.get("/v1/unrouted", params={"limit": limit})
@@ -252,16 +253,16 @@ def test_absurd_limits_are_422(server: Server, limit: str) -> None:
 
 
 @pytest.mark.parametrize("body", [{}, {"run_id": ""}, {"run_id": "temp gamil com"}, {"run_id": 7}])
-def test_claim_rejects_bad_bodies(server: Server, body: dict) -> None:
+def test_claim_rejects_bad_bodies(app: InProcess, body: dict) -> None:
     """A claim needs a valid run_id."""
-    with server.http() as client:
+    with app.http() as client:
         response = client.post("/v1/messages/msg_aaaaaaaaaaaaaaaaaaaaaaaa/claim", json=body)
     _assert_error(response, 422, "invalid_request")
 
 
-def test_run_paths_validate_the_run_id(server: Server) -> None:
+def test_run_paths_validate_the_run_id(app: InProcess) -> None:
     """A run path with characters outside the alphabet is 422; an unknown run report is 404."""
-    with server.http() as client:
+    with app.http() as client:
         bad = client.get("/v1/runs/temp%20gamil%20com")
         bad_delete = client.delete("/v1/runs/temp%20gamil%20com")
         unknown = client.get(f"/v1/runs/{new_run_id('ghost')}")
@@ -270,9 +271,9 @@ def test_run_paths_validate_the_run_id(server: Server) -> None:
     _assert_error(unknown, 404, "not_found")
 
 
-def test_wrong_method_is_405_json(server: Server) -> None:
+def test_wrong_method_is_405_json(app: InProcess) -> None:
     """A wrong method is a JSON 405."""
-    with server.http() as client:
+    with app.http() as client:
         response = client.put("/v1/inboxes")
     _assert_error(response, 405, "method_not_allowed")
 
@@ -288,24 +289,24 @@ def test_wrong_method_is_405_json(server: Server) -> None:
         {"target": "wait", "mode": "delay"},
     ],
 )
-def test_fault_specs_are_validated(server: Server, body: dict) -> None:
+def test_fault_specs_are_validated(app: InProcess, body: dict) -> None:
     """Bad fault specs are 422 invalid_request."""
-    with server.http() as client:
+    with app.http() as client:
         response = client.post("/v1/faults", json=body)
     _assert_error(response, 422, "invalid_request")
 
 
-def test_wrong_method_names_the_allowed_ones(server: Server) -> None:
+def test_wrong_method_names_the_allowed_ones(app: InProcess) -> None:
     """A 405 carries Allow with the methods the resource takes (RFC 9110)."""
-    with server.http() as client:
+    with app.http() as client:
         response = client.put("/v1/inboxes")
     assert response.status_code == 405
     assert "POST" in response.headers["allow"]
 
 
-def test_whole_number_floats_are_integers(server: Server) -> None:
+def test_whole_number_floats_are_integers(app: InProcess) -> None:
     """60.0 is a valid integer in JSON; "60" and true are still refused."""
-    with server.http() as client:
+    with app.http() as client:
         ok = client.post(
             "/v1/inboxes", json={"run_id": new_run_id(), "purpose": "p", "ttl_s": 60.0}
         )
@@ -317,7 +318,7 @@ def test_whole_number_floats_are_integers(server: Server) -> None:
 
 
 @pytest.mark.parametrize("path", ["/v1/inboxes", "/v1/inboxes/ib_aaaaaaaaaaaaaaaaaaaa/wait"])
-def test_a_chunked_body_over_the_limit_is_413(server: Server, path: str) -> None:
+def test_a_chunked_body_over_the_limit_is_413(app: InProcess, path: str) -> None:
     """Over 1 MiB without a Content-Length (chunked) is 413, as with one; not 422."""
 
     def chunks() -> Iterator[bytes]:
@@ -326,6 +327,6 @@ def test_a_chunked_body_over_the_limit_is_413(server: Server, path: str) -> None
             yield b"p" * 65536
         yield b'"}'
 
-    with server.http() as client:
+    with app.http() as client:
         response = client.post(path, content=chunks(), headers={"Content-Type": "application/json"})
     _assert_error(response, 413, "invalid_request")
