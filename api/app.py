@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -46,7 +45,12 @@ async def _runsink_error(request: Request, exc: Exception) -> Response:
 
 
 async def _validation_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, ValidationError)
+    # Registered for ValueError, pydantic's ValidationError's base: pydantic is not imported at
+    # start-up (issue 22), and is loaded by the time a wire model raises one.
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        raise exc  # any other ValueError is unexpected (_unexpected, as before)
     return validation_error(request, exc)
 
 
@@ -66,7 +70,7 @@ def create_app(runtime: Runtime, extra_routes: list[Any] | None = None) -> Any:
         exception_handlers={
             HTTPException: _http_error,
             RunsinkError: _runsink_error,
-            ValidationError: _validation_error,
+            ValueError: _validation_error,
             ClientDisconnect: _client_gone,
             Exception: _unexpected,
         },

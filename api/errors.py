@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from api.calls import call_of
 from api.context import context_of
-from api.schemas import ErrorBody, ErrorOut, RefusalOut, TroubleOut
 from sink import errors
 from sink.agent import UNREADABLE_RETRY_S
 from sink.clock import seconds_up
 from sink.guidance import Call, for_error
 from sink.logs import error as log_error
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+# The error bodies are wire models (api/schemas.py), imported where a body is built: pydantic
+# is not loaded at start-up (issue 22).
 
 TABLE = errors.STATUS_AND_CODE
 
@@ -33,6 +37,8 @@ def error_response(
 ) -> JSONResponse:
     """An error body: ``error``, and what to do next (``sink/guidance.py``'s error table; the
     call to repeat or fix is ``call``, when the request got far enough to say)."""
+    from api.schemas import ErrorBody, ErrorOut
+
     retry_header = (headers or {}).get("Retry-After")
     guided = for_error(
         code,
@@ -55,6 +61,8 @@ def trace_of(request: Request) -> str:
 def runsink_error(request: Request, exc: errors.RunsinkError) -> Response:
     call = call_of(request.scope)
     if isinstance(exc, errors.OwnershipRefused):
+        from api.schemas import ErrorBody, RefusalOut
+
         guided = for_error(exc.reason, _REFUSAL_STATUS[exc.reason], call, message=exc.message)
         refusal = RefusalOut(
             reason=exc.reason,
@@ -81,6 +89,8 @@ def runsink_error(request: Request, exc: errors.RunsinkError) -> Response:
 
 def trouble_response(request: Request, exc: errors.ProviderTrouble) -> Response:
     """503 with Retry-After, and (as an envelope would) what to do: wait, then retry."""
+    from api.schemas import ErrorBody, TroubleOut
+
     wait_s = exc.retry_after if isinstance(exc, errors.CircuitOpen) else UNREADABLE_RETRY_S
     retry_after = max(0.1, seconds_up(wait_s))
     guided = for_error(
@@ -112,6 +122,15 @@ def validation_error(request: Request, exc: ValidationError) -> Response:
         {"errors": problems},
         call=call_of(request.scope),
     )
+
+
+def unexpected_error(request: Request, exc: Exception) -> Response:
+    """A wire model's ValidationError (a ``ValueError``) is a 422; anything else a 500."""
+    from pydantic import ValidationError  # loaded already when a wire model raised it
+
+    if isinstance(exc, ValidationError):
+        return validation_error(request, exc)
+    return internal_error(request, exc)
 
 
 def internal_error(request: Request, exc: BaseException) -> Response:

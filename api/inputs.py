@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, TypeVar
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sink import ids
 from sink.errors import InvalidRequest
 
-M = TypeVar("M", bound=BaseModel)
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+M = TypeVar("M", bound="BaseModel")
 
 
 def parse_json(raw: bytes, required: bool = True) -> Any:

@@ -21,7 +21,6 @@ from starlette.types import Receive, Scope, Send
 
 from api.auth import grant_of, implied_run
 from api.context import context_of
-from api.openapi import DOWNLOAD_TYPES
 from api.streams import StreamGate, holders
 from sink import clock, ids
 from sink.errors import InvalidRequest, NotFound
@@ -157,8 +156,30 @@ async def _body(send: Send, chunk: bytes) -> None:
 
 # -- attachments ----------------------------------------------------------------------------
 
-# Types a browser shows without running or rendering anything active; all others (HTML, SVG,
-# XML, JavaScript, and whatever is unknown) download as application/octet-stream.
+# Types a browser shows without running or rendering anything active, served as declared (the
+# OpenAPI document lists them); all others (HTML, SVG, XML, JavaScript, and whatever is
+# unknown) download as application/octet-stream.
+DOWNLOAD_TYPES = sorted(
+    {
+        "application/octet-stream",
+        "application/pdf",
+        "application/zip",
+        "application/gzip",
+        "application/json",
+        "text/plain",
+        "text/csv",
+        "text/calendar",
+        "image/png",
+        "image/jpeg",
+        "image/gif",
+        "image/webp",
+        "image/bmp",
+        "audio/mpeg",
+        "audio/ogg",
+        "video/mp4",
+        "video/webm",
+    }
+)
 _INERT_TYPES = frozenset(DOWNLOAD_TYPES)
 _ASCII_SAFE = re.compile(r"[^A-Za-z0-9._ ()+-]")
 

@@ -21,7 +21,6 @@ from api.routes import (
     _runtime,
     attachment_response,
 )
-from api.views import caught_message_out, search_out, unrouted_out
 from sink.mailbox import Mailbox, Page
 from sink.scopes import Kind
 
@@ -31,6 +30,8 @@ def _mailbox(request: Request) -> Mailbox:
 
 
 async def list_caught(request: Request) -> Response:
+    from api.views import unrouted_out  # the wire models load on first use (api/routes.py)
+
     limit = _int_query(request, "limit", 50, 1, 500)
     page = await _mailbox(request).caught_page(request.query_params.get("cursor"), limit)
     return _model_response(unrouted_out(page))
@@ -43,6 +44,8 @@ def _caught_id(request: Request) -> str:
 
 
 async def read_caught(request: Request) -> Response:
+    from api.views import caught_message_out
+
     read = await _mailbox(request).caught(_caught_id(request))
     return _model_response(caught_message_out(read))
 
@@ -64,6 +67,8 @@ async def caught_attachment(request: Request) -> Response:
 
 
 async def search(request: Request) -> Response:
+    from api.views import search_out
+
     limit = _int_query(request, "limit", 50, 1, 500)
     query = request.query_params.get("query")
     cursor = request.query_params.get("cursor")

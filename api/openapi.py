@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from api import schemas as s
+from api.live import DOWNLOAD_TYPES
 from sink import __version__, ids
 
 _MODELS: list[type[BaseModel]] = [
@@ -51,30 +52,6 @@ _ERRORS = {
         "or waits in progress), with Retry-After"
     ),
 }
-
-
-# Attachment types served as declared (inert in a browser); every other one is octet-stream.
-DOWNLOAD_TYPES = sorted(
-    {
-        "application/octet-stream",
-        "application/pdf",
-        "application/zip",
-        "application/gzip",
-        "application/json",
-        "text/plain",
-        "text/csv",
-        "text/calendar",
-        "image/png",
-        "image/jpeg",
-        "image/gif",
-        "image/webp",
-        "image/bmp",
-        "audio/mpeg",
-        "audio/ogg",
-        "video/mp4",
-        "video/webm",
-    }
-)
 
 
 def _ref(name: str) -> dict[str, str]:

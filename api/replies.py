@@ -9,7 +9,6 @@ from typing import Any
 from starlette.responses import JSONResponse, Response
 
 from api.context import context_of
-from api.views import created_out, envelope_out
 from sink.envelope import Envelope
 
 
@@ -25,6 +24,8 @@ def envelope_response(
     headers = dict(extra or {})
     if envelope.retry_after is not None:
         headers["Retry-After"] = str(math.ceil(envelope.retry_after))
+    from api.views import created_out, envelope_out  # the wire models: not at start-up
+
     model = envelope_out(envelope) if capped is None else created_out(envelope, capped)
     body = model.model_dump(mode="json")
     return JSONResponse(body, status_code=envelope.http_status, headers=headers)

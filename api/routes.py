@@ -6,7 +6,6 @@ import asyncio
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -18,23 +17,7 @@ from api.context import context_of, continue_trace
 from api.errors import error_response
 from api.inputs import model, named_run, parse_json, run_id_param
 from api.middleware import BODY_TOO_LARGE, BodyTooLarge
-from api.openapi import openapi_document
 from api.replies import envelope_response
-from api.schemas import (
-    ClaimIn,
-    CreateInboxIn,
-    FaultIn,
-    FaultListOut,
-    RunTokenIn,
-    RunTokenOut,
-)
-from api.views import (
-    create_request,
-    fault_out,
-    message_list_out,
-    message_out,
-    run_report_out,
-)
 from sink import clock, ids, run_tokens
 from sink.agent import Agent
 from sink.envelope import Envelope
@@ -43,7 +26,12 @@ from sink.faults import FaultSpec
 from sink.runtime import Runtime
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from api.waitpath import WaitEndpoint
+
+# The wire models (pydantic, api/schemas.py, api/views.py: ~90 ms of imports) load in the
+# handlers, not at start-up; api/serve.py loads them right after the first answer.
 
 
 _INBOX_ID = ids.INBOX_ID
@@ -136,6 +124,9 @@ def _explicit_trace(request: Request) -> str | None:
 
 
 async def create_inbox(request: Request) -> Response:
+    from api.schemas import CreateInboxIn
+    from api.views import create_request
+
     body = await _json_body(request)
     context_of(request.scope).call = route_call(request.scope, body)
     given = model(CreateInboxIn, body)
@@ -181,6 +172,8 @@ async def _raw(request: Request) -> bytes:
 
 
 async def list_messages(request: Request) -> Response:
+    from api.views import message_list_out
+
     inbox_id = _inbox_id(request)
     limit = _int_query(request, "limit", 50, 1, 500)
     run_id = _caller_run(request)
@@ -195,6 +188,8 @@ async def list_messages(request: Request) -> Response:
 
 
 async def read_message(request: Request) -> Response:
+    from api.views import message_out
+
     message_id = _message_id(request)
     result = await _agent(request).read(
         message_id, _caller_run(request), _explicit_trace(request), is_agent(request)
@@ -244,6 +239,8 @@ async def attachment_response(raw: bytes, index: int) -> Response:
 
 
 async def claim_message(request: Request) -> Response:
+    from api.schemas import ClaimIn
+
     message_id = _message_id(request)
     body = await _json_body(request, required=False)
     context_of(request.scope).call = route_call(request.scope, body)
@@ -268,6 +265,8 @@ def _run_path(request: Request) -> str:
 
 
 async def run_report(request: Request) -> Response:
+    from api.views import run_report_out
+
     report = await _agent(request).run_report(_run_path(request))
     return _model_response(run_report_out(report))
 
@@ -278,6 +277,8 @@ async def release_run(request: Request) -> Response:
 
 
 async def mint_run_token(request: Request) -> Response:
+    from api.schemas import RunTokenIn, RunTokenOut
+
     run_id = _run_path(request)
     given = model(RunTokenIn, await _json_body(request, required=False))
     runtime = _runtime(request)
@@ -307,6 +308,9 @@ def _faults(request: Request) -> Any:
 
 
 async def add_fault(request: Request) -> Response:
+    from api.schemas import FaultIn
+    from api.views import fault_out
+
     registry = _faults(request)
     given = model(FaultIn, await _json_body(request))
     spec = FaultSpec(
@@ -327,6 +331,9 @@ async def add_fault(request: Request) -> Response:
 
 
 async def list_faults(request: Request) -> Response:
+    from api.schemas import FaultListOut
+    from api.views import fault_out
+
     registry = _faults(request)
     return _model_response(FaultListOut(faults=[fault_out(f) for f in registry.list()]))
 
@@ -358,6 +365,8 @@ async def metrics(request: Request) -> Response:
 
 
 async def openapi(request: Request) -> Response:
+    from api.openapi import openapi_document
+
     return JSONResponse(openapi_document())
 
 

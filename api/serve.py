@@ -17,6 +17,7 @@ from typing import Any
 import uvicorn
 
 from api.connections import MAX_HEAD_BYTES, ConnectionTable, HttpLimits, protocol_class
+from api.warmup import LoadWireAfterFirstAnswer
 from sink.config import Settings
 from sink.errors import ConfigError
 from sink.logs import announce
@@ -104,7 +105,8 @@ async def serve(
             on_count=runtime.metrics.http_connections.set,
         )
         config = uvicorn.Config(
-            app_factory(runtime),
+            LoadWireAfterFirstAnswer(app_factory(runtime)),
+            interface="asgi3",
             http=protocol_class(table),
             h11_max_incomplete_event_size=MAX_HEAD_BYTES,
             # uvicorn hands this to loop.call_later, which takes fractions of a second.

@@ -24,7 +24,6 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from pydantic import ValidationError
 from starlette.datastructures import Headers, QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
@@ -35,12 +34,10 @@ from api.auth import Authority, grant_of
 from api.connections import MAX_HEAD_BYTES, MAX_TARGET_BYTES, OVERFLOW_SCOPE_KEY, LongPollGate
 from api.context import KEY as CONTEXT
 from api.context import RequestContext, context_of
-from api.errors import error_response, internal_error, runsink_error, validation_error
+from api.errors import error_response, runsink_error, unexpected_error
 from api.inputs import model, named_run, parse_json
 from api.middleware import BODY_TOO_LARGE, MAX_BODY_BYTES, authorise, begin, outgoing, record
 from api.replies import envelope_response
-from api.schemas import WaitIn
-from api.views import wait_request
 from sink import ids, scopes
 from sink.agent import Agent, WaitRequest, wait_call
 from sink.errors import NotFound, RequestTooLarge, RunsinkError
@@ -112,6 +109,9 @@ class WaitEndpoint:
     ) -> WaitRequest:
         """The wait asked for (in a function of its own: the body, its JSON and the wire
         model are garbage before the wait parks)."""
+        from api.schemas import WaitIn  # the wire models load on first use (api/routes.py)
+        from api.views import wait_request
+
         given = model(WaitIn, parse_json(raw, required=False))
         headers = Headers(scope=scope)
         query = QueryParams(scope.get("query_string", b""))
@@ -171,10 +171,8 @@ class WaitPath:
                 response = Response(status_code=499)
             except RunsinkError as exc:
                 response = runsink_error(Request(scope), exc)
-            except ValidationError as exc:
-                response = validation_error(Request(scope), exc)
-            except Exception as exc:
-                response = internal_error(Request(scope), exc)
+            except Exception as exc:  # a ValidationError (not imported at start-up) is a 422
+                response = unexpected_error(Request(scope), exc)
             status = response.status_code
             if status != 499:  # nobody is there to read it
 

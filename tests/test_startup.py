@@ -1,5 +1,6 @@
 """Start-up imports only what the configuration uses: the MCP SDK, Jinja2 and asyncpg wait
-for their first use (bench/startup.py measures what that saves)."""
+for their first use, and pydantic with the wire models (api/schemas.py, api/views.py) loads
+right after the first answer (api/warmup.py); bench/startup.py measures what that saves."""
 
 from __future__ import annotations
 
@@ -11,10 +12,28 @@ from pathlib import Path
 from tests.support import free_port
 
 # `runsink serve` in a thread of a fresh interpreter, so that its sys.modules can be read:
-# after start-up, after a UI page, and after an MCP call.
+# when the first answer (the readiness probe's) has been sent, once the wire models have
+# loaded after it, after a UI page, and after an MCP call.
 PROBE = """
 import json, sys, threading, time, urllib.request
+import api.warmup
 from api.cli import main
+
+LAZY = ("api.openapi", "api.schemas", "api.views", "asyncpg", "jinja2", "mcp", "pydantic")
+
+def loaded():
+    return sorted(m for m in LAZY if m in sys.modules)
+
+at_first_answer = []
+warmed = threading.Event()
+load_wire = api.warmup.load_wire
+
+def load_wire_noting_modules():
+    at_first_answer.extend(loaded())
+    load_wire()
+    warmed.set()
+
+api.warmup.load_wire = load_wire_noting_modules
 
 db, port = sys.argv[1], int(sys.argv[2])
 arguments = ["serve", "--smtp-port", "0", "--http-port", str(port), "--db", db]
@@ -30,10 +49,8 @@ while True:
             raise
         time.sleep(0.02)
 
-def loaded():
-    return sorted(m for m in ("asyncpg", "jinja2", "mcp") if m in sys.modules)
-
-report = {"ready": loaded()}
+assert warmed.wait(30), "the wire models never loaded"
+report = {"ready": at_first_answer, "warm": loaded()}
 page = urllib.request.urlopen(url + "/", timeout=10)
 report["ui"] = [page.status, loaded()]
 call = urllib.request.Request(
@@ -47,10 +64,9 @@ print(json.dumps(report))
 """
 
 
-def test_serve_imports_mcp_and_jinja2_on_first_use_and_never_asyncpg_for_sqlite(
-    tmp_path: Path,
-) -> None:
-    """Ready with none of the three loaded; a page loads Jinja2, an MCP call the SDK."""
+def test_serve_is_ready_without_pydantic_mcp_jinja2_or_asyncpg(tmp_path: Path) -> None:
+    """Ready with none loaded; the wire models after the first answer, Jinja2 with a page,
+    the MCP SDK with an MCP call, and asyncpg never for SQLite."""
     result = subprocess.run(
         [sys.executable, "-c", PROBE, str(tmp_path / "runsink.db"), str(free_port())],
         capture_output=True,
@@ -59,8 +75,10 @@ def test_serve_imports_mcp_and_jinja2_on_first_use_and_never_asyncpg_for_sqlite(
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.splitlines()[-1])
+    wire = ["api.schemas", "api.views", "pydantic"]
     assert report == {
         "ready": [],
-        "ui": [200, ["jinja2"]],
-        "mcp": [True, ["jinja2", "mcp"]],
+        "warm": wire,
+        "ui": [200, sorted([*wire, "jinja2"])],
+        "mcp": [True, sorted([*wire, "jinja2", "mcp"])],
     }
