@@ -2,7 +2,7 @@
 
 Everything the domain can refuse, as a class. The HTTP layer maps each class to a
 status and an error code in one table (``api/errors.py``); the SMTP layer maps
-provider trouble to a 451 (``sink/smtp/listener.py``). Nothing else turns them into replies.
+provider trouble to a 451 (``sink/smtp/handler.py``). Nothing else turns them into replies.
 
     RunsinkError
     ├── ConfigError                 bad start-up settings: exit code 2

@@ -1,7 +1,8 @@
 """The SMTP side in one readable flow: route each recipient, check its lease, store, wake.
 
 ``route`` runs at RCPT; ``deliver`` runs when DATA ends. Neither knows SMTP reply
-codes: they answer with an ``Outcome`` that ``sink/smtp/listener.py`` turns into one.
+codes: they answer with a verdict that ``sink/smtp/handler.py`` turns into one. ``fault``
+says which injected fault, if any, hits an SMTP step.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sink.address import ascii_and_beyond
 from sink.clock import Clock, SystemClock
 from sink.config import Settings
 from sink.events import Hub
+from sink.faults import Fault, FaultRegistry
 from sink.logs import log
 from sink.message import summarize
 from sink.metrics import Metrics
@@ -87,8 +89,10 @@ class Ingest:
         clock: Clock | None = None,
         new_ids: ids.Ids = ids.RANDOM,
         events: Hub | None = None,
+        faults: FaultRegistry | None = None,
     ) -> None:
         self._store = store
+        self._faults = faults  # None: faults are not enabled (no --enable-faults)
         # Where stored and caught mail is announced: None when the backend's own feed
         # announces every commit, mail included (``Backend.feed_announces_commits``).
         self._events = events
@@ -123,15 +127,24 @@ class Ingest:
             return Recipient(address, Verdict.TOO_BIG, route)
         return Recipient(address, Verdict.ACCEPT, route)
 
-    def faults_apply(self, routes: Iterable[Route | None]) -> bool:
-        """Whether an injected SMTP fault may hit mail for these recipients: never when one
-        of them is under a policy without faults (``production``); caught mail (no route)
-        follows the default policy."""
+    def fault(self, step: str, routes: Iterable[Route | None]) -> Fault | None:
+        """The injected fault that hits this SMTP step (``smtp.connect``, ``smtp.rcpt``,
+        ``smtp.data``) for mail to these recipients, or None; the caller acts it out.
+
+        Never when one of them is under a policy without faults (``production``); caught
+        mail (no route) follows the default policy. A run's fault hits mail whose first
+        routed recipient is in that run.
+        """
+        if self._faults is None or self._faults.is_empty:
+            return None  # the usual case, and nothing to look at
+        run_id = None
         for route in routes:
             name = self._settings.default_policy if route is None else route.policy_name
             if not self._settings.policy(name).allow_faults:
-                return False
-        return True
+                return None
+            if run_id is None and route is not None:
+                run_id = route.run_id
+        return self._faults.take(step, run_id)
 
     async def deliver(
         self,

@@ -28,7 +28,9 @@ from sink.logs import announce, warn
 from sink.mailbox import Mailbox
 from sink.metrics import Metrics
 from sink.smtp.auth import Logins
-from sink.smtp.listener import Handler, Limits, smtp_factory
+from sink.smtp.handler import Handler
+from sink.smtp.limits import Limits
+from sink.smtp.protocol import Connections
 from sink.smtp.tls import server_context
 from sink.storage.backend import Backend, Opener, open_backend
 from sink.sweeper import Sweeper
@@ -66,6 +68,7 @@ class Runtime:
             self.clock,
             # Mail is announced here unless the backend's feed announces it with its commit.
             events=None if self.backend.feed_announces_commits else self.events,
+            faults=self.faults,
         )
         self.mailbox = Mailbox(self.mail)
         self.started_at = self.clock.now()
@@ -105,15 +108,15 @@ class Runtime:
         handler = Handler(
             self.ingest,
             self.metrics,
-            self.faults,
             None if self.settings.no_smtp_auth else Logins(self.settings.smtp_auth),
             Limits(max_connections=sized.smtp_connections),
             require_tls=self.settings.smtp_require_tls,
             accepted_domains=self.settings.accepted_domains,
         )
+        connections = Connections(self.settings, handler, self.metrics, self.tls_context, loop)
         self.smtp_server = await _listen(
             loop,
-            lambda: smtp_factory(self.settings, handler, self.tls_context, loop),
+            connections.plaintext,
             self.settings.smtp_host,
             self.settings.smtp_port,
             "--smtp-port",
@@ -122,7 +125,7 @@ class Runtime:
         if self.settings.smtps_port is not None:
             self.smtps_server = await _listen(
                 loop,
-                lambda: smtp_factory(self.settings, handler, self.tls_context, loop, True),
+                connections.smtps,
                 self.settings.smtp_host,
                 self.settings.smtps_port,
                 "--smtps-port",

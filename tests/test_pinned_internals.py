@@ -44,7 +44,8 @@ class Internal:
     equals: object = None  # when given, the value the name must still have
 
 
-LISTENER = "sink/smtp/listener.py RunsinkSMTP"
+PROTOCOL = "sink/smtp/protocol.py RunsinkSMTP"
+HANDLER = "sink/smtp/handler.py Handler"
 LOOP = "sink/smtp/loop.py LeanLoopSMTP"
 SETUP = "sink/smtp/setup.py set_up/learn"
 GUARDED = "api/connections.py GuardedH11Protocol"
@@ -64,7 +65,7 @@ INTERNALS: tuple[Internal, ...] = (
     Internal("aiosmtpd", "aiosmtpd.smtp", "ALLOWED_BEFORE_STARTTLS", f"{LOOP}: the 530 check"),
     Internal("aiosmtpd", "aiosmtpd.smtp", "BOGUS_LIMIT", f"{LOOP}: unrecognised commands"),
     Internal("aiosmtpd", "aiosmtpd.smtp", "sanitize", f"{LOOP}._log_line: AUTH lines masked"),
-    Internal("aiosmtpd", "aiosmtpd.smtp", "TLSSetupException", f"{LOOP}, {LISTENER}"),
+    Internal("aiosmtpd", "aiosmtpd.smtp", "TLSSetupException", f"{LOOP}, {HANDLER}"),
     Internal(
         "aiosmtpd",
         "aiosmtpd.smtp.log",
@@ -72,33 +73,35 @@ INTERNALS: tuple[Internal, ...] = (
         "sink/logs.py, sink/smtp/loop.py: aiosmtpd's logger, kept at ERROR",
         equals="mail.log",
     ),
-    Internal("aiosmtpd", "SMTP", "_handle_client", f"{LOOP} and {LISTENER}: overridden"),
-    Internal("aiosmtpd", "SMTP", "_reset_timeout", f"{LOOP} and {LISTENER}: overridden"),
-    Internal("aiosmtpd", "SMTP", "_timeout_cb", f"{LOOP} and {LISTENER}: overridden"),
+    Internal("aiosmtpd", "SMTP", "_handle_client", f"{LOOP} and {PROTOCOL}: overridden"),
+    Internal("aiosmtpd", "SMTP", "_reset_timeout", f"{LOOP} and {PROTOCOL}: overridden"),
+    Internal("aiosmtpd", "SMTP", "_timeout_cb", f"{LOOP} and {PROTOCOL}: overridden"),
     Internal("aiosmtpd", "SMTP", "eof_received", f"{LOOP}: overridden, the loop not cancelled"),
     Internal("aiosmtpd", "SMTP", "connection_lost", f"{LOOP}: overridden, the loop not cancelled"),
     Internal("aiosmtpd", "SMTP", "_cb_client_connected", f"{SETUP}: the reader's callback"),
-    Internal("aiosmtpd", "SMTP", "_create_envelope", f"{LISTENER}.smtp_DATA: post-DATA state"),
-    Internal("aiosmtpd", "SMTP", "check_helo_needed", f"{LISTENER}: MAIL, RCPT, DATA"),
-    Internal("aiosmtpd", "SMTP", "check_auth_needed", f"{LISTENER}.smtp_DATA"),
-    Internal("aiosmtpd", "SMTP", "command_size_limits", f"{LISTENER}: made per connection"),
-    Internal("aiosmtpd", "SMTP connection", "_reader", f"{LOOP}, {LISTENER}: read directly"),
-    Internal("aiosmtpd", "SMTP connection", "_writer", f"{LOOP}, {LISTENER}: written directly"),
+    Internal("aiosmtpd", "SMTP", "_create_envelope", f"{PROTOCOL}.smtp_DATA: post-DATA state"),
+    Internal("aiosmtpd", "SMTP", "check_helo_needed", f"{PROTOCOL}: MAIL, RCPT, DATA"),
+    Internal("aiosmtpd", "SMTP", "check_auth_needed", f"{PROTOCOL}.smtp_DATA"),
+    Internal("aiosmtpd", "SMTP", "command_size_limits", f"{PROTOCOL}: made per connection"),
+    Internal("aiosmtpd", "SMTP", "command_size_limit", f"{PROTOCOL}: the per-connection base"),
+    Internal("aiosmtpd", "SMTP", "line_length_limit", f"{PROTOCOL}: set before __init__ reads it"),
+    Internal("aiosmtpd", "SMTP connection", "_reader", f"{LOOP}, {PROTOCOL}: read directly"),
+    Internal("aiosmtpd", "SMTP connection", "_writer", f"{LOOP}, {PROTOCOL}: written directly"),
     Internal("aiosmtpd", "SMTP connection", "_proxy_timeout", f"{LOOP}: falls back if set"),
     Internal("aiosmtpd", "SMTP connection", "_enforce_call_limit", f"{LOOP}: falls back if set"),
     Internal("aiosmtpd", "SMTP connection", "_smtp_methods", f"{LOOP}: the command table"),
     Internal("aiosmtpd", "SMTP connection", "_timeout_duration", f"{LOOP}: the idle window"),
     Internal("aiosmtpd", "SMTP connection", "_timeout_handle", f"{LOOP}: the one timer"),
     Internal("aiosmtpd", "SMTP connection", "_tls_handshake_okay", f"{LOOP}: the 554 check"),
-    Internal("aiosmtpd", "SMTP connection", "_tls_protocol", f"{LOOP}, {LISTENER}: TLS on?"),
-    Internal("aiosmtpd", "SMTP connection", "_original_transport", f"{LISTENER}: after TLS?"),
-    Internal("aiosmtpd", "SMTP connection", "_auth_required", f"{LISTENER}.smtp_DATA"),
+    Internal("aiosmtpd", "SMTP connection", "_tls_protocol", f"{LOOP}, {PROTOCOL}: TLS on?"),
+    Internal("aiosmtpd", "SMTP connection", "_original_transport", f"{PROTOCOL}: after TLS?"),
+    Internal("aiosmtpd", "SMTP connection", "_auth_required", f"{PROTOCOL}.smtp_DATA"),
     Internal("aiosmtpd", "SMTP connection", "_auth_methods", f"{SETUP}: the AUTH table"),
     Internal("aiosmtpd", "SMTP connection", "_handle_hooks", f"{SETUP}: the handler's hooks"),
     Internal("aiosmtpd", "SMTP connection", "_ehlo_hook_ver", f"{SETUP}: the EHLO hook form"),
     _set_up("_decode_data"),
     _set_up("_handler_coroutine"),
-    Internal("aiosmtpd", "SMTP connection", "_auth_require_tls", f"{LISTENER}.smtp_AUTH, {SETUP}"),
+    Internal("aiosmtpd", "SMTP connection", "_auth_require_tls", f"{PROTOCOL}.smtp_AUTH, {SETUP}"),
     _set_up("_authenticator"),
     _set_up("_auth_callback"),
     # -- uvicorn (uvicorn/protocols/http/h11_impl.py, flow_control.py, server.py) ------------

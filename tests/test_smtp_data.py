@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from sink.smtp.listener import RunsinkSMTP
+from sink.smtp.protocol import RunsinkSMTP
 from tests.support import Server, create_inbox
 from tests.test_smtp_hardening import SENDER, Raw, greeted, in_data, messages, raw_of, unstuffed
 

@@ -2,7 +2,7 @@
 
 Most tests speak raw bytes over a socket to the real server and check what was stored over
 the HTTP API. Timeouts and the connection limit need limits too small for a real server's
-defaults: those run the same listener (``smtp_factory`` + ``Handler`` over a real SQLite
+defaults: those run the same listener (``Connections`` + ``Handler`` over a real SQLite
 store) in-process with small ``Limits``.
 """
 
@@ -25,7 +25,9 @@ from sink.config import Settings
 from sink.errors import StorageError
 from sink.ingest import Ingest
 from sink.metrics import Metrics
-from sink.smtp.listener import Handler, Limits, smtp_factory
+from sink.smtp.handler import Handler
+from sink.smtp.limits import Limits
+from sink.smtp.protocol import Connections
 from sink.smtp.syntax import command_path, header_field_count, http_request_line
 from sink.storage.base import Incoming
 from sink.storage.sqlite import SQLiteStore
@@ -664,7 +666,7 @@ async def poll(done: Callable[[], bool]) -> None:
 @dataclass
 class Listening:
     port: int
-    handler: Handler
+    connections: Connections
     store: SQLiteStore
 
 
@@ -672,22 +674,21 @@ class Listening:
 async def listener(
     folder: Path, limits: Limits, failing: bool = False, hung: bool = False
 ) -> AsyncIterator[Listening]:
-    """The production listener (smtp_factory + Handler + Ingest + SQLite) on a free port."""
+    """The production listener (Connections + Handler + Ingest + SQLite) on a free port."""
     settings = Settings(db=folder / "runsink.db")
     store = SQLiteStore(settings.db)
     await store.open()
     used: Any = FailingStore(store) if failing else HungStore(store) if hung else store
-    handler = Handler(Ingest(used, Waiters(), settings, Metrics()), Metrics(), None, None, limits)
+    handler = Handler(Ingest(used, Waiters(), settings, Metrics()), Metrics(), None, limits)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(
-        lambda: smtp_factory(settings, handler, None, loop), "127.0.0.1", 0
-    )
+    connections = Connections(settings, handler, Metrics(), None, loop)
+    server = await loop.create_server(connections.plaintext, "127.0.0.1", 0)
     try:
-        yield Listening(server.sockets[0].getsockname()[1], handler, store)
+        yield Listening(server.sockets[0].getsockname()[1], connections, store)
     finally:
         server.close()
         await server.wait_closed()
-        await poll(lambda: handler.connections.active == 0)  # every connection has closed
+        await poll(lambda: connections.gate.active == 0)  # every connection has closed
         await store.close()
 
 
@@ -771,7 +772,7 @@ def test_connections_past_the_limit_get_421_and_the_listener_goes_on(tmp_path: P
 
     async def scenario() -> None:
         async with listener(tmp_path, Limits(max_connections=2)) as listening:
-            port, gate = listening.port, listening.handler.connections
+            port, gate = listening.port, listening.connections.gate
             held = [await Client.connect(port) for _ in range(2)]
             for client in held:
                 assert (await client.line()).startswith("220 ")

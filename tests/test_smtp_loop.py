@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from sink.smtp.listener import Limits
+from sink.smtp.limits import Limits
 from tests.support import Server, create_inbox
 from tests.test_smtp_hardening import SENDER, Client, Raw, greeted, listener, messages, raw_of
 

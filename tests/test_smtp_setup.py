@@ -16,7 +16,8 @@ from sink.config import Settings
 from sink.ingest import Ingest
 from sink.metrics import Metrics
 from sink.smtp.auth import Logins
-from sink.smtp.listener import Handler, RunsinkSMTP, smtp_factory
+from sink.smtp.handler import Handler
+from sink.smtp.protocol import Connections, RunsinkSMTP
 from sink.storage.memory import MemoryStore
 from sink.waiters import Waiters
 from tests.support import make_certificate
@@ -68,12 +69,11 @@ def test_a_later_connection_is_set_up_as_aiosmtpd_sets_up_the_first(
 
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
-        handler = Handler(
-            Ingest(MemoryStore(), Waiters(), settings, Metrics()), Metrics(), None, logins
-        )
-        first = smtp_factory(settings, handler, context, loop)  # aiosmtpd's own set-up
-        assert RunsinkSMTP in handler.learned
-        later = smtp_factory(settings, handler, context, loop)  # the learned one
+        handler = Handler(Ingest(MemoryStore(), Waiters(), settings, Metrics()), Metrics(), logins)
+        connections = Connections(settings, handler, Metrics(), context, loop)
+        first = connections.plaintext()  # aiosmtpd's own set-up
+        assert RunsinkSMTP in connections.learned
+        later = connections.plaintext()  # the learned one
         assert _state(later).keys() == _state(first).keys()
         for key, value in _state(first).items():
             assert _state(later)[key] == value, key

@@ -32,7 +32,7 @@ of a complete message runs to its commit, and the loop ends at the end of the st
 a hang-up of ours (``_hung_up``) stops reading at once.
 
 Measured (``bench/README.md``, 2026-12-01): with the direct hook calls and replies of
-``listener.py``'s MAIL/RCPT/DATA, server CPU per message fell 7-12% (8 connections: 321 ->
+``protocol.py``'s MAIL/RCPT/DATA, server CPU per message fell 7-12% (8 connections: 321 ->
 283 µs/msg, side by side). What is left on the event loop is mostly not this loop: a third
 in uvloop's own C (polling, ``recv``, waking tasks), a fifth in the ``send()`` of the four
 replies, a quarter in ingest (the summary parse, the log line, the store); a protocol-level

@@ -1,7 +1,7 @@
 """SMTP syntax, pure: envelope paths, parameters, HTTP request lines, header counts.
 
-Separate from the listener (``sink/smtp/listener.py``) so the grammar can be read and tested on
-its own; nothing here knows a reply code.
+Separate from the protocol (``sink/smtp/protocol.py``) so the grammar can be read and tested
+on its own; nothing here knows a reply code.
 """
 
 from __future__ import annotations

@@ -9,10 +9,12 @@ certificate, mail is plaintext, as every other sink does it on a test network.
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 
 from sink.config import Settings
 from sink.errors import ConfigError
+from sink.logs import warn
 
 
 def server_context(settings: Settings) -> ssl.SSLContext | None:
@@ -52,3 +54,10 @@ def failure_cause(error: BaseException) -> dict[str, object]:
     if isinstance(cause, ConnectionError | EOFError):
         return {"reason": "connection_closed", "client_alert": False}
     return {"reason": type(cause).__name__, "client_alert": False}
+
+
+def log_failure(error: BaseException, mode: str) -> None:
+    """Log why a handshake failed (``starttls`` or ``implicit``), with OpenSSL's reason."""
+    # A failure to log must not become the reply (aiosmtpd formats what its hook raises).
+    with contextlib.suppress(Exception):
+        warn("smtp_tls_failed", mode=mode, **failure_cause(error))

@@ -1,27 +1,28 @@
-"""The SMTP listener: aiosmtpd's protocol with our handler, on the server's one event loop.
+"""The SMTP protocol: aiosmtpd's, with our connection gate, limits and command syntax.
 
-This is the only module that knows SMTP reply codes. It is fed by apps we do not
+One ``RunsinkSMTP`` per connection, made by ``Connections`` (the factory the listening
+sockets share, with the gate that counts them); its MAIL, RCPT and DATA call the handler
+(``sink/smtp/handler.py``), which knows what the mail means. It is fed by apps we do not
 control, so it is strict where being lenient would let one message pass for another:
 
 - DATA ends only at ``<CRLF>.<CRLF>`` (aiosmtpd reads DATA lines with
   ``readuntil(b"\\r\\n")`` and ends on a line that is exactly ``b".\\r\\n"``), so the
   malformed end markers of SMTP smuggling are message text, never a second message.
-- Envelope paths are parsed here, not by ``email._header_value_parser`` (which aiosmtpd
-  uses and which repairs what it reads: ``<a b@x>`` becomes ``"a b"@x``, comments vanish).
-  Nothing is repaired into another mailbox: a malformed path is a 5xx.
+- Envelope paths are parsed here (``sink/smtp/syntax.py``), not by
+  ``email._header_value_parser`` (which aiosmtpd uses and which repairs what it reads:
+  ``<a b@x>`` becomes ``"a b"@x``, comments vanish). Nothing is repaired into another
+  mailbox: a malformed path is a 5xx.
 - A connection that opens with an HTTP request line (a browser made to post to this
   port) is answered with an error and closed before any of its bytes reach the SMTP reader.
 - TLS only with the configured certificate (``sink/smtp/tls.py``): STARTTLS, or SMTPS from
   the first byte on ``--smtps-port``; a failed handshake is logged with OpenSSL's reason.
-- Limits, each with its code: connections (421), command lines (500), DATA lines (500),
-  recipients (452), message size (552), header fields (552), idle and DATA time (421).
+- Limits (``sink/smtp/limits.py``), each with its code: connections (421), command lines
+  (500), DATA lines (500), message size (552), idle and DATA time (421); the handler
+  answers recipients (452) and header fields (552).
 - AUTH (``sink/smtp/auth.py``): any login by default, the configured pairs with
   ``--smtp-auth``, none with ``--no-smtp-auth``; the user name goes with the message.
 - A message whose final dot arrived is stored even if the client is gone by then
   (``sink/smtp/loop.py``: the end of the client's side ends the reader, not the session).
-
-aiosmtpd's default answer to an exception (``500 Error: (Class) text``) leaks internals and
-tells the sender not to retry; trouble is a 451 here (temporary: send again later).
 """
 
 from __future__ import annotations
@@ -33,65 +34,23 @@ import contextlib
 import functools
 import re
 import ssl
-import weakref
-from dataclasses import dataclass
 from typing import Any, AnyStr
 
-from aiosmtpd.smtp import SMTP, AuthResult, Envelope, Session, TLSSetupException, syntax
+from aiosmtpd.smtp import SMTP, syntax
 
 from sink.config import Settings
-from sink.errors import StoreFull
-from sink.faults import FaultRegistry
-from sink.guard import apply_fault
-from sink.ingest import DataVerdict, Ingest, Recipient, Verdict
-from sink.logs import log, warn
+from sink.logs import log
 from sink.metrics import Metrics
-from sink.smtp.auth import Logins
+from sink.smtp.handler import TEMPORARY, Handler
+from sink.smtp.limits import Limits
 from sink.smtp.loop import LeanLoopSMTP
 from sink.smtp.setup import KNOWN_ARGUMENTS, Learned, learn, set_up
-from sink.smtp.syntax import command_path, header_field_count, http_request_line
-from sink.smtp.tls import failure_cause
+from sink.smtp.syntax import command_path, http_request_line
+from sink.smtp.tls import log_failure
 
-TEMPORARY = "451 4.3.0 Temporary failure: please try again later"
-NO_SPACE = "452 4.3.1 Insufficient system storage: please try again later"
-_FAULT_TIMEOUT_S = 2.0  # how long an injected SMTP "timeout" holds the reply
-
-_RCPT_REPLIES = {
-    Verdict.ACCEPT: "250 2.1.5 OK",
-    # Caught mail: accepted and kept, never relayed (contract v2, "Catch-all").
-    Verdict.CAUGHT: "250 2.1.5 OK (no inbox for this address; kept as caught mail)",
-    Verdict.LATE_DROP: "250 2.1.5 OK",
-    Verdict.LATE_REJECT: "550 5.1.1 This inbox has expired",
-    Verdict.BAD_ADDRESS: "553 5.1.3 Malformed address",
-    Verdict.TOO_BIG: "552 5.3.4 Message size exceeds this inbox's limit",
-}
-_AUTH_LINE = "250-AUTH PLAIN LOGIN CRAM-MD5"
 _MAIL_SYNTAX = "501 5.5.4 Syntax: MAIL FROM:<address> [SP <mail-parameters>]"
 _TOO_MUCH_DATA = "552 5.3.4 Error: too much mail data"
 _RCPT_SYNTAX = "501 5.5.4 Syntax: RCPT TO:<address>"
-
-
-# -- limits ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """What one client may take of the listener. The defaults are the product's."""
-
-    max_connections: int = 512
-    """Open SMTP connections; one more is answered 421 and closed (the listener goes on)."""
-    idle_timeout_s: float = 120.0
-    """From the last accepted command to the next (RFC 5321 4.5.3.2 asks servers for 5 min;
-    the apps that feed a sink talk or hang up)."""
-    data_timeout_s: float = 300.0
-    """From DATA to the final dot, however steadily the client trickles."""
-    max_recipients: int = 100
-    """Per message (RFC 5321 4.5.3.1.8: at least 100); the next RCPT gets 452."""
-    max_header_fields: int = 1000
-    max_line_bytes: int = 1024 * 1024
-    """A text line in DATA. Apps send long HTML lines unencoded: take them rather than lose
-    the mail (aiosmtpd's default is RFC 5321's 1001 octets). Also caps a command line's
-    buffering; the 512-octet command limit is aiosmtpd's ``command_size_limit``."""
 
 
 _EVICTION_SCAN = 32
@@ -114,14 +73,11 @@ class ConnectionGate:
         self.active = 0
         self._members: dict[RunsinkSMTP, None] = {}  # admitted, oldest first
 
-    def enter(self, connection: RunsinkSMTP | None = None) -> bool:
+    def enter(self, connection: RunsinkSMTP) -> bool:
         if self.active < self.limit:
             self.active += 1
-            if connection is not None:
-                self._members[connection] = None
+            self._members[connection] = None
             return True
-        if connection is None:
-            return False
         # Look at a bounded number of the longest-admitted, sending the busy ones to the back
         # of the line: a flood past the limit costs the same per connection however many
         # are admitted.
@@ -135,209 +91,9 @@ class ConnectionGate:
             self._members[member] = None
         return False
 
-    def leave(self, connection: RunsinkSMTP | None = None) -> None:
+    def leave(self, connection: RunsinkSMTP) -> None:
         self.active -= 1
-        if connection is not None:
-            self._members.pop(connection, None)
-
-
-# -- the handler: aiosmtpd's hooks --------------------------------------------------
-
-
-class Handler:
-    """aiosmtpd hooks: RCPT routing, DATA -> ingest, and the replies for each outcome.
-
-    One instance serves every connection; it holds what they share (the connection gate).
-    """
-
-    def __dir__(self) -> list[str]:
-        # aiosmtpd's SMTP.__init__ looks for ``handle_*`` hooks with dir() and for ``auth_*``
-        # mechanisms with inspect.getmembers() on this handler, for every new connection
-        # (as on the protocol: RunsinkSMTP.__dir__): name just those.
-        return [n for n in object.__dir__(self) if n.startswith(("handle_", "auth_"))]
-
-    def __init__(
-        self,
-        ingest: Ingest,
-        metrics: Metrics,
-        faults: FaultRegistry | None,
-        logins: Logins | None,
-        limits: Limits | None = None,
-        require_tls: bool = False,
-        accepted_domains: tuple[str, ...] = (),
-    ) -> None:
-        self._ingest = ingest
-        # --reject-unknown-recipients: the refusal names the domains with inboxes.
-        self._unknown_reply = "550 5.1.1 No inbox for this address; this sink accepts mail for " + (
-            ", ".join(accepted_domains) or "its own domain"
-        )
-        self.logins = logins  # None: no AUTH at all (--no-smtp-auth)
-        self.requires_tls = require_tls
-        self.limits = limits or Limits()
-        self.connections = ConnectionGate(self.limits.max_connections)
-        self._metrics = metrics
-        self._faults = faults
-        self._recipients: weakref.WeakKeyDictionary[Envelope, list[Recipient]] = (
-            weakref.WeakKeyDictionary()
-        )
-        # aiosmtpd's introspection of a protocol class and this handler, taken once.
-        self.learned: dict[type[SMTP], Learned] = {}
-        self._runs: weakref.WeakKeyDictionary[Envelope, str] = weakref.WeakKeyDictionary()
-
-    def refused(self, reason: str) -> None:
-        """Count a connection refused or closed by a limit (one metric per reason)."""
-        self._metrics.refused("smtp", reason)
-
-    async def connect_fault(self) -> bool:
-        """True when an injected ``smtp.connect`` fault refuses this connection."""
-        return await self._fault("smtp.connect", None)
-
-    async def handle_EHLO(
-        self,
-        server: SMTP,
-        session: Session,
-        envelope: Envelope,
-        hostname: str,
-        responses: list[str],
-    ) -> list[str]:
-        session.host_name = hostname
-        if self.logins is None:
-            # --no-smtp-auth: aiosmtpd advertises AUTH whatever its set-up; we offer none.
-            responses = [r for r in responses if not r.startswith("250-AUTH")]
-        else:
-            # The contract's order, strongest last (aiosmtpd sorts them by name).
-            responses = [_AUTH_LINE if r.startswith("250-AUTH") else r for r in responses]
-        # aiosmtpd answers pipelined commands in order but does not advertise it (RFC 2920);
-        # every reply carries an enhanced status code (RunsinkSMTP.push).
-        return [*responses[:-1], "250-PIPELINING", "250-ENHANCEDSTATUSCODES", responses[-1]]
-
-    async def handle_MAIL(
-        self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
-    ) -> str:
-        if self.requires_tls and session.ssl is None:
-            # --smtp-require-tls: nothing travels in the clear (RFC 3207 4: 530).
-            return "530 5.7.0 Must issue a STARTTLS command first"
-        if self.logins is not None and self.logins.checking and not session.authenticated:
-            # --smtp-auth: mail from a client that did not use its login is refused, so an
-            # app that forgot its SMTP login fails here as it would in production (RFC 4954
-            # 6). By default a client that does not authenticate is served as before.
-            return "530 5.7.0 Authentication required"
-        if not self._ingest.check_sender(address):
-            return "553 5.1.7 Malformed sender address"
-        envelope.mail_from = address
-        envelope.mail_options.extend(options)
-        self._recipients[envelope] = []
-        return "250 2.1.0 OK"
-
-    async def handle_RCPT(
-        self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
-    ) -> str:
-        recipients = self._recipients.setdefault(envelope, [])
-        if len(recipients) >= self.limits.max_recipients:
-            return "452 4.5.3 Too many recipients"
-        try:
-            recipient = await self._ingest.route(address, _declared_size(envelope.mail_options))
-        except Exception as exc:  # storage trouble: this RCPT may be tried again
-            return self._trouble("rcpt", exc)
-        fault_run = recipient.route.run_id if recipient.route else None
-        if (
-            self._faults_armed
-            and self._ingest.faults_apply([recipient.route])
-            and await self._fault("smtp.rcpt", fault_run)
-        ):
-            return TEMPORARY
-        if recipient.verdict is Verdict.UNKNOWN:
-            self._metrics.message("rejected")
-            return self._unknown_reply
-        if recipient.verdict in (Verdict.ACCEPT, Verdict.CAUGHT, Verdict.LATE_DROP):
-            recipients.append(recipient)
-            envelope.rcpt_tos.append(address)
-            envelope.rcpt_options.extend(options)
-            if recipient.route is not None:
-                self._runs.setdefault(envelope, recipient.route.run_id)
-        elif recipient.verdict is Verdict.LATE_REJECT:
-            self._metrics.message("rejected")
-            assert recipient.route is not None
-            log(
-                "late_arrival",
-                run_id=recipient.route.run_id,
-                inbox_id=recipient.route.inbox_id,
-                action="rejected",
-            )
-        return _RCPT_REPLIES[recipient.verdict]
-
-    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
-        recipients = self._recipients.get(envelope, [])
-        if (
-            self._faults_armed
-            and self._ingest.faults_apply(r.route for r in recipients)
-            and await self._fault("smtp.data", self._runs.get(envelope))
-        ):
-            return TEMPORARY
-        raw = envelope.original_content or b""
-        limit = self.limits.max_header_fields
-        if header_field_count(raw, stop_after=limit) > limit:
-            self._metrics.message("rejected")
-            return f"552 5.3.4 Too many header fields (the limit is {limit})"
-        # Only the user name is in the session (sink/smtp/auth.py), never a password.
-        auth_user = session.auth_data if session.authenticated else None
-        try:
-            verdict = await self._ingest.deliver(
-                envelope.mail_from or "", recipients, raw, auth_user=auth_user
-            )
-        except Exception as exc:  # nothing was acknowledged: the sender sends it again
-            return self._trouble("data", exc)
-        if verdict is DataVerdict.TOO_BIG:
-            return "552 5.3.4 Message size exceeds this inbox's limit"
-        if verdict is DataVerdict.ALL_LATE_REJECTED:
-            return "550 5.1.1 The recipient's inbox has expired"
-        return "250 2.0.0 OK: stored"
-
-    async def auth_CRAM__MD5(self, server: SMTP, args: list[str]) -> AuthResult:
-        """AUTH CRAM-MD5 (RFC 2195): aiosmtpd's hook for a mechanism of the handler's."""
-        if self.logins is None:  # never offered: RunsinkSMTP.smtp_AUTH answers first
-            return AuthResult(success=False, handled=False)
-        return await self.logins.cram_md5(server, args)
-
-    async def handle_exception(self, error: Exception) -> str:
-        """The last resort for an exception in a command: never aiosmtpd's ``500 Error``."""
-        if isinstance(error, TLSSetupException):
-            # A client that fails the handshake; aiosmtpd closes the connection after this.
-            self.tls_failed(error, "starttls")
-            return TEMPORARY
-        return self._trouble("command", error)
-
-    def tls_failed(self, error: BaseException, mode: str) -> None:
-        """Log why a handshake failed (OpenSSL's reason: the client's alert, or ours)."""
-        with contextlib.suppress(Exception):
-            warn("smtp_tls_failed", mode=mode, **failure_cause(error))
-
-    def _trouble(self, step: str, error: Exception) -> str:
-        # A failure to log must not turn the reply into aiosmtpd's 500 (it calls this from
-        # an `except` that formats any exception raised here into the reply).
-        with contextlib.suppress(Exception):
-            warn("smtp_trouble", step=step, error=type(error).__name__)
-        # RFC 5321 4.2.2 and RFC 3463 4.3.1: the store is full; the sender retries later.
-        return NO_SPACE if isinstance(error, StoreFull) else TEMPORARY
-
-    @property
-    def _faults_armed(self) -> bool:
-        """Whether any fault is registered (checked first: most steps then await nothing)."""
-        return self._faults is not None and not self._faults.is_empty
-
-    async def _fault(self, target: str, run_id: str | None) -> bool:
-        """Act out an injected fault for this step; True when the step must fail."""
-        if self._faults is None or self._faults.is_empty:
-            return False
-        fault = self._faults.take(target, run_id)
-        if fault is None:
-            return False
-        if fault.mode == "delay":
-            await apply_fault(fault, 0)
-            return False
-        if fault.mode == "timeout":
-            await asyncio.sleep(_FAULT_TIMEOUT_S)
-        return True
+        self._members.pop(connection, None)
 
 
 def _longest_line(data: bytes) -> int:
@@ -367,14 +123,6 @@ def with_status_code(reply: str) -> str:
     return f"{code} {_STATUS_CODES.get(code, code[0] + '.0.0')} {text}"
 
 
-def _declared_size(options: list[str]) -> int | None:
-    for option in options:
-        key, _, value = option.partition("=")
-        if key.upper() == "SIZE" and value.isdigit():
-            return int(value)
-    return None
-
-
 # -- the protocol: aiosmtpd's SMTP with our limits and our path syntax -------------------
 
 
@@ -401,19 +149,18 @@ class RunsinkSMTP(LeanLoopSMTP):
 
     def __init__(
         self,
-        handler: Handler,
+        connections: Connections,
         *,
-        limits: Limits,
-        gate: ConnectionGate,
-        authenticator: Any,
         implicit_tls: ssl.SSLContext | None = None,
         **kwargs: Any,
     ) -> None:
+        handler, limits = connections.handler, connections.limits
         # aiosmtpd sizes its StreamReader from `line_length_limit` in __init__: set it first.
         self.line_length_limit = limits.max_line_bytes
         # aiosmtpd keeps `command_size_limits` on the class: every new connection clears it
         # and every EHLO adds to it, for all connections at once. Keep ours per connection.
         self.command_size_limits = collections.defaultdict(lambda: SMTP.command_size_limit)
+        authenticator = handler.logins.authenticator if handler.logins is not None else None
         options = dict(
             authenticator=authenticator,
             timeout=limits.idle_timeout_s,
@@ -426,16 +173,17 @@ class RunsinkSMTP(LeanLoopSMTP):
         )
         # aiosmtpd's set-up, less its introspection after the first connection (setup.py).
         leanable = options.keys() == KNOWN_ARGUMENTS and options["hostname"] and options["ident"]
-        learned = handler.learned.get(type(self)) if leanable else None
+        learned = connections.learned.get(type(self)) if leanable else None
         if learned is not None:
             set_up(self, learned, handler, **options)
         else:
             super().__init__(handler, **options)
             if leanable:
-                handler.learned[type(self)] = learn(self, handler)
+                connections.learned[type(self)] = learn(self, handler)
+        self._connections = connections
         self._handler = handler
         self._limits = limits
-        self._gate = gate
+        self._gate = connections.gate
         self._admitted = False
         self._over_limit = False  # the gate was full when this connection came
         self._active_at = 0.0
@@ -505,7 +253,7 @@ class RunsinkSMTP(LeanLoopSMTP):
     def make_room(self) -> None:
         """Give this idle connection's place to a newcomer (the gate is at its limit)."""
         self._admitted = False
-        self.event_handler.refused("idle_evicted")
+        self._connections.refused("idle_evicted")
         self._hang_up(f"421 4.3.2 {self.hostname} Closing an idle connection, try again later")
 
     def data_received(self, data: bytes) -> None:
@@ -521,7 +269,7 @@ class RunsinkSMTP(LeanLoopSMTP):
             data, self._held = self._held, b""
             if verdict:
                 log("smtp_refused", reason="http_request")
-                self.event_handler.refused("http_request")
+                self._connections.refused("http_request")
                 self._hang_up(f"554 5.7.0 {self.hostname} speaks SMTP, not HTTP; closing")
                 return
         super().data_received(data)
@@ -533,7 +281,7 @@ class RunsinkSMTP(LeanLoopSMTP):
             try:
                 await self._handshake
             except Exception as error:
-                self.event_handler.tls_failed(error, "implicit")
+                log_failure(error, "implicit")
                 # asyncio's SSL layer tells the protocol nothing of a failed handshake: end
                 # the connection here, as aiosmtpd does after a failed STARTTLS (the
                 # connection slot, the idle timer).
@@ -545,10 +293,10 @@ class RunsinkSMTP(LeanLoopSMTP):
             return  # refused while being set up (an HTTP request line): no greeting
         if self._over_limit:
             log("smtp_refused", reason="too_many_connections", limit=self._gate.limit)
-            self.event_handler.refused("too_many_connections")
+            self._connections.refused("too_many_connections")
             self._hang_up(f"421 4.3.2 {self.hostname} Too many connections, try again later")
             return
-        if await self.event_handler.connect_fault():
+        if await self._handler.refuses_connection():
             self._hang_up(f"421 4.3.0 {self.hostname} Service not available, try again later")
             return
         await super()._handle_client()
@@ -559,11 +307,11 @@ class RunsinkSMTP(LeanLoopSMTP):
             # nothing was acknowledged, so this is storage trouble (451), not the client's
             # silence. (The store may still commit it later: a sender that sends it again
             # may leave two copies, never none.)
-            self.event_handler.refused("store_timeout")
+            self._connections.refused("store_timeout")
             self._hang_up(TEMPORARY)
             return
         # aiosmtpd closes silently on timeout; RFC 5321 4.2.3 has a 421 for this.
-        self.event_handler.refused("timeout")
+        self._connections.refused("timeout")
         self._hang_up(f"421 4.4.2 {self.hostname} Timeout exceeded, closing")
 
     def _hang_up(self, reply: str) -> None:
@@ -885,26 +633,53 @@ class RunsinkSMTP(LeanLoopSMTP):
         await super().smtp_AUTH(arg)  # None: its 501
 
 
-def smtp_factory(
-    settings: Settings,
-    handler: Handler,
-    tls_context: ssl.SSLContext | None,
-    loop: asyncio.AbstractEventLoop,
-    implicit_tls: bool = False,
-) -> SMTP:
-    """One connection's protocol: plaintext with STARTTLS (when a certificate is configured
-    and not --smtp-no-starttls), or, with ``implicit_tls``, TLS from the first byte."""
-    starttls = None if implicit_tls or settings.smtp_no_starttls else tls_context
-    return RunsinkSMTP(
-        handler,
-        limits=handler.limits,
-        gate=handler.connections,
-        authenticator=handler.logins.authenticator if handler.logins is not None else None,
-        implicit_tls=tls_context if implicit_tls else None,
-        data_size_limit=settings.largest_message_bytes,
-        enable_SMTPUTF8=True,
-        hostname=settings.domain,
-        ident="runsink",
-        tls_context=starttls,
-        loop=loop,
-    )
+class Connections:
+    """The listening sockets' protocol factory, and what all their connections share.
+
+    ``plaintext`` makes the protocol of a connection to ``--smtp-port`` (STARTTLS offered
+    when a certificate is configured and not ``--smtp-no-starttls``), ``smtps`` one to
+    ``--smtps-port`` (TLS from the first byte, RFC 8314); both count against one gate.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        handler: Handler,
+        metrics: Metrics,
+        tls_context: ssl.SSLContext | None,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.handler = handler
+        self.limits: Limits = handler.limits
+        self.gate = ConnectionGate(self.limits.max_connections)
+        # aiosmtpd's introspection of a protocol class and the handler, taken once (setup.py).
+        self.learned: dict[type[SMTP], Learned] = {}
+        self._settings = settings
+        self._metrics = metrics
+        self._tls_context = tls_context
+        self._loop = loop
+
+    def refused(self, reason: str) -> None:
+        """Count a connection refused or closed by a limit (one metric per reason)."""
+        self._metrics.refused("smtp", reason)
+
+    def plaintext(self) -> RunsinkSMTP:
+        starttls = None if self._settings.smtp_no_starttls else self._tls_context
+        return self._protocol(implicit_tls=None, starttls=starttls)
+
+    def smtps(self) -> RunsinkSMTP:
+        return self._protocol(implicit_tls=self._tls_context, starttls=None)
+
+    def _protocol(
+        self, implicit_tls: ssl.SSLContext | None, starttls: ssl.SSLContext | None
+    ) -> RunsinkSMTP:
+        return RunsinkSMTP(
+            self,
+            implicit_tls=implicit_tls,
+            data_size_limit=self._settings.largest_message_bytes,
+            enable_SMTPUTF8=True,
+            hostname=self._settings.domain,
+            ident="runsink",
+            tls_context=starttls,
+            loop=self._loop,
+        )
