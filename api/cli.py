@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import sys
 from collections.abc import Coroutine
@@ -49,9 +50,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from api.serve import serve
-    from sink import logs
-
+    # The imports below make ~60,000 objects that live as long as the process; the cyclic
+    # collector's passes over them while they are made find nothing (~10 ms of start-up).
+    # Afterwards they are frozen out of its later passes, and it runs as usual.
+    gc.disable()
+    try:
+        # The composition root: the HTTP app and the MCP endpoint over one runtime.
+        from api.app import create_app
+        from api.mcp_route import LazyMcp
+        from api.serve import serve
+        from sink import logs
+    finally:
+        gc.freeze()
+        gc.enable()
     try:
         settings = settings_from(args, os.environ)
     except ConfigError as exc:
@@ -59,10 +70,6 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     logs.setup(settings.log_level)
     logs.quiet_http_server("uvicorn.access", "uvicorn", "uvicorn.error")
-    # The composition root: the HTTP app and the MCP endpoint over one runtime.
-    from api.app import create_app
-    from api.mcp_route import LazyMcp
-
     mcp = LazyMcp()
     try:
         _run(serve(settings, partial(create_app, extra_routes=[mcp.route]), mcp.running), settings)
