@@ -1,4 +1,9 @@
-"""The envelope as an HTTP reply: its status, ``Retry-After``, and the request's context."""
+"""The envelope as an HTTP reply: its status, ``Retry-After``, and the request's context.
+
+The domain's envelope says what happened (state, status, reason); which HTTP status that is
+is said here: 200, 201 for a new inbox, and 409 for a claim that came after the lease (it
+claimed nothing). MCP marks the same answer as a tool error (``sink/mcp/server.py``).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,9 @@ from starlette.responses import JSONResponse, Response
 
 from api.context import context_of
 from sink.envelope import Envelope
+from sink.vocabulary import Reason
+
+_REFUSALS = {Reason.LEASE_EXPIRED: 409}  # by reason: only a refused claim has one
 
 
 def envelope_response(
@@ -17,6 +25,8 @@ def envelope_response(
     scope: Mapping[str, Any],
     extra: dict[str, str] | None = None,
     capped: tuple[str, ...] | None = None,
+    *,
+    created: bool = False,
 ) -> Response:
     context_of(scope).note(
         run_id=envelope.run_id, inbox_id=envelope.inbox_id, trace_id=envelope.trace_id
@@ -28,4 +38,8 @@ def envelope_response(
 
     model = envelope_out(envelope) if capped is None else created_out(envelope, capped)
     body = model.model_dump(mode="json")
-    return JSONResponse(body, status_code=envelope.http_status, headers=headers)
+    if created:
+        status = 201
+    else:
+        status = 200 if envelope.reason is None else _REFUSALS.get(envelope.reason, 200)
+    return JSONResponse(body, status_code=status, headers=headers)

@@ -108,8 +108,10 @@ def _envelope_response(
     request: Request,
     extra: dict[str, str] | None = None,
     capped: tuple[str, ...] | None = None,
+    *,
+    created: bool = False,
 ) -> Response:
-    return envelope_response(envelope, request.scope, extra, capped)
+    return envelope_response(envelope, request.scope, extra, capped, created=created)
 
 
 def _model_response(model: BaseModel, status: int = 200) -> JSONResponse:
@@ -141,13 +143,7 @@ async def create_inbox(request: Request) -> Response:
     envelope, capped = created.envelope, created.capped
     if created.replayed:
         return _envelope_response(envelope, request, {"Idempotent-Replayed": "true"}, capped)
-    return _envelope_response(_with_status(envelope, 201), request, None, capped)
-
-
-def _with_status(envelope: Envelope, status: int) -> Envelope:
-    from dataclasses import replace
-
-    return replace(envelope, http_status=status)
+    return _envelope_response(envelope, request, None, capped, created=True)
 
 
 async def get_inbox(request: Request) -> Response:

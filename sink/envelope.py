@@ -55,7 +55,6 @@ class Envelope:
     claim: Claim | None
     last_error: str | None
     trace_id: str
-    http_status: int = 200
     # v3 agent guidance (sink/guidance.py fills these three): the tool to call next, its
     # complete arguments, and one sentence saying what to do and why.
     next_tool: Tool | None = None
@@ -163,7 +162,7 @@ def already_claimed(view: Envelope) -> Envelope:
 
 
 def lease_expired(view: Envelope, can_create_another: bool) -> Envelope:
-    """A claim after the lease ended, on an unclaimed message (409)."""
+    """A claim after the lease ended, on an unclaimed message: it claimed nothing."""
     return replace(
         view,
         status=Status.BLOCKED,
@@ -172,5 +171,4 @@ def lease_expired(view: Envelope, can_create_another: bool) -> Envelope:
         retry_after=None,
         message=None,
         claim=None,
-        http_status=409,
     )

@@ -582,7 +582,7 @@ class InboxMachine(RuleBasedStateMachine):
                 "already_claimed",
             )
         elif outcome.kind is ClaimKind.LEASE_EXPIRED:
-            assert envelope is not None and envelope.http_status == 409
+            assert envelope is not None
             assert (envelope.state, envelope.status, envelope.reason) == (
                 "expired",
                 Status.BLOCKED,
