@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from sink.storage.memory import memory_backend
 from tests.inproc import InProcess
 from tests.pg_cluster import INSTALL_HINT as PG_HINT
 from tests.pg_cluster import Cluster
@@ -102,10 +103,12 @@ def http(server: Server) -> Iterator[httpx.Client]:
 
 @pytest.fixture(scope="session")
 def app(tmp_path_factory: pytest.TempPathFactory, policy_file: str) -> Iterator[InProcess]:
-    """The real app in this process, shared by the suite (tests isolate themselves by
-    run_id): requests go through an ASGI bridge, mail through the runtime's own listener."""
+    """The real app in this process over the memory backend, shared by the suite (tests
+    isolate themselves by run_id): requests go through an ASGI bridge, mail through the
+    runtime's own SMTP listener."""
     folder = tmp_path_factory.mktemp("app")
-    running = InProcess(folder, "--policy-file", policy_file, "--enable-faults")
+    flags = ("--policy-file", policy_file, "--enable-faults")
+    running = InProcess(folder, *flags, backend=memory_backend)
     yield running
     running.stop()
 

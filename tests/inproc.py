@@ -1,14 +1,14 @@
 """The real app in this process: no server subprocess, no HTTP socket.
 
-``InProcess`` opens the real ``Runtime`` (over a SQLite file or a PostgreSQL database) and
-the real application (``api/app.py``'s ``create_app``, ``/mcp`` included) on an event loop
-of its own, in a thread, as ``runsink serve`` does on its main loop, minus uvicorn. Its
-``http()`` is an ``httpx.Client`` whose transport hands each request to the app on that
-loop (``_Bridge``: httpx's ``ASGITransport``, streamed: an event stream is read as it
-comes, and closing the response is the client hanging up). The SMTP listener is the
-runtime's own, on a free loopback port, so tests send mail as they do to a subprocess
-server (``Mailer.send``); ``ingest`` puts a message in through the real ``Ingest``
-without a socket.
+``InProcess`` opens the real ``Runtime`` (over the memory backend, a SQLite file or a
+PostgreSQL database) and the real application (``api/app.py``'s ``create_app``, ``/mcp``
+included) on an event loop of its own, in a thread, as ``runsink serve`` does on its main
+loop, minus uvicorn. Its ``http()`` is an ``httpx.Client`` whose transport hands each
+request to the app on that loop (``_Bridge``: httpx's ``ASGITransport``, streamed: an
+event stream is read as it comes, and closing the response is the client hanging up). The
+SMTP listener is the runtime's own, on a free loopback port, so tests send mail as they do
+to a subprocess server (``Mailer.send``); ``ingest`` puts a message in through the real
+``Ingest`` without a socket.
 
 Use it where the socket is not what a test is about; connection limits, hang-ups,
 crashes, replicas and the JSON logs need ``tests.support.start_server``.
@@ -31,7 +31,8 @@ from starlette.types import Message, Scope
 
 from sink.config import add_serve_arguments, settings_from
 from sink.runtime import Runtime
-from tests.support import Mailer
+from sink.storage.backend import Opener
+from tests.support import Mailer, Server
 
 T = TypeVar("T")
 
@@ -42,7 +43,16 @@ _STOP_S = 20.0
 class InProcess(Mailer):
     """A started runtime and its app on a loop in a thread; ``stop()`` closes both."""
 
-    def __init__(self, folder: Path, *args: str, db: Path | str | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        *args: str,
+        db: Path | str | None = None,
+        backend: Opener | None = None,
+    ) -> None:
+        """``args`` are ``runsink serve`` flags; ``db`` a SQLite file or a postgresql:// URL
+        (a SQLite file in ``folder`` by default); ``backend`` another opener (the memory
+        backend's) instead of the one ``db`` names."""
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
         self.db: Path | str = db or folder / "runsink.db"
@@ -50,6 +60,7 @@ class InProcess(Mailer):
         add_serve_arguments(parser)
         argv = ["--smtp-port", "0", "--http-port", "0", "--db", str(self.db), *args]
         self.settings = settings_from(parser.parse_args(argv), {})
+        self._backend = backend
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="inproc", daemon=True)
         self._thread.start()
@@ -96,7 +107,7 @@ class InProcess(Mailer):
         from api.app import create_app
         from api.mcp_route import LazyMcp
 
-        runtime = Runtime(self.settings)
+        runtime = Runtime(self.settings, self._backend)
         await runtime.start()
         self._stack.push_async_callback(runtime.close)
         mcp = LazyMcp()
@@ -108,6 +119,9 @@ class InProcess(Mailer):
         self._thread.join(_STOP_S)
         self._loop.close()
 
+
+Served = Server | InProcess
+"""What a helper sending mail and calling the API takes: a subprocess or this process."""
 
 _END = object()  # the response is complete
 
