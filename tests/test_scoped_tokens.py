@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from sink.client import ApiError, Sink
+from tests.inproc import InProcess, Served
 from tests.support import Server, new_run_id, start_server, wait
 from tests.test_mcp import connect
 
@@ -61,13 +62,10 @@ STATIC = {
 OK = None
 
 
-@pytest.fixture(scope="module")
-def scoped(tmp_path_factory: pytest.TempPathFactory, policy_file: str) -> Iterator[Server]:
-    folder = tmp_path_factory.mktemp("scoped")
+def _flags(folder: Path, policy_file: str) -> tuple[str, ...]:
     tokens = folder / "tokens.toml"
     tokens.write_text(TOKENS_FILE)
-    running = start_server(
-        folder,
+    return (
         "--policy-file",
         policy_file,
         "--enable-faults",
@@ -76,6 +74,24 @@ def scoped(tmp_path_factory: pytest.TempPathFactory, policy_file: str) -> Iterat
         "--tokens-file",
         str(tokens),
     )
+
+
+@pytest.fixture(scope="module")
+def scoped(tmp_path_factory: pytest.TempPathFactory, policy_file: str) -> Iterator[InProcess]:
+    """The app with the tokens, in this process (over a SQLite file: the memory backend has
+    no run index for the web UI's pages)."""
+    folder = tmp_path_factory.mktemp("scoped")
+    running = InProcess(folder, *_flags(folder, policy_file))
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def scoped_served(tmp_path_factory: pytest.TempPathFactory, policy_file: str) -> Iterator[Server]:
+    """The same, served by a subprocess: for the clients that need a URL (the MCP SDK, stdio
+    MCP, the Python client) and the raw-socket stream."""
+    folder = tmp_path_factory.mktemp("scoped-served")
+    running = start_server(folder, *_flags(folder, policy_file))
     yield running
     running.stop()
 
@@ -104,7 +120,7 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def make_world(server: Server, prefix: str = "team-a", subject: str = "Your code") -> World:
+def make_world(server: Served, prefix: str = "team-a", subject: str = "Your code") -> World:
     run_id = new_run_id(prefix)
     with server.http(headers=bearer(ADMIN)) as client:
         created = client.post("/v1/inboxes", json={"run_id": run_id, "purpose": "signup"})
@@ -273,7 +289,7 @@ ENDPOINTS = [
 
 
 def send(
-    server: Server, world: World, endpoint: Endpoint, token: str | None
+    server: Served, world: World, endpoint: Endpoint, token: str | None
 ) -> tuple[int, httpx.Headers, Any]:
     """(status, headers, JSON body or None): streamed, so an event stream is not read to its end."""
     headers = {} if token is None else bearer(token)
@@ -293,7 +309,7 @@ def send(
 @pytest.mark.parametrize("caller", CALLERS)
 @pytest.mark.parametrize("endpoint", ENDPOINTS, ids=lambda e: e.name)
 def test_every_scope_against_every_endpoint(
-    scoped: Server, endpoint: Endpoint, caller: str
+    scoped: InProcess, endpoint: Endpoint, caller: str
 ) -> None:
     """Each caller gets the endpoint's answer, 401, or 403 forbidden_scope naming the scope."""
     world = make_world(scoped)
@@ -338,13 +354,13 @@ TOOLS = [
 
 
 @pytest.mark.parametrize("caller", CALLERS)
-def test_every_scope_against_every_mcp_tool(scoped: Server, caller: str) -> None:
+def test_every_scope_against_every_mcp_tool(scoped_served: Server, caller: str) -> None:
     """Over /mcp each tool answers, or is a forbidden_scope tool error; no token is 401."""
-    worlds = [make_world(scoped) for _ in TOOLS]
+    worlds = [make_world(scoped_served) for _ in TOOLS]
     token = token_of(caller, worlds[0]) if caller != "run-token" else None
     if caller in ("none", "bad"):
         headers = {} if token is None else bearer(token)
-        with scoped.http(headers=headers) as client:
+        with scoped_served.http(headers=headers) as client:
             response = client.post(
                 "/mcp",
                 json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
@@ -356,7 +372,7 @@ def test_every_scope_against_every_mcp_tool(scoped: Server, caller: str) -> None
     async def scenario() -> None:
         for tool, world in zip(TOOLS, worlds, strict=True):
             presented = world.run_token if caller == "run-token" else token
-            async with connect("http", scoped.url, presented) as client:
+            async with connect("http", scoped_served.url, presented) as client:
                 arguments = {
                     k: world.fill(v) if isinstance(v, str) else v for k, v in tool.arguments.items()
                 }
@@ -376,12 +392,12 @@ def test_every_scope_against_every_mcp_tool(scoped: Server, caller: str) -> None
 # -- a run token reaches one run --------------------------------------------------------
 
 
-def test_an_agent_with_a_run_token_cannot_read_another_runs_message(scoped: Server) -> None:
+def test_an_agent_with_a_run_token_cannot_read_another_runs_message(scoped_served: Server) -> None:
     """A run token reads its own run's mail; another run's message, inbox and report are 403,
     whatever run the caller names, and the refusal carries nothing of the other run."""
-    mine = make_world(scoped)
-    other = make_world(scoped, prefix="team-a", subject="Top secret subject")
-    with scoped.http(headers=bearer(mine.run_token)) as client:
+    mine = make_world(scoped_served)
+    other = make_world(scoped_served, prefix="team-a", subject="Top secret subject")
+    with scoped_served.http(headers=bearer(mine.run_token)) as client:
         own = client.get(f"/v1/messages/{mine.message_id}")
         assert own.status_code == 200 and own.json()["codes"] == ["482913"]
         refused = [
@@ -409,7 +425,7 @@ def test_an_agent_with_a_run_token_cannot_read_another_runs_message(scoped: Serv
         )
 
     async def over_mcp() -> None:
-        async with connect("http", scoped.url, mine.run_token) as client:
+        async with connect("http", scoped_served.url, mine.run_token) as client:
             for run_id in (None, mine.run_id):
                 arguments = {"message_id": other.message_id}
                 if run_id is not None:
@@ -422,25 +438,25 @@ def test_an_agent_with_a_run_token_cannot_read_another_runs_message(scoped: Serv
 
     asyncio.run(over_mcp())
     # The other run is untouched: no claim, no breaker events from the refused calls.
-    with scoped.http(headers=bearer(ADMIN)) as client:
+    with scoped_served.http(headers=bearer(ADMIN)) as client:
         report = client.get(f"/v1/runs/{other.run_id}").json()
     assert report["inboxes"][0]["accepted_message_id"] is None
     assert not any(e["type"].startswith("breaker") for e in report["events"])
 
 
-def test_a_run_token_runs_the_whole_agent_loop_over_stdio_mcp(scoped: Server) -> None:
+def test_a_run_token_runs_the_whole_agent_loop_over_stdio_mcp(scoped_served: Server) -> None:
     """`runsink mcp --api-token <run token>`: create, wait, claim, read within the run."""
-    world = make_world(scoped)
+    world = make_world(scoped_served)
 
     async def scenario() -> None:
-        async with connect("stdio", scoped.url, world.run_token) as client:
+        async with connect("stdio", scoped_served.url, world.run_token) as client:
             created = await client.call_tool(
                 "create_inbox", {"run_id": world.run_id, "purpose": "stdio"}
             )
             assert not created.is_error, created.content
             address = created.structured_content["address"]  # type: ignore[index]
             inbox_id = created.structured_content["inbox_id"]  # type: ignore[index]
-            await asyncio.to_thread(scoped.send, address, "Stdio code", "Code 771204")
+            await asyncio.to_thread(scoped_served.send, address, "Stdio code", "Code 771204")
             waited = await client.call_tool(
                 "wait_for_message", {"inbox_id": inbox_id, "run_id": world.run_id, "timeout_s": 10}
             )
@@ -458,23 +474,23 @@ def test_a_run_token_runs_the_whole_agent_loop_over_stdio_mcp(scoped: Server) ->
     asyncio.run(scenario())
 
 
-def test_the_python_client_mints_a_run_token(scoped: Server) -> None:
+def test_the_python_client_mints_a_run_token(scoped_served: Server) -> None:
     """Sink.mint_run_token returns a token that works for the run and is refused elsewhere."""
-    world = make_world(scoped)
-    with Sink(scoped.url, api_token=TEAM_A) as sink:
+    world = make_world(scoped_served)
+    with Sink(scoped_served.url, api_token=TEAM_A) as sink:
         minted = sink.mint_run_token(world.run_id, ttl_s=120)
         assert minted.run_id == world.run_id
         assert minted.token not in repr(minted)
         lease = sink.get_inbox(world.inbox_id).expires_at
         assert minted.expires_at <= lease
-    with Sink(scoped.url, api_token=minted.token) as agent:
+    with Sink(scoped_served.url, api_token=minted.token) as agent:
         assert agent.read_message(world.message_id).codes == ("482913",)
         with pytest.raises(ApiError) as refused:
             agent.run_report(new_run_id("team-a"))
         assert refused.value.status == 403 and refused.value.code == "forbidden_scope"
 
 
-def test_a_run_token_ends_with_its_expiry(scoped: Server) -> None:
+def test_a_run_token_ends_with_its_expiry(scoped: InProcess) -> None:
     """A run token works until expires_at, then is 401 (and says it expired)."""
     world = make_world(scoped)
     with scoped.http(headers=bearer(ADMIN)) as client:
@@ -493,7 +509,7 @@ def test_a_run_token_ends_with_its_expiry(scoped: Server) -> None:
         assert "expired" in answer.json()["error"]["message"]
 
 
-def test_the_run_report_records_the_minting_but_never_the_token(scoped: Server) -> None:
+def test_the_run_report_records_the_minting_but_never_the_token(scoped: InProcess) -> None:
     """A token_minted event names who minted it and until when; no token in the report."""
     world = make_world(scoped)
     with scoped.http(headers=bearer(TEAM_A)) as client:
@@ -602,7 +618,7 @@ def test_without_configured_tokens_a_presented_token_is_still_checked(server: Se
         assert client.get(f"/v1/runs/{world_run}").status_code == 401
 
 
-def test_bearer_scheme_is_case_insensitive_and_the_token_exact(scoped: Server) -> None:
+def test_bearer_scheme_is_case_insensitive_and_the_token_exact(scoped: InProcess) -> None:
     """`bearer`, `BEARER` work; padding, a second space or another scheme do not."""
     for header, status in [
         (f"Bearer {ADMIN}", 200),
@@ -613,11 +629,12 @@ def test_bearer_scheme_is_case_insensitive_and_the_token_exact(scoped: Server) -
         (f"Token {ADMIN}", 401),
         (ADMIN, 401),
     ]:
-        response = httpx.get(f"{scoped.url}/v1/unrouted", headers={"Authorization": header})
+        with scoped.http() as client:
+            response = client.get("/v1/unrouted", headers={"Authorization": header})
         assert response.status_code == status, header
 
 
-def test_search_shows_a_runs_token_only_its_runs_and_no_caught_mail(scoped: Server) -> None:
+def test_search_shows_a_runs_token_only_its_runs_and_no_caught_mail(scoped: InProcess) -> None:
     """GET /v1/messages?query= with a runs: or run token never shows another run's or caught
     mail: naming another run (X-Run-Id or ?run_id=) is 403 forbidden_scope, as it is for the
     event stream; naming none searches the run token's own run, or all of a runs: token's."""
@@ -654,17 +671,17 @@ def test_search_shows_a_runs_token_only_its_runs_and_no_caught_mail(scoped: Serv
         assert secret not in every.text
 
 
-def test_a_runs_token_streams_all_its_runs_and_nothing_else(scoped: Server) -> None:
+def test_a_runs_token_streams_all_its_runs_and_nothing_else(scoped_served: Server) -> None:
     """GET /v1/events with a runs: token naming no run: its runs' events, never another
     run's nor caught mail (it was 403)."""
     from tests.test_streams import Stream
 
-    stream = Stream(scoped.http_port, token=TEAM_A)
+    stream = Stream(scoped_served.http_port, token=TEAM_A)
     try:
         assert stream.status == 200
-        theirs = make_world(scoped, prefix="team-b")
-        scoped.send(f"nobody-{new_run_id('x')}@sink.test", subject="caught")
-        ours = make_world(scoped, prefix="team-a")  # last: once seen, the rest came before
+        theirs = make_world(scoped_served, prefix="team-b")
+        scoped_served.send(f"nobody-{new_run_id('x')}@sink.test", subject="caught")
+        ours = make_world(scoped_served, prefix="team-a")  # last: once seen, the rest came before
         stream.sock.settimeout(10)
         while ours.message_id.encode() not in stream.received:
             chunk = stream.sock.recv(65536)
@@ -676,7 +693,7 @@ def test_a_runs_token_streams_all_its_runs_and_nothing_else(scoped: Server) -> N
     assert b'"caught":true' not in stream.received
 
 
-def test_the_web_ui_signs_in_admin_and_read_tokens_only(scoped: Server) -> None:
+def test_the_web_ui_signs_in_admin_and_read_tokens_only(scoped: InProcess) -> None:
     """A read token signs in and sees pages but cannot change anything; runs: and run tokens
     are refused at sign-in (the pages show every run)."""
     world = make_world(scoped)
@@ -692,7 +709,7 @@ def test_the_web_ui_signs_in_admin_and_read_tokens_only(scoped: Server) -> None:
         assert client.delete(f"/v1/runs/{world.run_id}", headers=csrf).status_code == 403
 
 
-def test_a_run_tokens_event_stream_is_its_own_run(scoped: Server) -> None:
+def test_a_run_tokens_event_stream_is_its_own_run(scoped: InProcess) -> None:
     """GET /v1/events with a run token and no ?run_id= streams that run only (another run's
     stream is 403); a runs: token without ?run_id= streams its runs, or names one of them."""
     mine, other = make_world(scoped), make_world(scoped)
