@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from sink.errors import ConfigError
 from sink.policy import Policy, load_policies
 from sink.tokens import TokenEntry, api_token_entry, check_token_text, load_tokens_file
+from sink.webhooks.schedule import DELAYS_S
 
 _DOMAIN = re.compile(
     r"(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
@@ -66,6 +67,9 @@ class Settings:
     allowed_origins: tuple[str, ...] = ()
     log_level: str = "info"
     event_loop: str = "auto"
+    # Seconds between a webhook delivery's attempts: one retry per value (the contract's
+    # schedule by default; tests shorten it).
+    webhook_retry_s: tuple[float, ...] = DELAYS_S
     policies: dict[str, Policy] = field(default_factory=lambda: load_policies(None))
     # The tokens file's entries (read once, at start-up); --api-token is added by ``tokens``.
     file_tokens: tuple[TokenEntry, ...] = field(default=(), repr=False)
@@ -143,6 +147,7 @@ _OPTIONS: list[tuple[str, str, str]] = [
     ("allowed-origins", "RUNSINK_ALLOWED_ORIGINS", "origins"),
     ("log-level", "RUNSINK_LOG_LEVEL", "level"),
     ("event-loop", "RUNSINK_EVENT_LOOP", "loop"),
+    ("webhook-retry-s", "RUNSINK_WEBHOOK_RETRY_S", "delays"),
 ]
 
 
@@ -201,6 +206,8 @@ _HELP: dict[str, str] = {
     "list (default: none)",
     "log-level": "debug, info, warning or error (default: info)",
     "event-loop": "auto (uvloop where installed), uvloop or asyncio (default: auto)",
+    "webhook-retry-s": "seconds between a webhook delivery's attempts, comma-separated, one "
+    "retry per value (default: 1,5,30,120,600,1800,3600)",
 }
 
 
@@ -313,6 +320,8 @@ def _parse(source: str, kind: str, value: object) -> object:
         return tuple(
             _login(source, str(item)) for item in (value if isinstance(value, list) else [text])
         )
+    if kind == "delays":
+        return _delays(source, text)
     if kind == "level":
         if text.lower() not in _LEVELS:
             raise ConfigError(f"{source}: expected one of {', '.join(_LEVELS)}, got {text!r}")
@@ -472,3 +481,17 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _delays(source: str, text: str) -> tuple[float, ...]:
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        delays = tuple(float(p) for p in parts)
+    except ValueError:
+        delays = ()
+    if not 1 <= len(delays) <= 20 or not all(math.isfinite(d) and 0 < d <= 86400 for d in delays):
+        raise ConfigError(
+            f"{source}: expected 1 to 20 comma-separated seconds in (0, 86400], such as "
+            f"1,5,30,120,600,1800,3600; got {text!r}"
+        )
+    return delays

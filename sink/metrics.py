@@ -67,6 +67,15 @@ class Metrics:
             "runsink_inboxes_expired", "Inboxes expired", ["reason"], registry=r
         )
         self.long_polls = Gauge("runsink_active_long_polls", "Waits in progress", registry=r)
+        self.webhook_deliveries = Counter(
+            "runsink_webhook_deliveries",
+            "Webhook delivery attempts by result (delivered, retried, failed, disabled)",
+            ["result"],
+            registry=r,
+        )
+        self.webhook_pending = Gauge(
+            "runsink_webhook_pending", "Webhook deliveries waiting for an attempt", registry=r
+        )
         self.sweeps = Counter(
             "runsink_sweeps", "Rounds of the expiry / retention sweeper", registry=r
         )

@@ -36,6 +36,7 @@ from sink.storage.backend import Backend, Opener, open_backend
 from sink.sweeper import Sweeper
 from sink.tokens import Keyring
 from sink.waiters import Waiters
+from sink.webhooks.worker import Worker
 
 _LISTEN_BACKLOG = 2048
 
@@ -53,6 +54,7 @@ class Runtime:
         self.backend: Backend = (backend or open_backend)(settings, self.events)
         self.store = self.backend.store
         self.mail = self.backend.mail  # caught mail, search and the Mailpit subset
+        self.webhooks = self.backend.webhooks  # webhooks and their outbox
         self.faults = FaultRegistry(random.Random()) if settings.enable_faults else None
         self.agent: Agent | None = None
         self.keyring: Keyring | None = None  # once the store is open (it keeps the signing key)
@@ -80,6 +82,8 @@ class Runtime:
         self.capacity: capacity.Capacity | None = None
         self.sweeper = Sweeper(self.backend, self.waiters, settings, self.metrics, self.clock)
         self._sweeping: asyncio.Task[None] | None = None
+        self.deliverer = Worker(self.webhooks, self.metrics, self.clock, settings.webhook_retry_s)
+        self._delivering: asyncio.Task[None] | None = None
         self.stopping = asyncio.Event()
         self._ping: asyncio.Future[None] | None = None  # the readiness probe in flight
 
@@ -95,6 +99,12 @@ class Runtime:
             # Mail accepted by another replica wakes the waits held here.
             # And every replica's live events (this one's too) reach its /v1/events readers.
             self.backend.feed.follow(self.waiters, live=self.events)
+        # Webhook deliveries: those left pending by the process before go out now; a commit
+        # that queues more wakes the worker at once.
+        self.webhooks.wake = self.deliverer.wake
+        self._delivering = asyncio.create_task(
+            self.deliverer.run(self.stopping), name="webhook-deliveries"
+        )
         self.agent = Agent(
             self.store,
             self.waiters,
@@ -172,6 +182,7 @@ class Runtime:
         if self.stopping.is_set():
             return
         self.stopping.set()
+        self.deliverer.wake()  # its loop sees stopping and ends
         self.waiters.close()
         self.events.close()
         for server in (self.smtp_server, self.smtps_server):
@@ -184,6 +195,10 @@ class Runtime:
             self._sweeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeping
+        if self._delivering is not None:
+            # Attempts in flight are cancelled: not settled, they are made again after the
+            # restart (at least once).
+            await self._delivering
         for server in (self.smtp_server, self.smtps_server):
             if server is not None:
                 server.close()

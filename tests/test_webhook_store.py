@@ -12,16 +12,20 @@ from typing import Any, TypeVar
 
 import pytest
 
+from sink import clock, ids
 from sink.message import summarize
-from sink.storage.base import Delivered, Event, Incoming
+from sink.storage.base import Event, Incoming
 from sink.storage.memory import MemoryStore
+from sink.storage.postgres import PostgresStore
+from sink.storage.sqlite import SQLiteStore
 from sink.webhook_signature import new_secret
 from sink.webhooks.model import DeliveryState, Outcome, Webhook, new_webhook_id
 from sink.webhooks.port import IN_FLIGHT_MAX, LEASE_S
+from tests.test_storage import created_event, incoming, new_inbox
 
 T = TypeVar("T")
 Opener = Callable[[Path], AbstractAsyncContextManager[Any]]
-NOW = 1_800_000_000.0
+NOW = clock.now() + 3600  # after every event the tests record
 
 
 @asynccontextmanager
@@ -34,12 +38,38 @@ async def _memory(folder: Path) -> AsyncIterator[Any]:
         await store.close()
 
 
-OPENERS: dict[str, Opener] = {"memory": _memory}
+@asynccontextmanager
+async def _sqlite(folder: Path) -> AsyncIterator[Any]:
+    store = SQLiteStore(folder / "s.db")
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def _postgres(dsn: str) -> Opener:
+    @asynccontextmanager
+    async def opener(folder: Path) -> AsyncIterator[Any]:
+        store = PostgresStore(dsn)
+        await store.open()
+        try:
+            yield store
+        finally:
+            await store.close()
+
+    return opener
+
+
+OPENERS: dict[str, Opener] = {"memory": _memory, "sqlite": _sqlite, "postgres": _sqlite}
+"""``postgres`` is opened on a fresh database of the session's server (see ``backend``)."""
 
 
 @pytest.fixture(params=list(OPENERS))
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., Any]:
     opener = OPENERS[request.param]
+    if request.param == "postgres":
+        opener = _postgres(request.getfixturevalue("pg_dsn"))
 
     def run(scenario: Callable[[Any], Awaitable[T]]) -> T:
         async def main() -> T:
@@ -67,16 +97,25 @@ def _hook(**fields: Any) -> Webhook:
     return Webhook(**values)
 
 
-def _incoming(run_id: str | None, at: float = NOW) -> Incoming:
-    raw = b"From: a@b.test\r\nSubject: hello\r\n\r\nbody\r\n"
+async def _mail(store: Any, run_id: str | None) -> Incoming:
+    """Mail for a new inbox of ``run_id`` (created first), or caught mail with None."""
     if run_id is None:
-        return Incoming(
-            raw, summarize(raw), "a@b.test", at, (), ("x@sink.test",), caught_id="cm_" + "a" * 24
+        raw = b"From: a@b.test\r\nSubject: Hello\r\n\r\nbody\r\n"
+        item = Incoming(
+            raw,
+            summarize(raw),
+            "a@b.test",
+            clock.now(),
+            (),
+            ("x@sink.test",),
+            caught_id=ids.new_caught_id(),
         )
-    delivered = Delivered(
-        "ib_" + "a" * 20, run_id, "msg_" + run_id.ljust(24, "a")[:24], ("x@sink.test",)
-    )
-    return Incoming(raw, summarize(raw), "a@b.test", at, (delivered,))
+    else:
+        new = new_inbox(run_id, key=ids.new_inbox_id())
+        await store.create_inbox(new, created_event(new))
+        item = incoming(new.inbox)
+    await store.save_message(item)
+    return item
 
 
 async def _types(store: Any, hook: Webhook) -> list[str]:
@@ -97,13 +136,14 @@ def test_an_event_goes_to_every_webhook_whose_filter_wants_it(backend: Callable[
         }
         for hook in hooks.values():
             await store.webhooks.create_webhook(hook)
-        await store.add_events([Event("team-a-1", "breaker_opened", NOW, "ib_x")])
-        await store.save_message(_incoming("team-a-1"))
-        await store.save_message(_incoming(None))
+        await store.add_events([Event("team-a-1", "breaker_opened", clock.now(), "ib_x")])
+        await _mail(store, "team-a-1")
+        await _mail(store, None)
         got = {name: await _types(store, hook) for name, hook in hooks.items()}
-        run_events = ["message", "run_event", "run_event"]  # breaker_opened, message_accepted
+        # created (and its inbox event), breaker_opened, message_accepted and its message
+        run_events = ["inbox", "message", "run_event", "run_event", "run_event"]
         assert got["all"] == run_events
-        assert got["admin"] == ["message", *run_events]
+        assert got["admin"] == sorted(["message", *run_events])
         assert got["run"] == got["glob"] == run_events
         assert got["other"] == []
         assert got["messages"] == ["message", "message"]
@@ -119,22 +159,31 @@ def test_the_body_is_the_live_event_and_its_id_is_the_events_id(
     async def scenario(store: Any) -> None:
         hook = _hook()
         await store.webhooks.create_webhook(hook)
-        await store.save_message(_incoming("r1"))
+        item = await _mail(store, "r1")
         due = await store.webhooks.take_due(NOW, 10)
         message = next(d for d in due if d.type == "message")
         body = json.loads(message.body)
         assert body["id"] == message.event_id and body["type"] == "message"
         assert body["timestamp"].endswith("Z")
+        [delivered] = item.deliveries
         assert body["data"] == {
-            "message_id": "msg_r1aaaaaaaaaaaaaaaaaaaaaa",
-            "inbox_id": "ib_" + "a" * 20,
+            "message_id": delivered.message_id,
+            "inbox_id": delivered.inbox_id,
             "run_id": "r1",
             "caught": False,
-            "subject": "hello",
+            "subject": "Hello",
             "received_at": body["timestamp"],
         }
-        inbox = [json.loads(d.body) for d in due if d.type == "run_event"]
-        assert inbox[0]["data"]["type"] == "message_accepted" and inbox[0]["data"]["run_id"] == "r1"
+        runs = [json.loads(d.body)["data"] for d in due if d.type == "run_event"]
+        assert [r["type"] for r in runs] == ["created", "message_accepted"]
+        assert {r["run_id"] for r in runs} == {"r1"}
+        inbox = next(json.loads(d.body)["data"] for d in due if d.type == "inbox")
+        assert inbox == {
+            "inbox_id": delivered.inbox_id,
+            "run_id": "r1",
+            "state": "created",
+            "reason": None,
+        }
 
     backend(scenario)
 
@@ -145,12 +194,12 @@ def test_nothing_is_queued_without_a_webhook_or_for_a_deleted_one(
     """No webhook: no delivery; a deleted webhook's deliveries go with it."""
 
     async def scenario(store: Any) -> None:
-        await store.save_message(_incoming("r1"))
+        await _mail(store, "r1")
         assert await store.webhooks.pending_count() == 0
-        hook = _hook()
+        hook = _hook(events=("message",))
         await store.webhooks.create_webhook(hook)
-        await store.save_message(_incoming("r2"))
-        assert await store.webhooks.pending_count() == 2
+        await _mail(store, "r2")
+        assert await store.webhooks.pending_count() == 1
         assert await store.webhooks.delete_webhook(hook.webhook_id)
         assert not await store.webhooks.delete_webhook(hook.webhook_id)
         assert await store.webhooks.pending_count() == 0
@@ -167,7 +216,9 @@ def test_leases_give_each_attempt_to_one_taker_and_at_most_eight_per_webhook(
     async def scenario(store: Any) -> None:
         hook = _hook(events=("run_event",))
         await store.webhooks.create_webhook(hook)
-        await store.add_events([Event("r", "breaker_opened", NOW, "ib_x") for _ in range(12)])
+        await store.add_events(
+            [Event("r", "breaker_opened", clock.now(), "ib_x") for _ in range(12)]
+        )
         first = await store.webhooks.take_due(NOW, 100)
         assert len(first) == IN_FLIGHT_MAX and all(d.attempt == 1 for d in first)
         assert await store.webhooks.take_due(NOW + 1, 100) == []
@@ -186,7 +237,7 @@ def test_attempts_are_listed_newest_first_and_the_last_failure_is_a_run_event(
     async def scenario(store: Any) -> None:
         hook = _hook(events=("message",))
         await store.webhooks.create_webhook(hook)
-        await store.save_message(_incoming("r1"))
+        await _mail(store, "r1")
         [queued] = await store.webhooks.deliveries(hook.webhook_id, None, 10)
         assert (queued.attempt, queued.state, queued.status_code) == (
             1,
@@ -228,8 +279,8 @@ def test_gone_disables_the_webhook_and_fails_its_other_deliveries(
     async def scenario(store: Any) -> None:
         hook = _hook(events=("message",))
         await store.webhooks.create_webhook(hook)
-        await store.save_message(_incoming("r1"))
-        await store.save_message(_incoming("r2"))
+        await _mail(store, "r1")
+        await _mail(store, "r2")
         first, _ = await store.webhooks.take_due(NOW, 1) + [None]
         assert first is not None
         await store.webhooks.settle(
@@ -238,7 +289,7 @@ def test_gone_disables_the_webhook_and_fails_its_other_deliveries(
         stored = await store.webhooks.webhook(hook.webhook_id)
         assert stored is not None and stored.disabled_at == NOW + 1
         assert await store.webhooks.take_due(NOW + 100, 10) == []
-        await store.save_message(_incoming("r3"))
+        await _mail(store, "r3")
         assert await store.webhooks.pending_count() == 0
 
     backend(scenario)

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from sink.config import Settings
     from sink.guard import FleetBreakers
     from sink.mailbox import MailStore
+    from sink.webhooks.port import WebhookStore
 
 
 class Feed(Protocol):
@@ -60,6 +61,7 @@ class Backend:
     name: str  # "sqlite", "postgresql" or "memory"
     store: Storage  # the domain's port and the sweeper's
     mail: MailStore  # caught mail, search and the Mailpit subset (the v2 mail ports)
+    webhooks: WebhookStore  # webhooks and their outbox (written with the events it carries)
     runs: RunIndex | None = None  # views across runs, for the web UI (not kept in memory)
     poll_slots: PollSlots | None = None
     fleet_breakers: FleetBreakers | None = None
@@ -92,6 +94,7 @@ def _postgres(url: str) -> Backend:
         name="postgresql",
         store=store,
         mail=store.mail,
+        webhooks=store.webhooks,
         runs=store,
         poll_slots=store,
         fleet_breakers=store,
@@ -105,4 +108,4 @@ def _sqlite(path: Path, hub: Announced) -> Backend:
     from sink.storage.sqlite import SQLiteStore
 
     store = SQLiteStore(path, hub.record)
-    return Backend(name="sqlite", store=store, mail=store, runs=store)
+    return Backend(name="sqlite", store=store, mail=store, webhooks=store.webhooks, runs=store)

@@ -622,19 +622,15 @@ class MemoryStore:
 
     def _record(self, events: list[Event]) -> None:
         """Keep run events (the run report's), announce them (the memory's commit is the write
-        itself), and queue their webhook deliveries with them."""
-        self._events.extend(events)
-        if self._on_events is not None and events:
-            self._on_events(events)
-        if not self.webhooks.any:
+        itself), and queue their webhook deliveries with them, under the same ids."""
+        if not events:
             return
-        live = [
-            shaped
-            for event in events
-            for shaped in event_shapes.of_event(event, self._ids, next(self._event_rows))
-        ]
-        if live:
-            self.webhooks.add(live, events[0].at)
+        self._events.extend(events)
+        stored = [replace(e, seq=next(self._event_rows)) for e in events]
+        if self._on_events is not None:
+            self._on_events(stored)
+        if self.webhooks.any:
+            self.webhooks.add(event_shapes.of_events(stored, self._ids), events[0].at)
 
     def _check(self) -> None:
         if not self._open:
@@ -747,4 +743,4 @@ def _document(message: _Message) -> dict[str, str]:
 def memory_backend(settings: Settings | None = None, hub: Announced | None = None) -> Backend:
     """A backend over dicts, for tests: ``Runtime(settings, memory_backend)``."""
     store = MemoryStore(hub.record if hub is not None else None)
-    return Backend(name="memory", store=store, mail=store)
+    return Backend(name="memory", store=store, mail=store, webhooks=store.webhooks)

@@ -81,6 +81,7 @@ from sink.storage.base import (
 )
 from sink.storage.pg_events import CAUGHT, EventFeed
 from sink.storage.pg_space import DISK_FULL, SpaceGate, probe
+from sink.storage.pg_webhooks import PostgresWebhooks
 from sink.storage.postgres_mail import PostgresMail, lock_messages
 from sink.storage.routecache import RouteCache
 from sink.storage.rows import (
@@ -259,6 +260,8 @@ class PostgresStore:
         self._space = SpaceGate(self._probe_space)
         # Caught mail, search and deletes (the v2 mail ports): postgres_mail.py.
         self.mail = PostgresMail(lambda: self.pool, _translated)
+        # Webhooks and their outbox (written by a trigger with the events: pg_webhooks.py).
+        self.webhooks = PostgresWebhooks(self._transaction, self._fetch, _insert_events)
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -299,13 +302,16 @@ class PostgresStore:
                 await asyncio.sleep(0.5)
         async with _translated("loading the live inboxes"):
             self._near.keep_only(await self._live_addresses(self.pool))
+        self.webhooks.keyed(await self.signing_key())
         self._deliveries.start()
 
     def follow(self, target: WakeTarget, live: LiveTarget | None = None) -> None:
         """Wake ``target``'s waits on mail (and end them on expiry) from any replica; and
         publish to ``live`` the events every replica commits, in commit order (``pg_events.py``)."""
         feed = EventFeed(live) if live is not None else None
-        self._listener = _Listener(self._dsn, self.replica_id, _Ends(target, self), feed)
+        self._listener = _Listener(
+            self._dsn, self.replica_id, _Ends(target, self), feed, self.webhooks.notified
+        )
         self._listener.start()
 
     async def until_listening(self) -> None:
@@ -1465,9 +1471,15 @@ class _Listener:
     """
 
     def __init__(
-        self, dsn: str, replica_id: str, target: _Ends, feed: EventFeed | None = None
+        self,
+        dsn: str,
+        replica_id: str,
+        target: _Ends,
+        feed: EventFeed | None = None,
+        on_deliveries: Callable[[], None] | None = None,
     ) -> None:
         self._dsn = dsn
+        self._on_deliveries = on_deliveries  # "db h": some commit queued webhook deliveries
         self._replica_id = replica_id
         self._target = target
         self._feed = feed  # every replica's live events (this one's too), read on this connection
@@ -1491,6 +1503,10 @@ class _Listener:
         if kind == "v":  # event rows committed, by any replica (pg_events.py)
             if self._feed is not None:
                 self._feed.announced(ids)
+            return
+        if kind == "h":  # webhook deliveries queued, by any replica (pg_webhooks.py)
+            if self._on_deliveries is not None:
+                self._on_deliveries()
             return
         if sender == self._replica_id:
             return  # this replica already woke its own waits after its commit

@@ -61,7 +61,8 @@ from sink.storage.rows import (
     match_json_or_none,
     near_miss_event,
 )
-from sink.storage.sqlite_writer import CONNECTION_PRAGMAS, Writer, note
+from sink.storage.sqlite_webhooks import SQLiteWebhooks
+from sink.storage.sqlite_writer import CONNECTION_PRAGMAS, NotingConnection, Writer, note
 from sink.vocabulary import Reason, State
 
 _PROBE_TRUSTED_S = 1.0
@@ -310,20 +311,28 @@ class SQLiteStore:
         self._last_delivery = 0.0  # loop time of the last delivery's commit
         self._indexer: asyncio.Task[None] | None = None
         self._index_lock = asyncio.Lock()
+        # Webhooks and their outbox, written in the transactions of the events they carry.
+        self.webhooks = SQLiteWebhooks(self._writer.transaction, self._read, _insert_events)
 
     # -- lifecycle ---------------------------------------------------------------
 
     async def open(self) -> None:
         try:
-            await self._writer.open(_prepare)
+            await self._writer.open(self._prepare)
             self._reader = await aiosqlite.connect(self._path, isolation_level=None)
             self._reader.row_factory = sqlite3.Row
             for pragma in CONNECTION_PRAGMAS:
                 await self._reader.execute(pragma)
             for row in await self._reader.execute_fetchall(LIVE_ADDRESSES):
                 self._near.add(live_from_row(row))
+            await self.webhooks.open(await self.signing_key())
         except (sqlite3.Error, OSError, StorageError) as exc:
             raise StorageError(f"cannot open the store at {self._path}: {exc}") from exc
+
+    def _prepare(self, db: sqlite3.Connection) -> None:
+        _prepare(db)
+        if isinstance(db, NotingConnection):
+            db.outbox = self.webhooks
 
     async def close(self) -> None:
         if self._indexer is not None:
@@ -1224,7 +1233,11 @@ def _insert_events(db: sqlite3.Connection, events: Iterable[Event]) -> None:
     # One writer connection: the rows just inserted took consecutive ids up to the last one.
     last = int(db.execute("SELECT last_insert_rowid()").fetchone()[0])
     first = last - len(recorded) + 1
-    note(db, [replace(e, seq=first + n) for n, e in enumerate(recorded)])
+    stored = [replace(e, seq=first + n) for n, e in enumerate(recorded)]
+    note(db, stored)
+    outbox: SQLiteWebhooks | None = getattr(db, "outbox", None)
+    if outbox is not None:
+        outbox.queue_events(db, stored)
 
 
 def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
@@ -1293,6 +1306,9 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
         )
     if events:
         _insert_events(db, events)
+    outbox: SQLiteWebhooks | None = getattr(db, "outbox", None)
+    if outbox is not None:
+        outbox.queue_mail(db, items)
 
 
 # -- the listing, search and deletes (v2) --------------------------------------------------

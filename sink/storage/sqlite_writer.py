@@ -80,6 +80,7 @@ class NotingConnection(sqlite3.Connection):
     its commit: the notes of a write that rolls back are dropped with it."""
 
     notes: list[Any]
+    outbox: Any = None  # the webhook outbox (sqlite_webhooks.py), set at open
 
 
 def note(db: sqlite3.Connection, items: list[Any]) -> None:

@@ -192,3 +192,39 @@ def failed_event(delivery: Delivery, outcome: Outcome) -> Event:
             "error": outcome.error,
         },
     )
+
+
+def glob_regex(glob: str) -> str:
+    """A run glob (``fnmatchcase``: ``*``, ``?``, ``[set]``, ``[!set]``) as an anchored POSIX
+    regular expression, for a database to match with ``~`` exactly as Python matches."""
+    out = ["^"]
+    i, n = 0, len(glob)
+    while i < n:
+        c = glob[i]
+        i += 1
+        if c == "*":
+            out.append(".*")
+        elif c == "?":
+            out.append(".")
+        elif c == "[":
+            j = i
+            if j < n and glob[j] == "!":
+                j += 1
+            if j < n and glob[j] == "]":
+                j += 1
+            while j < n and glob[j] != "]":
+                j += 1
+            if j >= n:
+                out.append("\\[")  # no closing bracket: a literal "[", as fnmatch reads it
+                continue
+            body = glob[i:j]
+            i = j + 1
+            negate = body.startswith("!")
+            if negate:
+                body = body[1:]
+            members = "".join(ch if ch.isalnum() or ch == "-" else "\\" + ch for ch in body)
+            out.append("[" + ("^" if negate else "") + members + "]")
+        else:
+            out.append(c if c.isalnum() else "\\" + c)
+    out.append("$")
+    return "".join(out)

@@ -11,6 +11,7 @@ row to one of them, ``FOR UPDATE SKIP LOCKED``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from sink.webhooks.model import Attempt, Due, Outcome, Webhook
@@ -20,6 +21,8 @@ IN_FLIGHT_MAX = 8  # deliveries of one webhook in flight at once (take_due never
 
 
 class WebhookStore(Protocol):
+    wake: Callable[[], None] | None  # set by the delivery worker: deliveries were queued
+
     async def create_webhook(self, webhook: Webhook) -> None: ...
 
     async def webhooks(self) -> list[Webhook]:

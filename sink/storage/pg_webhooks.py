@@ -1,0 +1,372 @@
+"""The PostgreSQL adapter of the webhook port (``sink/webhooks/port.py``), shared by replicas.
+
+The outbox is written by a trigger on ``events`` (migration ``011_webhooks.sql``), in the
+statement that inserts the events, so in their transaction, matched against the webhooks
+that transaction sees; it NOTIFYs ``db h``, which wakes every replica's worker. A delivery
+row names its events row and kind; the replica that first takes it makes its id and body
+from that row (``sink/event_shapes.py``, the live event's own shape) and keeps them.
+
+Taking is ``FOR UPDATE SKIP LOCKED`` on the webhooks with something due: one replica at a
+time leases a webhook's deliveries, at most ``IN_FLIGHT_MAX`` leased per webhook fleet-wide,
+each until ``LEASE_S`` from now; a replica that dies mid-attempt leaves a lease that runs
+out, and any replica retries the delivery then.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from asyncpg import Record
+
+from sink import event_shapes
+from sink.event_ids import EventIds
+from sink.storage.base import Event
+from sink.storage.pg_events import CAUGHT, EVENT_SELECT
+from sink.webhooks.model import (
+    Attempt,
+    Delivery,
+    DeliveryState,
+    Due,
+    LiveEvent,
+    Outcome,
+    Webhook,
+    failed_event,
+    glob_regex,
+    new_delivery_id,
+)
+from sink.webhooks.port import IN_FLIGHT_MAX, LEASE_S
+from sink.webhooks.rows import WEBHOOK_COLUMNS, attempt_from, webhook_from, webhook_values
+
+if TYPE_CHECKING:  # the driver's classes are generic only in its stubs
+    from asyncpg import Connection as _Connection
+    from asyncpg.pool import PoolConnectionProxy
+
+    Connection: TypeAlias = _Connection[Record] | PoolConnectionProxy[Record]
+
+Transaction = Callable[[str, Callable[["Connection"], Awaitable[Any]]], Awaitable[Any]]
+Fetch = Callable[..., Awaitable[list[Record]]]  # (what, sql, *args)
+InsertEvents = Callable[["Connection", Iterable[Event]], Awaitable[None]]
+
+# As sink/webhooks/rows.py's LISTING, with the row and kind an id is made from when the
+# delivery has not been taken yet (so has no event_id of its own).
+_LISTING = """
+SELECT * FROM (
+    SELECT d.delivery_id, d.event_id, d.kind AS type, d.event_row, a.attempt, a.state,
+           a.status_code, a.error, a.at, a.next_attempt_at, d.run_id,
+           a.at AS k1, d.seq AS k2, a.attempt AS k3
+    FROM webhook_attempts a JOIN webhook_deliveries d ON d.seq = a.delivery_seq
+    WHERE a.webhook_id = $1
+    UNION ALL
+    SELECT d.delivery_id, d.event_id, d.kind, d.event_row, 1, d.state, NULL, NULL,
+           d.created_at, CASE WHEN d.state = 'pending' THEN d.next_attempt_at END, d.run_id,
+           d.created_at, d.seq, 0
+    FROM webhook_deliveries d WHERE d.webhook_id = $1 AND d.attempts = 0
+) rows
+"""
+_SELECT_HOOKS = f"SELECT {WEBHOOK_COLUMNS} FROM webhooks"
+
+# Webhooks with something due, locked: another replica taking at the same moment skips them.
+_DUE_HOOKS = """
+SELECT w.webhook_id, w.url, w.secret FROM webhooks w
+WHERE w.disabled_at IS NULL AND EXISTS (
+    SELECT 1 FROM webhook_deliveries d WHERE d.webhook_id = w.webhook_id AND d.state = 'pending'
+      AND d.next_attempt_at <= $1 AND d.lease_until <= $1)
+ORDER BY (SELECT MIN(next_attempt_at) FROM webhook_deliveries d
+          WHERE d.webhook_id = w.webhook_id AND d.state = 'pending')
+LIMIT $2
+FOR UPDATE OF w SKIP LOCKED
+"""
+
+# Their due deliveries, up to the in-flight cap less what is leased already.
+_DUE = f"""
+WITH leased AS (
+    SELECT webhook_id, COUNT(*) AS n FROM webhook_deliveries
+    WHERE webhook_id = ANY($2::text[]) AND state = 'pending' AND lease_until > $1
+    GROUP BY webhook_id
+), ranked AS (
+    SELECT d.*, row_number() OVER (PARTITION BY d.webhook_id
+                                   ORDER BY d.next_attempt_at, d.seq) AS rn
+    FROM webhook_deliveries d
+    WHERE d.webhook_id = ANY($2::text[]) AND d.state = 'pending' AND d.next_attempt_at <= $1
+      AND d.lease_until <= $1
+)
+SELECT r.* FROM ranked r LEFT JOIN leased l ON l.webhook_id = r.webhook_id
+WHERE r.rn <= {IN_FLIGHT_MAX} - COALESCE(l.n, 0)
+ORDER BY r.next_attempt_at, r.seq
+LIMIT $3
+"""
+
+_EVENT_ROWS = EVENT_SELECT + " WHERE e.id = ANY($1::bigint[])"
+
+
+class PostgresWebhooks:
+    def __init__(self, transaction: Transaction, fetch: Fetch, insert_events: InsertEvents) -> None:
+        self._transaction = transaction
+        self._fetch = fetch
+        self._insert_events = insert_events
+        self._ids = EventIds()  # keyed by the store's signing key at open
+        self.wake: Callable[[], None] | None = None  # the delivery worker's, once it runs
+
+    def keyed(self, signing_key: bytes) -> None:
+        self._ids = EventIds(signing_key)
+
+    def notified(self) -> None:
+        """A replica's commit queued deliveries (``db h``): the worker looks now."""
+        if self.wake is not None:
+            self.wake()
+
+    async def create_webhook(self, webhook: Webhook) -> None:
+        regex = None if webhook.run_glob is None else glob_regex(webhook.run_glob)
+
+        async def work(db: Connection) -> None:
+            await db.execute(
+                f"INSERT INTO webhooks ({WEBHOOK_COLUMNS}, run_regex) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                *webhook_values(webhook),
+                regex,
+            )
+
+        await self._transaction("create_webhook", work)
+
+    async def webhooks(self) -> list[Webhook]:
+        rows = await self._fetch("webhooks", _SELECT_HOOKS + " ORDER BY created_at, webhook_id")
+        return [webhook_from(r) for r in rows]
+
+    async def webhook(self, webhook_id: str) -> Webhook | None:
+        rows = await self._fetch("webhook", _SELECT_HOOKS + " WHERE webhook_id = $1", webhook_id)
+        return webhook_from(rows[0]) if rows else None
+
+    async def delete_webhook(self, webhook_id: str) -> bool:
+        async def work(db: Connection) -> bool:
+            gone = await db.fetchval(
+                "WITH x AS (DELETE FROM webhooks WHERE webhook_id = $1 RETURNING 1) "
+                "SELECT COUNT(*) FROM x",
+                webhook_id,
+            )
+            await db.execute("DELETE FROM webhook_deliveries WHERE webhook_id = $1", webhook_id)
+            await db.execute("DELETE FROM webhook_attempts WHERE webhook_id = $1", webhook_id)
+            return bool(gone)
+
+        return bool(await self._transaction("delete_webhook", work))
+
+    async def deliveries(
+        self, webhook_id: str, before: tuple[float, int, int] | None, limit: int
+    ) -> list[Attempt]:
+        sql = _LISTING
+        args: list[Any] = [webhook_id]
+        if before is not None:
+            sql += " WHERE (k1, k2, k3) < ($2, $3, $4)"
+            args += list(before)
+        sql += f" ORDER BY k1 DESC, k2 DESC, k3 DESC LIMIT ${len(args) + 1}"
+        rows = await self._fetch("webhook deliveries", sql, *args, limit)
+        missing = sorted({int(r["event_row"]) for r in rows if r["event_id"] is None})
+        made = await self._live(missing) if missing else {}
+        out = []
+        for r in rows:
+            attempt = attempt_from(r)
+            if r["event_id"] is None:
+                live = made.get((int(r["event_row"]), r["type"]))
+                event_id = live.id if live is not None else ""
+                attempt = _with_event_id(attempt, event_id)
+            out.append(attempt)
+        return out
+
+    async def enqueue_ping(self, webhook_id: str, now: float) -> str | None:
+        delivery_id = new_delivery_id()
+        live = event_shapes.ping(self._ids, delivery_id, webhook_id, now)
+
+        async def work(db: Connection) -> bool:
+            added = await db.fetchval(
+                "WITH x AS (INSERT INTO webhook_deliveries (delivery_id, webhook_id, kind, "
+                "event_id, body, created_at, next_attempt_at) "
+                "SELECT $1, webhook_id, 'ping', $2, $3, $4, $4 FROM webhooks "
+                "WHERE webhook_id = $5 RETURNING 1) SELECT COUNT(*) FROM x",
+                delivery_id,
+                live.id,
+                live.body(),
+                now,
+                webhook_id,
+            )
+            if added:
+                await db.execute("SELECT pg_notify('runsink', 'db h')")
+            return bool(added)
+
+        return delivery_id if await self._transaction("enqueue_ping", work) else None
+
+    async def take_due(self, now: float, limit: int) -> list[Due]:
+        async def work(db: Connection) -> list[Due]:
+            hooks = {r["webhook_id"]: r for r in await db.fetch(_DUE_HOOKS, now, limit)}
+            if not hooks:
+                return []
+            rows = await db.fetch(_DUE, now, list(hooks), limit)
+            missing = sorted({int(r["event_row"]) for r in rows if r["body"] is None})
+            made = await self._live(missing, db) if missing else {}
+            lease_until = now + LEASE_S
+            taken: list[Due] = []
+            made_rows: list[tuple[Any, ...]] = []
+            for r in rows:
+                event_id, body = r["event_id"], r["body"]
+                if body is None:
+                    live = made.get((int(r["event_row"]), r["kind"]))
+                    if live is None:
+                        continue  # its event is gone (caught mail deleted): see below
+                    event_id, body = live.id, live.body()
+                    made_rows.append((r["seq"], event_id, body))
+                hook = hooks[r["webhook_id"]]
+                taken.append(
+                    Due(
+                        r["delivery_id"],
+                        r["webhook_id"],
+                        hook["url"],
+                        hook["secret"],
+                        event_id,
+                        r["kind"],
+                        r["run_id"],
+                        body,
+                        int(r["attempts"]) + 1,
+                        lease_until,
+                    )
+                )
+            gone = [
+                r["seq"]
+                for r in rows
+                if r["body"] is None and (int(r["event_row"]), r["kind"]) not in made
+            ]
+            if gone:
+                await db.execute(
+                    "UPDATE webhook_deliveries SET state = 'failed' WHERE seq = ANY($1::bigint[])",
+                    gone,
+                )
+            if made_rows:
+                await db.execute(
+                    "UPDATE webhook_deliveries d SET event_id = m.event_id, body = m.body "
+                    "FROM unnest($1::bigint[], $2::text[], $3::text[]) AS m(seq, event_id, body) "
+                    "WHERE d.seq = m.seq",
+                    [m[0] for m in made_rows],
+                    [m[1] for m in made_rows],
+                    [m[2] for m in made_rows],
+                )
+            await db.execute(
+                "UPDATE webhook_deliveries SET lease_until = $1 "
+                "WHERE delivery_id = ANY($2::text[])",
+                lease_until,
+                [d.delivery_id for d in taken],
+            )
+            return taken
+
+        result: list[Due] = await self._transaction("take_due", work)
+        return result
+
+    async def settle(self, outcome: Outcome) -> None:
+        async def work(db: Connection) -> None:
+            row = await db.fetchrow(
+                "SELECT * FROM webhook_deliveries WHERE delivery_id = $1 FOR UPDATE",
+                outcome.delivery_id,
+            )
+            if row is None or row["state"] != "pending" or row["attempts"] + 1 != outcome.attempt:
+                return  # settled already (its lease ran out and another attempt was made)
+            await db.execute(
+                "INSERT INTO webhook_attempts (delivery_seq, attempt, webhook_id, state, "
+                "status_code, error, at, next_attempt_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                row["seq"],
+                outcome.attempt,
+                row["webhook_id"],
+                outcome.state.value,
+                outcome.status_code,
+                outcome.error,
+                outcome.at,
+                outcome.next_attempt_at,
+            )
+            await db.execute(
+                "UPDATE webhook_deliveries SET state = $1, attempts = $2, lease_until = 0, "
+                "next_attempt_at = COALESCE($3, next_attempt_at) WHERE seq = $4",
+                outcome.state.value,
+                outcome.attempt,
+                outcome.next_attempt_at,
+                row["seq"],
+            )
+            if outcome.disable:
+                await db.execute(
+                    "UPDATE webhooks SET disabled_at = $1 WHERE webhook_id = $2",
+                    outcome.at,
+                    row["webhook_id"],
+                )
+                await db.execute(
+                    "UPDATE webhook_deliveries SET state = 'failed' "
+                    "WHERE webhook_id = $1 AND state = 'pending'",
+                    row["webhook_id"],
+                )
+            if outcome.state is DeliveryState.FAILED and row["run_id"] is not None:
+                delivery = Delivery(
+                    row["delivery_id"],
+                    row["webhook_id"],
+                    row["event_id"] or "",
+                    row["kind"],
+                    row["run_id"],
+                    row["body"] or "",
+                    float(row["created_at"]),
+                )
+                await self._insert_events(db, [failed_event(delivery, outcome)])
+
+        await self._transaction("settle", work)
+
+    async def next_due(self) -> float | None:
+        rows = await self._fetch(
+            "next_due",
+            "SELECT MIN(GREATEST(next_attempt_at, lease_until)) FROM webhook_deliveries "
+            "WHERE state = 'pending'",
+        )
+        value = rows[0][0]
+        return None if value is None else float(value)
+
+    async def pending_count(self) -> int:
+        rows = await self._fetch(
+            "pending_count", "SELECT COUNT(*) FROM webhook_deliveries WHERE state = 'pending'"
+        )
+        return int(rows[0][0])
+
+    async def _live(
+        self, event_rows: list[int], db: Connection | None = None
+    ) -> dict[tuple[int, str], LiveEvent]:
+        """The live events of these events rows, by (row, kind): what a delivery carries."""
+        if db is not None:
+            rows = await db.fetch(_EVENT_ROWS, event_rows)
+        else:
+            rows = await self._fetch("webhook events", _EVENT_ROWS, event_rows)
+        made: dict[tuple[int, str], LiveEvent] = {}
+        for r in rows:
+            row_id = int(r["id"])
+            if r["type"] == CAUGHT:
+                if r["subject"] is not None:
+                    made[(row_id, "message")] = event_shapes.caught(
+                        self._ids, r["message_id"], r["subject"], float(r["received_at"])
+                    )
+                continue
+            event = Event(
+                r["run_id"],
+                r["type"],
+                float(r["at"]),
+                r["inbox_id"],
+                r["message_id"],
+                json.loads(r["detail_json"]),
+                row_id,
+            )
+            for live in event_shapes.of_event(event, self._ids, row_id):
+                made[(row_id, live.type)] = live
+            if event.type == "message_accepted" and r["subject"] is not None:
+                made[(row_id, "message")] = event_shapes.delivered(
+                    self._ids,
+                    r["message_id"],
+                    r["inbox_id"],
+                    r["run_id"],
+                    r["subject"],
+                    float(r["received_at"]),
+                )
+        return made
+
+
+def _with_event_id(attempt: Attempt, event_id: str) -> Attempt:
+    return replace(attempt, event_id=event_id)

@@ -1,0 +1,282 @@
+"""The SQLite adapter of the webhook port (``sink/webhooks/port.py``), and its outbox.
+
+One process owns the file, so the webhooks live in an exact in-process cache beside their
+table: the cache changes inside the writer's transaction that changes the table (the writer
+runs one write at a time), so every event committed after a webhook's creation is matched
+against it, and none before. ``queue`` runs inside the transactions that insert events or
+store mail: with no webhook it returns at once (the ingest path pays one attribute read);
+otherwise it writes the delivery rows in that same transaction and wakes the worker.
+Leases are cleared at open: the process that held them is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from sink import event_shapes
+from sink.event_ids import EventIds
+from sink.storage.base import Event, Incoming
+from sink.webhooks.model import (
+    Attempt,
+    Delivery,
+    DeliveryState,
+    Due,
+    LiveEvent,
+    Outcome,
+    Webhook,
+    deliveries_for,
+    failed_event,
+    new_delivery_id,
+)
+from sink.webhooks.port import IN_FLIGHT_MAX, LEASE_S
+from sink.webhooks.rows import (
+    LISTING,
+    WEBHOOK_COLUMNS,
+    attempt_from,
+    due_from,
+    webhook_from,
+    webhook_values,
+)
+
+Transaction = Callable[[Callable[[sqlite3.Connection], Any]], Any]  # Writer.transaction
+Read = Callable[[str, Sequence[Any]], Any]  # SQLiteStore._read (awaitable rows)
+InsertEvents = Callable[[sqlite3.Connection, Iterable[Event]], None]
+
+_LISTING = LISTING.replace("{P1}", "?").replace("{P2}", "?")
+
+
+class SQLiteWebhooks:
+    def __init__(self, transaction: Transaction, read: Read, insert_events: InsertEvents) -> None:
+        self._transaction = transaction
+        self._read = read
+        self._insert_events = insert_events
+        self._ids = EventIds()  # keyed by the store's signing key at open
+        self._hooks: dict[str, Webhook] = {}  # the exact cache (see the module docstring)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.wake: Callable[[], None] | None = None  # the delivery worker's, once it runs
+
+    async def open(self, signing_key: bytes) -> None:
+        """At the store's open: load the cache, free the leases of the process before."""
+        self._ids = EventIds(signing_key)
+        self._loop = asyncio.get_running_loop()
+
+        def work(db: sqlite3.Connection) -> None:
+            rows = db.execute(f"SELECT {WEBHOOK_COLUMNS} FROM webhooks ORDER BY created_at, rowid")
+            self._hooks = {w.webhook_id: w for w in map(webhook_from, rows.fetchall())}
+            db.execute("UPDATE webhook_deliveries SET lease_until = 0 WHERE lease_until > 0")
+
+        await self._transaction(work)
+
+    # -- the outbox, inside the writer's transactions -----------------------------------
+
+    def queue_events(self, db: sqlite3.Connection, events: list[Event]) -> None:
+        """Stored run events (with their row ids): their deliveries, in the same transaction."""
+        if self._hooks and events:
+            self._queue(db, event_shapes.of_events(events, self._ids), events[0].at)
+
+    def queue_mail(self, db: sqlite3.Connection, items: list[Incoming]) -> None:
+        """Stored mail: its message events' deliveries, in the same transaction."""
+        if self._hooks:
+            for item in items:
+                self._queue(db, event_shapes.of_incoming(item, self._ids), item.received_at)
+
+    def _queue(self, db: sqlite3.Connection, events: list[LiveEvent], now: float) -> None:
+        added = deliveries_for(list(self._hooks.values()), events, now)
+        if added:
+            _insert_deliveries(db, added)
+            self._wake_soon()
+
+    def _wake_soon(self) -> None:
+        # From the writer's thread. The worker's next take_due queues behind this write.
+        if self._loop is not None and self.wake is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody to wake
+                self._loop.call_soon_threadsafe(self.wake)
+
+    # -- the port --------------------------------------------------------------------------
+
+    async def create_webhook(self, webhook: Webhook) -> None:
+        def work(db: sqlite3.Connection) -> None:
+            db.execute(
+                f"INSERT INTO webhooks ({WEBHOOK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                webhook_values(webhook),
+            )
+            self._hooks[webhook.webhook_id] = webhook
+
+        try:
+            await self._transaction(work)
+        except BaseException:
+            self._hooks.pop(webhook.webhook_id, None)
+            raise
+
+    async def webhooks(self) -> list[Webhook]:
+        return list(self._hooks.values())
+
+    async def webhook(self, webhook_id: str) -> Webhook | None:
+        return self._hooks.get(webhook_id)
+
+    async def delete_webhook(self, webhook_id: str) -> bool:
+        def work(db: sqlite3.Connection) -> bool:
+            gone = db.execute("DELETE FROM webhooks WHERE webhook_id = ?", (webhook_id,)).rowcount
+            db.execute("DELETE FROM webhook_deliveries WHERE webhook_id = ?", (webhook_id,))
+            db.execute("DELETE FROM webhook_attempts WHERE webhook_id = ?", (webhook_id,))
+            self._hooks.pop(webhook_id, None)
+            return bool(gone)
+
+        return bool(await self._transaction(work))
+
+    async def deliveries(
+        self, webhook_id: str, before: tuple[float, int, int] | None, limit: int
+    ) -> list[Attempt]:
+        sql = _LISTING
+        params: list[Any] = [webhook_id, webhook_id]
+        if before is not None:
+            sql += " WHERE (k1, k2, k3) < (?, ?, ?)"
+            params += list(before)
+        sql += " ORDER BY k1 DESC, k2 DESC, k3 DESC LIMIT ?"
+        rows = await self._read(sql, [*params, limit])
+        return [attempt_from(r) for r in rows]
+
+    async def enqueue_ping(self, webhook_id: str, now: float) -> str | None:
+        if webhook_id not in self._hooks:
+            return None
+        delivery_id = new_delivery_id()
+        live = event_shapes.ping(self._ids, delivery_id, webhook_id, now)
+        delivery = Delivery(delivery_id, webhook_id, live.id, live.type, None, live.body(), now)
+
+        def work(db: sqlite3.Connection) -> None:
+            _insert_deliveries(db, [delivery])
+
+        await self._transaction(work)
+        if self.wake is not None:
+            self.wake()
+        return delivery_id
+
+    async def take_due(self, now: float, limit: int) -> list[Due]:
+        def work(db: sqlite3.Connection) -> list[Due]:
+            leased = dict(
+                db.execute(
+                    "SELECT webhook_id, COUNT(*) FROM webhook_deliveries "
+                    "WHERE state = 'pending' AND lease_until > ? GROUP BY webhook_id",
+                    (now,),
+                ).fetchall()
+            )
+            rows = db.execute(
+                "SELECT d.*, w.url, w.secret FROM webhook_deliveries d "
+                "JOIN webhooks w ON w.webhook_id = d.webhook_id "
+                "WHERE d.state = 'pending' AND d.next_attempt_at <= ? AND d.lease_until <= ? "
+                "AND w.disabled_at IS NULL ORDER BY d.next_attempt_at, d.seq LIMIT ?",
+                (now, now, limit + IN_FLIGHT_MAX * 8),
+            ).fetchall()
+            taken: list[Due] = []
+            for row in rows:
+                hook = row["webhook_id"]
+                if len(taken) >= limit or leased.get(hook, 0) >= IN_FLIGHT_MAX:
+                    continue
+                leased[hook] = leased.get(hook, 0) + 1
+                taken.append(due_from(row, now + LEASE_S))
+            db.executemany(
+                "UPDATE webhook_deliveries SET lease_until = ? WHERE delivery_id = ?",
+                [(d.lease_until, d.delivery_id) for d in taken],
+            )
+            return taken
+
+        result: list[Due] = await self._transaction(work)
+        return result
+
+    async def settle(self, outcome: Outcome) -> None:
+        def work(db: sqlite3.Connection) -> None:
+            row = db.execute(
+                "SELECT * FROM webhook_deliveries WHERE delivery_id = ?", (outcome.delivery_id,)
+            ).fetchone()
+            if row is None or row["state"] != "pending" or row["attempts"] + 1 != outcome.attempt:
+                return  # settled already (its lease ran out and another attempt was made)
+            db.execute(
+                "INSERT INTO webhook_attempts (delivery_seq, attempt, webhook_id, state, "
+                "status_code, error, at, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    row["seq"],
+                    outcome.attempt,
+                    row["webhook_id"],
+                    outcome.state.value,
+                    outcome.status_code,
+                    outcome.error,
+                    outcome.at,
+                    outcome.next_attempt_at,
+                ),
+            )
+            db.execute(
+                "UPDATE webhook_deliveries SET state = ?, attempts = ?, lease_until = 0, "
+                "next_attempt_at = COALESCE(?, next_attempt_at) WHERE seq = ?",
+                (outcome.state.value, outcome.attempt, outcome.next_attempt_at, row["seq"]),
+            )
+            hook_id = row["webhook_id"]
+            if outcome.disable:
+                db.execute(
+                    "UPDATE webhooks SET disabled_at = ? WHERE webhook_id = ?",
+                    (outcome.at, hook_id),
+                )
+                db.execute(
+                    "UPDATE webhook_deliveries SET state = 'failed' "
+                    "WHERE webhook_id = ? AND state = 'pending'",
+                    (hook_id,),
+                )
+                hook = self._hooks.get(hook_id)
+                if hook is not None:
+                    self._hooks[hook_id] = _disabled(hook, outcome.at)
+            if outcome.state is DeliveryState.FAILED and row["run_id"] is not None:
+                delivery = Delivery(
+                    row["delivery_id"],
+                    hook_id,
+                    row["event_id"],
+                    row["type"],
+                    row["run_id"],
+                    row["body"],
+                    row["created_at"],
+                )
+                self._insert_events(db, [failed_event(delivery, outcome)])
+
+        await self._transaction(work)
+
+    async def next_due(self) -> float | None:
+        rows = await self._read(
+            "SELECT MIN(MAX(next_attempt_at, lease_until)) FROM webhook_deliveries "
+            "WHERE state = 'pending'",
+            (),
+        )
+        value = rows[0][0]
+        return None if value is None else float(value)
+
+    async def pending_count(self) -> int:
+        rows = await self._read(
+            "SELECT COUNT(*) FROM webhook_deliveries WHERE state = 'pending'", ()
+        )
+        return int(rows[0][0])
+
+
+def _insert_deliveries(db: sqlite3.Connection, deliveries: list[Delivery]) -> None:
+    db.executemany(
+        "INSERT INTO webhook_deliveries (delivery_id, webhook_id, event_id, type, run_id, body, "
+        "created_at, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (
+                d.delivery_id,
+                d.webhook_id,
+                d.event_id,
+                d.type,
+                d.run_id,
+                d.body,
+                d.created_at,
+                d.created_at,
+            )
+            for d in deliveries
+        ],
+    )
+
+
+def _disabled(hook: Webhook, at: float) -> Webhook:
+    return replace(hook, disabled_at=at)

@@ -1,0 +1,188 @@
+"""The delivery worker: takes due deliveries from the outbox, posts them, settles each attempt.
+
+    worker = Worker(store, metrics, clock)   # started by the Runtime
+    store.wake = worker.wake                 # a commit that queues deliveries wakes it at once
+    await worker.run(stopping)
+
+Each round leases what is due (``take_due``: at most 8 in flight per webhook, across
+replicas on PostgreSQL), posts each delivery in a task of its own, and sleeps until the
+next is due, a wake-up (a commit queued one, an attempt ended), or ``LOOK_S`` at the most:
+deliveries queued by another replica, or left pending by a process that died, go out within
+that. An attempt is one POST of the delivery's stored body with fresh Standard Webhooks
+headers (the timestamp is the attempt's), no redirects followed, 5 s in all; a 2xx is
+delivered, a 410 disables the webhook, anything else is retried on the schedule
+(``schedule.py``) until the last attempt, which fails the delivery. A settle that cannot
+be written is left to the lease: the delivery is tried again (at least once, never lost).
+Logs name the webhook, delivery and attempt, never the URL, the secret or the body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import TYPE_CHECKING
+
+from sink.clock import Clock
+from sink.errors import StorageError
+from sink.logs import log, warn
+from sink.metrics import Metrics
+from sink.webhook_signature import signed_headers
+from sink.webhooks import schedule
+from sink.webhooks.model import DeliveryState, Due, Outcome
+from sink.webhooks.port import WebhookStore
+
+if TYPE_CHECKING:  # imported at the first delivery: ~0.1 s that start-up need not pay
+    import httpx
+
+ATTEMPT_S = 5.0  # a 2xx within this is delivered; after it the attempt is a timeout
+LOOK_S = 2.0  # the longest sleep: others' deliveries (replicas, a restart) go out within this
+IN_FLIGHT = 64  # attempts in flight in this process, all webhooks together
+_IDLE_S = 0.25  # due deliveries exist but none could be taken (caps, leases): look again
+
+
+class Worker:
+    def __init__(
+        self,
+        store: WebhookStore,
+        metrics: Metrics,
+        clock: Clock,
+        delays: tuple[float, ...] = schedule.DELAYS_S,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._store = store
+        self._metrics = metrics
+        self._clock = clock
+        self._delays = delays
+        self._client = client  # made at the first attempt (_http)
+        self._wakeup = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()  # attempts in flight (kept: not GC'd)
+
+    def wake(self) -> None:
+        """Deliveries were queued (or an attempt ended): look now."""
+        self._wakeup.set()
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        try:
+            while not stopping.is_set():
+                self._wakeup.clear()
+                delay = await self._round()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), delay)
+        finally:
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            if self._client is not None:
+                await self._client.aclose()
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            import httpx
+
+            self._client = httpx.AsyncClient(
+                follow_redirects=False,
+                timeout=httpx.Timeout(ATTEMPT_S),
+                limits=httpx.Limits(max_connections=IN_FLIGHT, max_keepalive_connections=16),
+                trust_env=False,  # a receiver is usually local: never through a proxy
+            )
+        return self._client
+
+    async def _round(self) -> float:
+        """Start what is due; how long to sleep before the next round."""
+        try:
+            now = self._clock.now()
+            taken = []
+            if len(self._tasks) < IN_FLIGHT:
+                taken = await self._store.take_due(now, IN_FLIGHT - len(self._tasks))
+            for due in taken:
+                task = asyncio.create_task(self._attempt(due), name=f"webhook {due.delivery_id}")
+                self._tasks.add(task)
+                task.add_done_callback(self._ended)
+            next_at = await self._store.next_due()
+            self._metrics.webhook_pending.set(await self._store.pending_count())
+        except StorageError as exc:
+            warn("webhook_outbox_unavailable", error=type(exc).__name__)
+            return 1.0
+        if next_at is None:
+            return LOOK_S
+        wait = next_at - self._clock.now()
+        if wait <= 0:
+            return 0.0 if taken else _IDLE_S
+        return min(wait, LOOK_S)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self.wake()
+
+    async def _attempt(self, due: Due) -> None:
+        import httpx
+
+        client = self._http()
+        body = due.body.encode()
+        headers = signed_headers(due.secret, due.event_id, int(self._clock.now()), body)
+        started = time.monotonic()
+        status: int | None = None
+        error: str | None = None
+        try:
+            async with asyncio.timeout(ATTEMPT_S):
+                response = await client.post(due.url, content=body, headers=headers)
+            status = response.status_code
+            if not 200 <= status < 300:
+                error = "gone" if status == 410 else f"http_{status}"
+        except (TimeoutError, httpx.TimeoutException):
+            error = "timeout"
+        except httpx.ConnectError:
+            error = "connect"
+        except httpx.HTTPError as exc:
+            error = type(exc).__name__.lower()
+        outcome = self._outcome(due, status, error)
+        self._metrics.webhook_deliveries.labels(_result(outcome)).inc()
+        log(
+            "webhook_attempt",
+            webhook_id=due.webhook_id,
+            delivery_id=due.delivery_id,
+            run_id=due.run_id,
+            attempt=due.attempt,
+            state=outcome.state.value,
+            status_code=status,
+            error=error,
+            latency_ms=round((time.monotonic() - started) * 1000, 1),
+        )
+        try:
+            await self._store.settle(outcome)
+        except StorageError as exc:
+            # Not recorded: when the lease ends the delivery is taken again (at least once).
+            warn("webhook_settle_failed", delivery_id=due.delivery_id, error=type(exc).__name__)
+
+    def _outcome(self, due: Due, status: int | None, error: str | None) -> Outcome:
+        ended = self._clock.now()
+        if error is None:
+            return Outcome(
+                due.delivery_id, due.attempt, ended, status, None, DeliveryState.DELIVERED
+            )
+        if status == 410:
+            return Outcome(
+                due.delivery_id,
+                due.attempt,
+                ended,
+                status,
+                error,
+                DeliveryState.FAILED,
+                disable=True,
+            )
+        retry_at = schedule.next_attempt_at(due.attempt, ended, self._delays)
+        if retry_at is None:
+            return Outcome(due.delivery_id, due.attempt, ended, status, error, DeliveryState.FAILED)
+        return Outcome(
+            due.delivery_id, due.attempt, ended, status, error, DeliveryState.PENDING, retry_at
+        )
+
+
+def _result(outcome: Outcome) -> str:
+    """The metric's label: delivered, retried, failed or disabled."""
+    if outcome.disable:
+        return "disabled"
+    if outcome.state is DeliveryState.PENDING:
+        return "retried"
+    return outcome.state.value

@@ -1,0 +1,230 @@
+"""Webhook delivery end to end (sink/webhooks/worker.py over the real runtime and app): a
+real receiver in the test checks every signature with the reference standardwebhooks
+package; retries keep their schedule (shortened with --webhook-retry-s), 410 disables, a
+slow answer times out, redirects are not followed, the last failure is a run event."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sink import clock
+from sink.webhook_signature import new_secret
+from sink.webhooks.model import Webhook, new_webhook_id
+from tests.inproc import InProcess
+from tests.support import create_inbox, new_run_id
+from tests.webhook_receiver import Received, Receiver
+
+Start = Callable[..., InProcess]
+
+
+@pytest.fixture
+def start(tmp_path: Path, own_db: str | None) -> Iterator[Start]:
+    """An in-process server on SQLite or PostgreSQL with the given retry schedule."""
+    started: list[InProcess] = []
+
+    def starting(retry_s: str = "0.3,0.6") -> InProcess:
+        server = InProcess(tmp_path / f"s{len(started)}", "--webhook-retry-s", retry_s, db=own_db)
+        started.append(server)
+        return server
+
+    yield starting
+    for server in started:
+        server.stop()
+
+
+def _webhook(server: InProcess, url: str, secret: str, **fields: Any) -> Webhook:
+    hook = Webhook(
+        webhook_id=new_webhook_id(),
+        url=url,
+        events=fields.pop("events", ("message",)),
+        run_id=fields.pop("run_id", None),
+        run_glob=None,
+        description=None,
+        secret=secret,
+        created_at=clock.now(),
+        **fields,
+    )
+    server.call(server.runtime.webhooks.create_webhook(hook))
+    return hook
+
+
+def _mail(server: InProcess, run_id: str, subject: str = "Hello") -> dict[str, Any]:
+    with server.http() as client:
+        inbox = create_inbox(client, run_id)
+    server.send(inbox["address"], subject=subject)
+    return inbox
+
+
+def _messages(got: list[Received]) -> list[Received]:
+    return [g for g in got if g.body["type"] == "message"]
+
+
+def test_a_500_is_retried_on_schedule_until_a_200_with_the_same_id(start: Start) -> None:
+    """500, 500, 200: three signed attempts under one webhook-id and one body, each at least
+    its delay after the attempt before (and not much later); listed one row per attempt."""
+    server = start("0.4,0.8")
+    secret = new_secret()
+    receiver = Receiver(secret, answer=lambda n: 500 if n <= 2 else 200).start()
+    try:
+        run_id = new_run_id()
+        hook = _webhook(server, receiver.url, secret, run_id=run_id)
+        inbox = _mail(server, run_id, subject="Retried")
+        got = receiver.until(lambda got: len(got) >= 3)
+    finally:
+        receiver.stop()
+    assert all(g.verified for g in got)
+    assert len({g.webhook_id for g in got}) == 1 and len({g.raw for g in got}) == 1
+    body = got[0].body
+    assert body["id"] == got[0].webhook_id and body["type"] == "message"
+    assert body["data"]["subject"] == "Retried" and body["data"]["inbox_id"] == inbox["inbox_id"]
+    gaps = [b.at - a.at for a, b in itertools.pairwise(got)]
+    assert 0.4 <= gaps[0] < 0.4 * 1.1 + 1.0
+    assert 0.8 <= gaps[1] < 0.8 * 1.1 + 1.0
+    rows = _until_rows(server, hook, lambda rows: rows and rows[0].state.value == "delivered")
+    assert [(r.attempt, r.state.value, r.status_code) for r in rows] == [
+        (3, "delivered", 200),
+        (2, "pending", 500),
+        (1, "pending", 500),
+    ]
+    assert {r.event_id for r in rows} == {got[0].webhook_id}
+    with server.http() as client:
+        metrics = client.get("/metrics").text
+    assert 'runsink_webhook_deliveries_total{result="delivered"} 1.0' in metrics
+    assert 'runsink_webhook_deliveries_total{result="retried"} 2.0' in metrics
+
+
+def test_410_disables_the_webhook_at_once(start: Start) -> None:
+    """A 410 is not retried; disabled_at is set and later events are not delivered."""
+    server = start()
+    secret = new_secret()
+    receiver = Receiver(secret, answer=lambda _n: 410).start()
+    try:
+        run_id = new_run_id()
+        hook = _webhook(server, receiver.url, secret, run_id=run_id)
+        inbox = _mail(server, run_id)
+        receiver.until(lambda got: len(got) >= 1)
+        stored = _until_hook(server, hook, lambda w: w.disabled_at is not None)
+        server.send(inbox["address"], subject="After")
+        assert server.call(server.runtime.webhooks.pending_count()) == 0
+    finally:
+        receiver.stop()
+    assert len(receiver.got) == 1 and stored.disabled_at is not None
+    [row] = server.call(server.runtime.webhooks.deliveries(hook.webhook_id, None, 10))
+    assert (row.state.value, row.status_code, row.error) == ("failed", 410, "gone")
+
+
+def test_a_slow_answer_times_out_and_is_retried(start: Start) -> None:
+    """An answer later than 5 s is a timeout (no status); the retry is delivered."""
+    server = start("0.2")
+    secret = new_secret()
+    receiver = Receiver(secret, answer=lambda n: (200, 6.0) if n == 1 else 200).start()
+    try:
+        run_id = new_run_id()
+        hook = _webhook(server, receiver.url, secret, run_id=run_id)
+        _mail(server, run_id)
+        receiver.until(lambda got: len(got) >= 2, deadline_s=30)
+        rows = _until_rows(server, hook, lambda rows: rows and rows[0].state.value == "delivered")
+    finally:
+        receiver.stop()
+    assert [(r.attempt, r.status_code, r.error) for r in rows] == [
+        (2, 200, None),
+        (1, None, "timeout"),
+    ]
+
+
+def test_redirects_are_not_followed(start: Start) -> None:
+    """A 302 is a failed attempt (retried), never a request to the Location."""
+    server = start("0.2")
+    secret = new_secret()
+    receiver = Receiver(secret, answer=lambda n: 302 if n == 1 else 200).start()
+    try:
+        run_id = new_run_id()
+        hook = _webhook(server, receiver.url, secret, run_id=run_id)
+        _mail(server, run_id)
+        rows = _until_rows(server, hook, lambda rows: rows and rows[0].state.value == "delivered")
+    finally:
+        receiver.stop()
+    assert [(r.attempt, r.status_code, r.error) for r in rows] == [
+        (2, 200, None),
+        (1, 302, "http_302"),
+    ]
+    assert len(receiver.got) == 2
+
+
+def test_the_last_failed_attempt_fails_the_delivery_with_a_run_event(start: Start) -> None:
+    """After the schedule's last retry the delivery is failed, and the run's report (and its
+    live events) get a webhook_failed event naming the webhook and the event."""
+    server = start("0.1,0.1")
+    secret = new_secret()
+    receiver = Receiver(secret, answer=lambda _n: 500).start()
+    try:
+        run_id = new_run_id()
+        hook = _webhook(server, receiver.url, secret, run_id=run_id)
+        _mail(server, run_id)
+        rows = _until_rows(server, hook, lambda rows: rows and rows[0].state.value == "failed")
+    finally:
+        receiver.stop()
+    assert [r.attempt for r in rows] == [3, 2, 1] and len(receiver.got) == 3
+    with server.http() as client:
+        report = client.get(f"/v1/runs/{run_id}").json()
+    [failed] = [e for e in report["events"] if e["type"] == "webhook_failed"]
+    assert failed["detail"]["webhook_id"] == hook.webhook_id
+    assert failed["detail"]["event_id"] == receiver.got[0].webhook_id
+    assert failed["detail"]["attempts"] == 3
+
+
+def test_every_event_type_and_a_ping_reach_an_unfiltered_webhook(start: Start) -> None:
+    """inbox (created), run_event (with its run_id), message and a test ping: all signed; the
+    data is exactly what the live stream shows for the same id."""
+    server = start()
+    secret = new_secret()
+    receiver = Receiver(secret).start()
+    try:
+        run_id = new_run_id()
+        hook = _webhook(server, receiver.url, secret, events=("message", "inbox", "run_event"))
+        _mail(server, run_id)
+        server.call(server.runtime.webhooks.enqueue_ping(hook.webhook_id, clock.now()))
+        got = receiver.until(
+            lambda got: {"message", "inbox", "run_event", "ping"} <= {g.body["type"] for g in got}
+        )
+    finally:
+        receiver.stop()
+    assert all(g.verified for g in got)
+    created = next(g.body["data"] for g in got if g.body["type"] == "inbox")
+    assert created["state"] == "created" and created["run_id"] == run_id
+    assert all(g.body["data"]["run_id"] == run_id for g in got if g.body["type"] == "run_event")
+    ping = next(g.body for g in got if g.body["type"] == "ping")
+    assert ping["data"] == {"webhook_id": hook.webhook_id}
+    assert json.loads(got[0].raw) == got[0].body
+
+
+def _until_rows(server: InProcess, hook: Webhook, done: Callable[[Any], Any]) -> Any:
+    deadline = clock.now() + 20
+    while True:
+        rows = server.call(server.runtime.webhooks.deliveries(hook.webhook_id, None, 50))
+        if done(rows):
+            return rows
+        assert clock.now() < deadline, rows
+        server.call(_pause())
+
+
+def _until_hook(server: InProcess, hook: Webhook, done: Callable[[Webhook], bool]) -> Webhook:
+    deadline = clock.now() + 20
+    while True:
+        stored = server.call(server.runtime.webhooks.webhook(hook.webhook_id))
+        if stored is not None and done(stored):
+            return stored
+        assert clock.now() < deadline
+        server.call(_pause())
+
+
+async def _pause() -> None:
+    import asyncio
+
+    await asyncio.sleep(0.05)
