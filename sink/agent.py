@@ -95,9 +95,6 @@ class CreateRequest:
     match: Match = field(default_factory=Match)
 
 
-WAIT_ORDERS = ("oldest", "newest")
-
-
 @dataclass(frozen=True, slots=True)
 class WaitRequest:
     timeout_s: float | None = None  # None: the policy's long_poll_max_s

@@ -355,13 +355,3 @@ async def _shared(work: Awaitable[T]) -> T:
         return await asyncio.wait_for(work, _BOOKKEEPING_S)
     except (StorageError, TimeoutError) as exc:
         raise _FleetAway from exc
-
-
-async def apply_fault(fault: Fault, deadline: float) -> None:
-    """Act out an injected fault: hold past the deadline, fail, or add a delay."""
-    if fault.mode == "timeout":
-        await asyncio.sleep(deadline + 60)  # cut short by the caller's deadline
-    elif fault.mode == "error":
-        raise ProviderError(f"injected fault {fault.fault_id}")
-    elif fault.mode == "delay" and fault.delay_s:
-        await asyncio.sleep(fault.delay_s)

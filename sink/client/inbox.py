@@ -76,15 +76,6 @@ class _Handle:
         )
 
 
-def _match(
-    subject_contains: str | None,
-    from_contains: str | None,
-    body_contains: str | None,
-    max_age_s: int | None,
-) -> Match:
-    return Match(subject_contains, from_contains, body_contains, max_age_s)
-
-
 class Inbox(_Handle):
     """A leased inbox bound to its run (sync). Every call names the run, so the server checks it."""
 
@@ -117,7 +108,7 @@ class Inbox(_Handle):
     ) -> Envelope:
         """One wait_for_message (spends one poll). Criteria given here replace the inbox's own;
         ``order="newest"`` takes the newest unclaimed match (a resend's)."""
-        match = _match(subject_contains, from_contains, body_contains, max_age_s)
+        match = Match(subject_contains, from_contains, body_contains, max_age_s)
         self.envelope = self._sink.wait_for_message(
             self.inbox_id,
             timeout_s=timeout_s,
@@ -162,7 +153,7 @@ class Inbox(_Handle):
         answer (expired, stop, create_new_inbox, a refused run) or when ``timeout_s`` runs out.
         """
         clock = self._sink.clock
-        match = _match(subject_contains, from_contains, body_contains, max_age_s)
+        match = Match(subject_contains, from_contains, body_contains, max_age_s)
         plan = self._expectation(match, timeout_s, long_poll_s, clock.monotonic())
         try:
             while True:
@@ -230,7 +221,7 @@ class AsyncInbox(_Handle):
         max_age_s: int | None = None,
         order: str | None = None,
     ) -> Envelope:
-        match = _match(subject_contains, from_contains, body_contains, max_age_s)
+        match = Match(subject_contains, from_contains, body_contains, max_age_s)
         self.envelope = await self._sink.wait_for_message(
             self.inbox_id,
             timeout_s=timeout_s,
@@ -269,7 +260,7 @@ class AsyncInbox(_Handle):
     ) -> Message:
         """See ``Inbox.expect_message``."""
         clock = self._sink.clock
-        match = _match(subject_contains, from_contains, body_contains, max_age_s)
+        match = Match(subject_contains, from_contains, body_contains, max_age_s)
         plan = self._expectation(match, timeout_s, long_poll_s, clock.monotonic())
         try:
             while True:

@@ -155,10 +155,6 @@ def _values(words: tuple[StrEnum, ...]) -> list[str]:
     return [word.value for word in words]
 
 
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"anyOf": [schema, {"type": "null"}]}
-
-
 _RUN_ID = _string()  # the instructions say what it is; the server checks its form
 _INBOX_ID = _string()
 _MESSAGE_ID = _string()
