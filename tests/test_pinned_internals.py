@@ -7,7 +7,9 @@ of a method the library no longer calls is silently dead (the idle timer, the co
 the signal handling go back to the library's own), and an attribute set on a connection that
 the library no longer reads changes nothing. This test names the package, its version and
 the missing name instead. ``INTERNALS`` lists every such name, each with where it is used;
-whoever moves a pin reads this list against the new release first.
+whoever moves a pin reads this list against the new release first. A method that one of
+runsink's subclasses of these libraries' classes overrides and the list lacks fails too, so an
+override added later cannot go unlisted.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ from packaging.version import Version
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
+from api.connections import GuardedH11Protocol
+from api.serve import _UvicornServer
+from sink.smtp.loop import LeanLoopSMTP
+from sink.smtp.protocol import RunsinkSMTP
 from tests import pins
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,6 +151,23 @@ INTERNALS: tuple[Internal, ...] = (
 )
 
 PINNED = ("aiosmtpd", "uvicorn", "h11")
+
+# runsink's subclasses of the pinned libraries' classes: what each overrides must be listed.
+SUBCLASSES: tuple[tuple[str, type, type], ...] = (
+    ("aiosmtpd", LeanLoopSMTP, aiosmtpd_smtp.SMTP),
+    ("aiosmtpd", RunsinkSMTP, aiosmtpd_smtp.SMTP),
+    ("uvicorn", GuardedH11Protocol, H11Protocol),
+    ("uvicorn", _UvicornServer, uvicorn.Server),
+)
+# Overridable without a listing: asyncio's protocol interface, and aiosmtpd's documented
+# command methods (``smtp_<COMMAND>``) and ``push``.
+_ASYNCIO_PROTOCOL = frozenset(name for name in dir(asyncio.Protocol) if not name.startswith("_"))
+
+
+def _documented(package: str, name: str) -> bool:
+    if name in _ASYNCIO_PROTOCOL:
+        return True
+    return package == "aiosmtpd" and (name.startswith("smtp_") or name == "push")
 
 
 # -- the objects the names are looked up on, built by the libraries themselves ------------
@@ -274,6 +297,23 @@ def test_every_internal_runsink_touches_is_still_there(
         if internal.package == package and (problem := _problem(internal, objects)) is not None
     ]
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    ("package", "ours", "theirs"), SUBCLASSES, ids=[ours.__name__ for _, ours, _ in SUBCLASSES]
+)
+def test_every_library_method_a_runsink_subclass_overrides_is_listed(
+    package: str, ours: type, theirs: type
+) -> None:
+    """An override of a library's name (past its documented interface) is in INTERNALS."""
+    listed = {internal.name for internal in INTERNALS if internal.package == package}
+    overridden = [
+        name for name in vars(ours) if not name.startswith("__") and hasattr(theirs, name)
+    ]
+    unlisted = [
+        name for name in overridden if name not in listed and not _documented(package, name)
+    ]
+    assert not unlisted, f"{ours.__name__} overrides {package}'s {unlisted}: list them in INTERNALS"
 
 
 def _requirements() -> dict[str, Requirement]:
