@@ -308,3 +308,32 @@ def test_a_ping_is_queued_at_once(backend: Callable[..., Any]) -> None:
         assert json.loads(due.body)["data"] == {"webhook_id": hook.webhook_id}
 
     backend(scenario)
+
+
+def test_two_postgres_replicas_never_lease_one_delivery_twice(pg_dsn: str) -> None:
+    """Replicas taking at the same moment get disjoint deliveries, 8 per webhook in all."""
+
+    async def scenario() -> tuple[list[Any], list[Any]]:
+        stores = [PostgresStore(pg_dsn), PostgresStore(pg_dsn)]
+        for store in stores:
+            await store.open()
+        try:
+            hooks = [_hook(events=("run_event",)), _hook(events=("run_event",))]
+            for hook in hooks:
+                await stores[0].webhooks.create_webhook(hook)
+            await stores[0].add_events(
+                [Event("r", "breaker_opened", clock.now(), "ib_x") for _ in range(12)]
+            )
+            one, two = await asyncio.gather(
+                *(store.webhooks.take_due(NOW, 100) for store in stores)
+            )
+            return one, two
+        finally:
+            for store in stores:
+                await store.close()
+
+    one, two = asyncio.run(scenario())
+    assert not {d.delivery_id for d in one} & {d.delivery_id for d in two}
+    taken = one + two
+    per_hook = {h: sum(d.webhook_id == h for d in taken) for h in {d.webhook_id for d in taken}}
+    assert sorted(per_hook.values()) == [IN_FLIGHT_MAX, IN_FLIGHT_MAX]

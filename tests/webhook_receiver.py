@@ -36,6 +36,7 @@ class Receiver:
         self.secret = secret
         self.answer = answer
         self.got: list[Received] = []
+        self.in_flight = 0  # requests being answered now
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         with socket.socket() as probe:  # a free port, kept for restarts
@@ -68,17 +69,21 @@ class Receiver:
                 )
                 with receiver._lock:
                     receiver.got.append(item)
+                    receiver.in_flight += 1
                     nth = sum(g.webhook_id == item.webhook_id for g in receiver.got)
                 answer = receiver.answer(nth)
                 status, delay = answer if isinstance(answer, tuple) else (answer, 0.0)
-                if delay:
-                    time.sleep(delay)  # the slow receiver under test (in its own thread)
                 try:
+                    if delay:
+                        time.sleep(delay)  # the slow receiver under test (in its own thread)
                     self.send_response(status)
                     self.send_header("content-length", "0")
                     self.end_headers()
                 except OSError:
-                    pass  # the sender gave up (timed out) first
+                    pass  # the sender gave up (timed out, or was killed) first
+                finally:
+                    with receiver._lock:
+                        receiver.in_flight -= 1
 
             def log_message(self, *_args: Any) -> None:
                 pass

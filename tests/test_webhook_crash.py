@@ -1,0 +1,164 @@
+"""Webhooks survive crashes (real server processes, SIGKILL): a delivery is written with its
+event, so mail that arrives while the receiver is down is delivered after a restart; on two
+PostgreSQL replicas one killed mid-delivery leaves its deliveries to the other. Every event
+is delivered at least once, and a duplicate always has the same webhook-id and body."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from sink import clock
+from sink.storage.postgres import PostgresStore
+from sink.storage.sqlite import SQLiteStore
+from sink.webhook_signature import new_secret
+from sink.webhooks.model import Webhook, new_webhook_id
+from tests.pg_cluster import Cluster
+from tests.support import Server, create_inbox, new_run_id, start_server
+from tests.webhook_receiver import Received, Receiver
+
+MAILS = 5
+
+
+def _store(db: Path | str) -> Any:
+    return PostgresStore(db) if isinstance(db, str) else SQLiteStore(db)
+
+
+def _create_webhook(db: Path | str, url: str, secret: str, run_id: str) -> Webhook:
+    """Register a webhook straight in the store (as POST /v1/webhooks does)."""
+    hook = Webhook(
+        new_webhook_id(),
+        url,
+        ("message", "inbox", "run_event"),
+        run_id,
+        None,
+        None,
+        secret,
+        clock.now(),
+        created_by_admin=True,
+    )
+
+    async def create() -> None:
+        store = _store(db)
+        await store.open()
+        try:
+            await store.webhooks.create_webhook(hook)
+        finally:
+            await store.close()
+
+    asyncio.run(create())
+    return hook
+
+
+def _outbox(db: Path | str, hook: Webhook) -> list[Any]:
+    async def read() -> list[Any]:
+        store = _store(db)
+        await store.open()
+        try:
+            rows: list[Any] = await store.webhooks.deliveries(hook.webhook_id, None, 1000)
+            return rows
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
+def _attempted(server: Server, count: int = 1) -> None:
+    deadline = time.monotonic() + 20
+    while sum(line.get("event") == "webhook_attempt" for line in server.log_lines()) < count:
+        assert time.monotonic() < deadline, "no delivery attempt was made"
+        time.sleep(0.05)
+
+
+def _check_at_least_once(got: list[Received], event_ids: set[str]) -> None:
+    """Every event arrived; a duplicate has the same id and the same body; all verified."""
+    assert all(g.verified for g in got)
+    by_id: dict[str, set[bytes]] = defaultdict(set)
+    for g in got:
+        by_id[g.webhook_id].add(g.raw)
+        assert g.body["id"] == g.webhook_id
+    assert set(by_id) == event_ids
+    assert all(len(bodies) == 1 for bodies in by_id.values())
+
+
+def test_mail_that_came_while_the_receiver_was_down_is_delivered_after_a_sigkill(
+    tmp_path: Path, own_db: str | None
+) -> None:
+    """Receiver down, mail arrives (250s given), the server is SIGKILLed and restarted, the
+    receiver comes up: every event (inbox, run events, messages) is delivered."""
+    db: Path | str = own_db or tmp_path / "runsink.db"
+    secret = new_secret()
+    receiver = Receiver(secret)  # not started: connections are refused
+    run_id = new_run_id()
+    hook = _create_webhook(db, receiver.url, secret, run_id)
+    args = ("--webhook-retry-s", "0.5,1,2,30,30,30,30")
+    server = start_server(tmp_path / "one", *args, db=db)
+    try:
+        with server.http() as client:
+            inbox = create_inbox(client, run_id)
+        for n in range(MAILS):
+            server.send(inbox["address"], subject=f"Mail {n}")
+        _attempted(server)
+    finally:
+        server.stop(signal.SIGKILL)
+    receiver.start()
+    restarted = start_server(tmp_path / "two", *args, db=db)
+    try:
+        # created + its inbox event, and per mail message_accepted + its message event.
+        expected = 2 + 2 * MAILS
+        got = receiver.until(lambda got: len({g.webhook_id for g in got}) >= expected)
+    finally:
+        restarted.stop()
+        receiver.stop()
+    rows = _outbox(db, hook)  # after the stop: with SQLite, one process owns the file
+    _check_at_least_once(receiver.snapshot(), {r.event_id for r in rows})
+    subjects = {g.body["data"]["subject"] for g in got if g.body["type"] == "message"}
+    assert subjects == {f"Mail {n}" for n in range(MAILS)}
+
+
+def test_two_replicas_one_killed_mid_delivery_deliver_every_event(
+    tmp_path: Path, pg_cluster: Cluster, policy_file: str
+) -> None:
+    """A takes the deliveries (8 in flight, the per-webhook cap) and is SIGKILLed while the
+    slow receiver holds them; B, on the same database, makes those attempts again once A's
+    leases end, and the rest: every event delivered, duplicates under the same id."""
+    dsn = pg_cluster.dsn(pg_cluster.new_database("runsink_template"))
+    secret = new_secret()
+    receiver = Receiver(secret, answer=lambda n: (200, 4.0) if n == 1 else 200).start()
+    run_id = new_run_id()
+    hook = _create_webhook(dsn, receiver.url, secret, run_id)
+    a = start_server(tmp_path / "a", "--policy-file", policy_file, db=dsn)
+    b: Server | None = None
+    try:
+        with a.http() as client:
+            inbox = create_inbox(client, run_id)
+        for n in range(MAILS):
+            a.send(inbox["address"], subject=f"Mail {n}")
+        receiver.until(lambda got: len(got) >= 8)  # A's eight attempts, held by the receiver
+        assert receiver.in_flight > 0  # A is mid-delivery
+        a.stop(signal.SIGKILL)
+        b = start_server(tmp_path / "b", "--policy-file", policy_file, db=dsn)
+        expected = 2 + 2 * MAILS
+        receiver.until(lambda got: len({g.webhook_id for g in got}) >= expected, deadline_s=60)
+        rows = _until_settled(dsn, hook, expected)
+    finally:
+        a.stop(signal.SIGKILL)
+        if b is not None:
+            b.stop()
+        receiver.stop()
+    _check_at_least_once(receiver.snapshot(), {r.event_id for r in rows})
+
+
+def _until_settled(dsn: str, hook: Webhook, expected: int) -> list[Any]:
+    deadline = time.monotonic() + 60
+    while True:
+        rows = _outbox(dsn, hook)
+        delivered = [r for r in rows if r.state.value == "delivered"]
+        if len({r.event_id for r in delivered}) >= expected:
+            return delivered
+        assert time.monotonic() < deadline, rows
+        time.sleep(0.2)
