@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.routing import BaseRoute
+from starlette.types import ASGIApp
 
-from api import ui
+from api import endpoints, ui
 from api.auth import Authority
 from api.connections import LongPollGate
 from api.errors import error_response, internal_error, runsink_error, validation_error
 from api.local_safety import LocalSafety
-from api.mailbox import MAILBOX_ROUTES
-from api.mailpit import MAILPIT_ROUTES
 from api.middleware import EdgeMiddleware
-from api.routes import ROUTES
+from api.state import AppState, hang
 from api.streams import StreamGate
+from api.ui.pages import static_routes
 from api.waitpath import WaitEndpoint, WaitPath
 from sink.errors import RunsinkError
 from sink.runtime import Runtime
@@ -64,9 +63,19 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return internal_error(request, exc)
 
 
-def create_app(runtime: Runtime, extra_routes: list[Any] | None = None) -> Any:
+def app_routes() -> list[BaseRoute]:
+    """Every route the application serves: the endpoint table's, and the UI's static files."""
+    return [*endpoints.routes(), *static_routes()]
+
+
+def create_app(runtime: Runtime, mcp: ASGIApp | None = None) -> ASGIApp:
+    """The HTTP application over a started ``runtime``: the endpoint table's routes, the
+    edge (tokens, scopes, traces, limits) and the UI's gate in front; ``mcp`` (the
+    composition root's ``LazyMcp``) answers ``/mcp`` when given."""
+    assert runtime.keyring is not None, "the runtime is not started"
+    assert runtime.agent is not None, "the runtime is not started"
     app = Starlette(
-        routes=[*ROUTES, *MAILBOX_ROUTES, *MAILPIT_ROUTES, *(extra_routes or []), *ui.ROUTES],
+        routes=app_routes(),
         exception_handlers={
             HTTPException: _http_error,
             RunsinkError: _runsink_error,
@@ -75,16 +84,19 @@ def create_app(runtime: Runtime, extra_routes: list[Any] | None = None) -> Any:
             Exception: _unexpected,
         },
     )
-    app.state.runtime = runtime
     caps = runtime.capacity
-    app.state.long_polls = LongPollGate(caps.long_polls if caps else 1 << 30)
-    app.state.streams = StreamGate(caps.streams if caps else 1 << 30, app.state.long_polls)
-    assert runtime.keyring is not None, "the runtime is not started"
+    long_polls = LongPollGate(caps.long_polls if caps else 1 << 30)
     authority = Authority(runtime.keyring, runtime.store)
-    app.state.authority = authority
-    assert runtime.agent is not None, "the runtime is not started"
-    waits = WaitEndpoint(runtime.agent, runtime.metrics, authority, app.state.long_polls)
-    app.state.waits = waits
+    state = AppState(
+        runtime=runtime,
+        authority=authority,
+        long_polls=long_polls,
+        streams=StreamGate(caps.streams if caps else 1 << 30, long_polls),
+        waits=WaitEndpoint(runtime.agent, runtime.metrics, authority, long_polls),
+        ui=ui.ui_state(authority),
+        mcp=mcp,
+    )
+    hang(app, state)
     edge = EdgeMiddleware(app, runtime.metrics, authority)
-    served = WaitPath(ui.serve(app, edge, runtime), waits, runtime.metrics, authority)
+    served = WaitPath(ui.serve(edge, state), state.waits, runtime.metrics, authority)
     return LocalSafety(served, runtime.settings, runtime.metrics)

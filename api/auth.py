@@ -4,10 +4,10 @@
 case-insensitive, RFC 9110 section 11.1; the token is taken as given, no padding).
 ``Authority.grant_for`` turns them into a ``Grant`` (sink/tokens.py), and
 ``Authority.check_route`` decides from the method and path alone, looking up the run
-that owns an inbox or message when the scope depends on it. The route table below
-(``route_op``) maps every path to an operation of ``sink/scopes.py``; a path it does
-not know is a read (GET, HEAD) or an admin operation (anything else), so a route added
-later is never open to a ``runs:`` token by accident.
+that owns an inbox or message when the scope depends on it. Every endpoint names its
+operation of ``sink/scopes.py`` in the endpoint table (``api/endpoints.py``, read by
+``route_op``); a path no endpoint takes is a read (GET, HEAD) or an admin operation
+(anything else).
 
 Runs named in a body, ``X-Run-Id`` or ``?run_id=`` are checked by the routes
 (``check_run``), and the MCP tools make the same calls (``api/mcp.py``). Filtered views
@@ -23,7 +23,6 @@ scope covers the owner but who named another run, as before.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -31,6 +30,7 @@ from typing import Any, TypeVar
 from starlette.datastructures import Headers
 from starlette.requests import HTTPConnection
 
+from api import endpoints
 from api.context import context_of
 from sink import scopes
 from sink.errors import ForbiddenScope, NotFound, ProviderTimeout
@@ -46,7 +46,7 @@ T = TypeVar("T")
 _LOOKUP_DEADLINE_S = 2.0
 
 # Paths that need no token at all.
-OPEN_PATHS = ("/healthz", "/readyz")
+OPEN_PATHS = endpoints.OPEN_PATHS
 
 
 def bearer_token(headers: Headers) -> str | None:
@@ -110,43 +110,25 @@ def visibility_of(scope: Mapping[str, Any]) -> scopes.Visibility:
     return scopes.visibility(grant_of(scope).scope)
 
 
-# -- the route table ---------------------------------------------------------------------
-
-_ID = r"([^/]+)"
-# (methods, path pattern, operation, what the run comes from)
-_ROUTES: list[tuple[frozenset[str], re.Pattern[str], Op, str | None]] = [
-    (frozenset({"POST"}), re.compile(r"/v1/inboxes"), scopes.CREATE, "body"),
-    (frozenset({"GET", "HEAD"}), re.compile(rf"/v1/inboxes/{_ID}"), scopes.GET, "inbox"),
-    (frozenset({"POST"}), re.compile(rf"/v1/inboxes/{_ID}/wait"), scopes.WAIT, "inbox"),
-    (frozenset({"GET", "HEAD"}), re.compile(rf"/v1/inboxes/{_ID}/messages"), scopes.LIST, "inbox"),
-    (frozenset({"GET", "HEAD"}), re.compile(r"/v1/messages"), scopes.SEARCH, None),
-    (
-        frozenset({"GET", "HEAD"}),
-        re.compile(rf"/v1/messages/{_ID}(?:/.*)?"),
-        scopes.READ_MESSAGE,
-        "message",
-    ),
-    (frozenset({"POST"}), re.compile(rf"/v1/messages/{_ID}/claim"), scopes.CLAIM, "message"),
-    (frozenset({"GET", "HEAD"}), re.compile(rf"/v1/runs/{_ID}"), scopes.REPORT, "run"),
-    (frozenset({"DELETE"}), re.compile(rf"/v1/runs/{_ID}"), scopes.RELEASE, "run"),
-    (frozenset({"POST"}), re.compile(rf"/v1/runs/{_ID}/token"), scopes.MINT, "run"),
-    (frozenset({"GET", "HEAD"}), re.compile(r"/v1/events"), scopes.EVENTS, None),
-    (frozenset({"GET", "POST", "DELETE"}), re.compile(r"/mcp/?"), scopes.ANY, None),
-    (frozenset({"GET", "HEAD"}), re.compile(r"/openapi\.json"), scopes.ANY, None),
-]
+# -- the operation of a request ------------------------------------------------------------
 
 
 def route_op(method: str, path: str) -> tuple[Op, str | None, str | None]:
-    """(operation, where its run comes from, the id or run in the path) for a request."""
-    for methods, pattern, op, source in _ROUTES:
-        found = pattern.fullmatch(path)
-        if found is not None and method in methods:
-            return op, source, found.group(1) if found.groups() else None
-    # Everything else: /v1/unrouted, /api/v1/ (Mailpit), /v1/faults, /metrics, the UI, and
-    # routes added later. Reads need `read`; anything else needs `admin`.
-    if method in ("GET", "HEAD"):
-        return scopes.READ_ALL, None, None
-    return scopes.ADMINISTER, None, None
+    """(operation, where its run comes from, the id or run in the path) for a request.
+
+    The endpoint table (``api/endpoints.py``) says it. A request no endpoint takes (a
+    path or method that will be 404 or 405) is a read (GET, HEAD) or an admin operation
+    (anything else): never open to a ``runs:`` token by accident.
+    """
+    found = endpoints.find(method, path)
+    if found is None:
+        return (scopes.READ_ALL if method in ("GET", "HEAD") else scopes.ADMINISTER), None, None
+    endpoint = found.endpoint
+    if endpoint.op is None:
+        return scopes.ANY, None, None  # open (OPEN_PATHS: the edge asks for no token)
+    owner = endpoint.owner
+    value = found.first if owner is not None and owner != "body" else None
+    return endpoint.op, owner, value
 
 
 # -- the authority ---------------------------------------------------------------------

@@ -72,7 +72,7 @@ def _serve(args: argparse.Namespace) -> int:
     logs.quiet_http_server("uvicorn.access", "uvicorn", "uvicorn.error")
     mcp = LazyMcp()
     try:
-        _run(serve(settings, partial(create_app, extra_routes=[mcp.route]), mcp.running), settings)
+        _run(serve(settings, partial(create_app, mcp=mcp), mcp.running), settings)
     except ConfigError as exc:
         print(f"runsink: {exc.message}", file=sys.stderr)
         return 2

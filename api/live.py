@@ -19,14 +19,15 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from api.apidoc import DOWNLOAD_TYPES
 from api.auth import grant_of, implied_run
 from api.context import context_of
+from api.state import state_of
 from api.streams import StreamGate, holders
 from sink import clock, ids
 from sink.errors import InvalidRequest, NotFound
 from sink.events import Hub, Subscriber
 from sink.message import Part, attachment_parts
-from sink.runtime import Runtime
 from sink.scopes import Kind
 
 KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing an idle stream
@@ -62,8 +63,8 @@ async def events(request: Request) -> Response:
         run_id = implied_run(grant)  # a run token's stream is its run
     if run_id is not None:
         context_of(request.scope).note(run_id=run_id)
-    runtime: Runtime = request.app.state.runtime
-    gate: StreamGate = request.app.state.streams
+    state = state_of(request)
+    runtime, gate = state.runtime, state.streams
     shares = holders(grant, run_id)
     refusal = gate.enter(shares)
     if refusal is not None:
@@ -157,29 +158,8 @@ async def _body(send: Send, chunk: bytes) -> None:
 # -- attachments ----------------------------------------------------------------------------
 
 # Types a browser shows without running or rendering anything active, served as declared (the
-# OpenAPI document lists them); all others (HTML, SVG, XML, JavaScript, and whatever is
-# unknown) download as application/octet-stream.
-DOWNLOAD_TYPES = sorted(
-    {
-        "application/octet-stream",
-        "application/pdf",
-        "application/zip",
-        "application/gzip",
-        "application/json",
-        "text/plain",
-        "text/csv",
-        "text/calendar",
-        "image/png",
-        "image/jpeg",
-        "image/gif",
-        "image/webp",
-        "image/bmp",
-        "audio/mpeg",
-        "audio/ogg",
-        "video/mp4",
-        "video/webm",
-    }
-)
+# OpenAPI document lists them: api/apidoc.py); all others (HTML, SVG, XML, JavaScript, and
+# whatever is unknown) download as application/octet-stream.
 _INERT_TYPES = frozenset(DOWNLOAD_TYPES)
 _ASCII_SAFE = re.compile(r"[^A-Za-z0-9._ ()+-]")
 

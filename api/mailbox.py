@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 from starlette.types import Scope
 
 from api.auth import grant_of, implied_run, visibility_of
@@ -94,12 +93,3 @@ async def search_in_scope(
     if run_id is None:
         run_id = implied_run(grant)  # a run token searches its run
     return await mailbox.search(query, run_id, cursor, limit)
-
-
-MAILBOX_ROUTES = [
-    Route("/v1/messages", search, methods=["GET"]),
-    Route("/v1/unrouted", list_caught, methods=["GET"]),
-    Route("/v1/unrouted/{caught_id}", read_caught, methods=["GET"]),
-    Route("/v1/unrouted/{caught_id}/raw", raw_caught, methods=["GET"]),
-    Route("/v1/unrouted/{caught_id}/attachments/{index}", caught_attachment, methods=["GET"]),
-]

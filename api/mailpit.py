@@ -20,7 +20,6 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
-from starlette.routing import Route
 
 from api.routes import _json_body, _runtime
 from api.snippet import snippet
@@ -365,16 +364,3 @@ async def info(request: Request) -> Response:
             },
         }
     )
-
-
-MAILPIT_ROUTES = [
-    Route("/api/v1/messages", list_messages, methods=["GET"]),
-    Route("/api/v1/messages", delete_messages, methods=["DELETE"]),
-    Route("/api/v1/search", search, methods=["GET"]),
-    Route("/api/v1/message/{id}", get_message, methods=["GET"]),
-    Route("/api/v1/message/{id}/raw", get_raw, methods=["GET"]),
-    Route("/api/v1/message/{id}/headers", get_headers, methods=["GET"]),
-    Route("/api/v1/message/{id}/part/{part_id}", get_part, methods=["GET"]),
-    Route("/api/v1/info", info, methods=["GET"]),
-    Route("/view/{name}", view, methods=["GET"]),
-]

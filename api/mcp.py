@@ -28,11 +28,12 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.auth import Authority, grant_of
+from api.auth import grant_of
 from api.context import context_of
 from api.errors import error_response, internal_error, runsink_error, validation_error
 from api.mailbox import search_in_scope
 from api.schemas import ClaimIn, CreateInboxIn, WaitIn
+from api.state import state_of
 from api.views import (
     create_request,
     created_out,
@@ -43,7 +44,6 @@ from api.views import (
     wait_request,
 )
 from sink import scopes
-from sink.agent import Agent
 from sink.envelope import Envelope
 from sink.errors import InvalidRequest, RunsinkError
 from sink.guidance import Call
@@ -100,13 +100,10 @@ class AgentBackend:
     """The five calls on this process's Agent, for one ``/mcp`` request."""
 
     def __init__(self, request: Request) -> None:
-        agent = request.app.state.runtime.agent
-        assert isinstance(agent, Agent), "the runtime is not started"
-        self._agent = agent
+        state = state_of(request)
+        self._agent = state.agent
         self._request = request
-        authority = request.app.state.authority
-        assert isinstance(authority, Authority)
-        self._authority = authority
+        self._authority = state.authority
         self._grant = grant_of(request.scope)
         self._context = context_of(request.scope)
         self._trace = self._context.explicit_trace
@@ -197,7 +194,7 @@ class AgentBackend:
             await self._authority.check_route(self._grant, "GET", "/v1/messages", run_id)
             if run_id is not None:
                 self._authority.check_run(self._grant, scopes.SEARCH, run_id)
-            mailbox = self._request.app.state.runtime.mailbox
+            mailbox = state_of(self._request).runtime.mailbox
             scope = self._request.scope
             page = await search_in_scope(scope, mailbox, query, run_id, cursor, limit)
             return search_out(page).model_dump(mode="json")

@@ -5,6 +5,10 @@ its idle memory), and most servers never see an MCP client. So the route starts 
 stand-in: the first request imports ``api/mcp.py``, starts its session manager in a task
 of its own (the SDK's task group must be entered and left by one task), and hands every
 request to it from then on. ``running()`` stops that task when the server stops.
+
+The composition root (``api/cli.py``) makes one ``LazyMcp`` and gives it to ``create_app``,
+which keeps it in the application's state; the table's ``/mcp`` rows name ``ENDPOINT``,
+which hands each request to it.
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from api.errors import error_response
+from api.state import state_of
 
 if TYPE_CHECKING:
     from api.mcp import McpEndpoint
@@ -29,7 +35,6 @@ class LazyMcp:
         self._starting = asyncio.Lock()
         self._stop = asyncio.Event()
         self._sessions: asyncio.Task[None] | None = None  # the session manager's own task
-        self.route = Route("/mcp", self)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         app = self._app or await self._start()
@@ -69,3 +74,18 @@ class LazyMcp:
         async with endpoint.running():
             ready.set()
             await self._stop.wait()
+
+
+class _Endpoint:
+    """The ``/mcp`` route's endpoint: the application's ``LazyMcp``, when it has one."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        mcp = state_of(scope).mcp
+        if mcp is None:
+            response = error_response(404, "not_found", "this server does not serve /mcp")
+            await response(scope, receive, send)
+            return
+        await mcp(scope, receive, send)
+
+
+ENDPOINT = _Endpoint()

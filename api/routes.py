@@ -1,4 +1,4 @@
-"""The HTTP endpoints. The route table at the bottom fits on one screen."""
+"""The HTTP endpoints of the inbox API (routes, scopes, documentation: api/endpoints.py)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from api import live
 from api.auth import Authority, grant_of, is_agent, route_op
 from api.calls import route_call
 from api.context import context_of, continue_trace
-from api.errors import error_response
 from api.inputs import model, named_run, parse_json, run_id_param
 from api.middleware import BODY_TOO_LARGE, BodyTooLarge
 from api.replies import envelope_response
+from api.state import state_of
 from sink import clock, ids, run_tokens
 from sink.agent import Agent
 from sink.envelope import Envelope
@@ -27,8 +26,6 @@ from sink.runtime import Runtime
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
-
-    from api.waitpath import WaitEndpoint
 
 # The wire models (pydantic, api/schemas.py, api/views.py: ~90 ms of imports) load in the
 # handlers, not at start-up; api/serve.py loads them right after the first answer.
@@ -43,14 +40,11 @@ _IDEMPOTENCY_KEY = ids.IDEMPOTENCY_KEY
 
 
 def _runtime(request: Request) -> Runtime:
-    runtime: Runtime = request.app.state.runtime
-    return runtime
+    return state_of(request).runtime
 
 
 def _agent(request: Request) -> Agent:
-    agent = _runtime(request).agent
-    assert agent is not None, "the runtime is not started"
-    return agent
+    return state_of(request).agent
 
 
 async def _json_body(request: Request, required: bool = True) -> Any:
@@ -82,8 +76,7 @@ def _caller_run(request: Request, body_run: str | None = None) -> str | None:
 
 
 def _authority(request: Request) -> Authority:
-    authority: Authority = request.app.state.authority
-    return authority
+    return state_of(request).authority
 
 
 def _check_named_run(request: Request, run_id: str) -> None:
@@ -155,9 +148,10 @@ async def get_inbox(request: Request) -> Response:
 async def wait_for_message(request: Request) -> Response:
     # The lean path in front of the app (api/waitpath.py) answers most waits; this route
     # answers the rest (a UI session, a chunked body) with the same endpoint.
-    waits: WaitEndpoint = request.app.state.waits
     inbox_id: str = request.path_params["inbox_id"]
-    return await waits.answer(request.scope, request.receive, inbox_id, partial(_raw, request))
+    return await state_of(request).waits.answer(
+        request.scope, request.receive, inbox_id, partial(_raw, request)
+    )
 
 
 async def _raw(request: Request) -> bytes:
@@ -364,30 +358,3 @@ async def openapi(request: Request) -> Response:
     from api.openapi import openapi_document
 
     return JSONResponse(openapi_document())
-
-
-async def not_found(request: Request, exc: Exception) -> Response:
-    return error_response(404, "not_found", "no such endpoint")
-
-
-ROUTES = [
-    Route("/v1/inboxes", create_inbox, methods=["POST"]),
-    Route("/v1/inboxes/{inbox_id}", get_inbox, methods=["GET"]),
-    Route("/v1/inboxes/{inbox_id}/wait", wait_for_message, methods=["POST"]),
-    Route("/v1/inboxes/{inbox_id}/messages", list_messages, methods=["GET"]),
-    Route("/v1/messages/{message_id}", read_message, methods=["GET"]),
-    Route("/v1/messages/{message_id}/raw", raw_message, methods=["GET"]),
-    Route("/v1/messages/{message_id}/attachments/{index}", attachment, methods=["GET"]),
-    Route("/v1/messages/{message_id}/claim", claim_message, methods=["POST"]),
-    Route("/v1/runs/{run_id}", run_report, methods=["GET"]),
-    Route("/v1/runs/{run_id}", release_run, methods=["DELETE"]),
-    Route("/v1/runs/{run_id}/token", mint_run_token, methods=["POST"]),
-    Route("/v1/events", live.events, methods=["GET"]),
-    Route("/v1/faults", add_fault, methods=["POST"]),
-    Route("/v1/faults", list_faults, methods=["GET"]),
-    Route("/v1/faults", clear_faults, methods=["DELETE"]),
-    Route("/healthz", healthz, methods=["GET"]),
-    Route("/readyz", readyz, methods=["GET"]),
-    Route("/metrics", metrics, methods=["GET"]),
-    Route("/openapi.json", openapi, methods=["GET"]),
-]

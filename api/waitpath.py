@@ -4,11 +4,12 @@ Thousands of long-polls wait at once (issue 13), and what a parked request holds
 for the whole wait. Through Starlette that was a dozen coroutine frames (the UI's gate, the
 edge middleware, Starlette's error and exception middlewares, the router, the route, its
 wrappers) and a second task listening for the client to leave. ``WaitPath`` sits in front
-of the app and answers ``POST /v1/inboxes/{inbox_id}/wait`` itself with the edge's own
-functions (``api/middleware.py``: trace ids, the token and its scope, the safe headers, the
-access log line and the latency metric) and the app's error replies (``api/errors.py``),
-then ``WaitEndpoint.answer``, which the Starlette route calls too; a hang-up cancels the
-wait through the protocol (``api/hangup.py``), with no task of its own.
+of the app and answers ``POST /v1/inboxes/{inbox_id}/wait`` (the table's ``WAIT``,
+``api/endpoints.py``) itself with the edge's own functions (``api/middleware.py``: trace
+ids, the token and its scope, the safe headers, the access log line and the latency
+metric) and the app's error replies (``api/errors.py``), then ``WaitEndpoint.answer``,
+which the Starlette route calls too; a hang-up cancels the wait through the protocol
+(``api/hangup.py``), with no task of its own.
 
 Requests it does not take go to the app unchanged, and the edge handles them as it handles
 everything: other paths and methods, a browser session (the UI's gate turns it into a
@@ -19,7 +20,6 @@ connections are for health checks, never a parked wait).
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -27,6 +27,7 @@ from typing import Any
 from starlette.datastructures import Headers, QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import hangup
@@ -34,6 +35,7 @@ from api.auth import Authority, grant_of
 from api.connections import MAX_HEAD_BYTES, MAX_TARGET_BYTES, OVERFLOW_SCOPE_KEY, LongPollGate
 from api.context import KEY as CONTEXT
 from api.context import RequestContext, context_of
+from api.endpoints import WAIT
 from api.errors import error_response, runsink_error, unexpected_error
 from api.inputs import model, named_run, parse_json
 from api.middleware import BODY_TOO_LARGE, MAX_BODY_BYTES, authorise, begin, outgoing, record
@@ -43,8 +45,8 @@ from sink.agent import Agent, WaitRequest, wait_call
 from sink.errors import NotFound, RequestTooLarge, RunsinkError
 from sink.metrics import Metrics
 
-ROUTE = "/v1/inboxes/{inbox_id}/wait"
-_PATH = re.compile(r"/v1/inboxes/([^/]+)/wait")
+ROUTE = WAIT.path
+_PATH = compile_path(ROUTE)[0]
 
 
 class WaitEndpoint:
@@ -150,12 +152,12 @@ class WaitPath:
         # One frame for the whole edge: it stays in memory while the wait is parked.
         found = None
         if scope["type"] == "http" and scope["method"] == "POST":
-            found = _PATH.fullmatch(scope["path"])
+            found = _PATH.match(scope["path"])
         headers = Headers(scope=scope)
         if found is None or not self._takes(scope, headers):
             await self.app(scope, receive, send)
             return
-        inbox_id, found = found.group(1), None
+        inbox_id, found = found.group("inbox_id"), None
         started = time.perf_counter()
         context = begin(headers)
         scope[CONTEXT] = context

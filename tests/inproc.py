@@ -112,7 +112,7 @@ class InProcess(Mailer):
         self._stack.push_async_callback(runtime.close)
         mcp = LazyMcp()
         await self._stack.enter_async_context(mcp.running())
-        return runtime, create_app(runtime, extra_routes=[mcp.route])
+        return runtime, create_app(runtime, mcp=mcp)
 
     def _end_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)

@@ -5,26 +5,31 @@ from __future__ import annotations
 from starlette.applications import Starlette
 from starlette.types import ASGIApp
 
-from api import live
+from api import endpoints, live
+from api.auth import Authority
 from api.middleware import EdgeMiddleware
+from api.state import AppState, UiState, hang
 from api.ui import access, pages
-from sink.runtime import Runtime
-
-ROUTES = pages.ROUTES
 
 
-def serve(app: Starlette, edge: ASGIApp, runtime: Runtime) -> ASGIApp:
-    """Put the UI's state on ``app`` and its sign-in gate in front of ``edge`` (the API)."""
+def ui_state(authority: Authority) -> UiState:
+    """The UI's sign-in: sessions, the token check, the throttle, the form's CSRF token."""
+    return UiState(
+        sessions=access.Sessions(),
+        tokens=access.Tokens(authority),
+        throttle=access.SignInThrottle(),
+        csrf=pages.new_csrf(),
+    )
+
+
+def serve(edge: ASGIApp, state: AppState) -> ASGIApp:
+    """The UI's sign-in gate in front of ``edge`` (the API): a signed-in browser's session
+    becomes its token; the sign-in page and the static files are served to anyone."""
+    runtime = state.runtime
     live.instrument(runtime.metrics.registry, runtime.events)
-    tokens = access.Tokens(app.state.authority)
-    sessions = access.Sessions()
-    throttle = access.SignInThrottle()
-    public = Starlette(routes=pages.PUBLIC_ROUTES)
-    for state in (app.state, public.state):
-        state.ui_sessions = sessions
-        state.ui_tokens = tokens
-        state.ui_throttle = throttle
-        state.ui_csrf = pages.new_csrf()
-        state.runtime = runtime
+    public = Starlette(
+        routes=[*endpoints.routes(frozenset({access.SIGNIN})), *pages.static_routes()]
+    )
+    hang(public, state)
     public_edge = EdgeMiddleware(public, runtime.metrics, None)
-    return access.Gate(edge, public_edge, tokens, sessions)
+    return access.Gate(edge, public_edge, state.ui.tokens, state.ui.sessions)

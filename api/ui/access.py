@@ -39,7 +39,8 @@ FAILED_SIGNINS_PER_MINUTE = 10
 _THROTTLE_WINDOW_S = 60.0
 _THROTTLE_ADDRESSES = 10_000  # client addresses remembered at most (the oldest go first)
 _SAFE_METHODS = ("GET", "HEAD")
-FORM_PATHS = ("/signin", "/signout")  # the UI's own form posts (urlencoded, same origin)
+SIGNIN = "/signin"  # the sign-in page: served to anyone (with the static files)
+FORM_PATHS = (SIGNIN, "/signout")  # the UI's own form posts (urlencoded, same origin)
 
 
 class Tokens:
@@ -201,7 +202,7 @@ class Gate:
             await self.app(scope, receive, send)
             return
         path: str = scope["path"]
-        if path == "/signin" or path.startswith("/static/"):
+        if path == SIGNIN or path.startswith("/static/"):
             await self.public(scope, receive, send)
             return
         headers = Headers(scope=scope)

@@ -20,12 +20,13 @@ from urllib.parse import parse_qs, urlencode
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
 from api.context import continue_trace
 from api.errors import TABLE
 from api.live import download_type
+from api.state import state_of
 from api.ui import access
 from api.ui.remote import remote_images
 from api.ui.render import frame_headers, inline_cids, offset, templates
@@ -54,14 +55,11 @@ _templates = functools.cache(templates)  # built on the first page served
 
 
 def _runtime(request: Request) -> Runtime:
-    runtime: Runtime = request.app.state.runtime
-    return runtime
+    return state_of(request).runtime
 
 
 def _agent(request: Request) -> Agent:
-    agent = _runtime(request).agent
-    assert agent is not None, "the runtime is not started"
-    return agent
+    return state_of(request).agent
 
 
 def _index(request: Request) -> RunIndex:
@@ -74,8 +72,7 @@ def _csrf(request: Request) -> str:
     session: access.Session | None = request.scope.get("runsink.session")
     if session is not None:
         return session.csrf
-    token: str = request.app.state.ui_csrf
-    return token
+    return state_of(request).ui.csrf
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -114,6 +111,7 @@ def _page(request: Request, name: str, status: int = 200, **values: Any) -> Resp
 # -- runs ------------------------------------------------------------------------------------
 
 
+@_html_errors
 async def runs(request: Request) -> Response:
     query = request.query_params
     run_filter = (query.get("run") or "").strip()[:128] or None
@@ -151,6 +149,7 @@ def _before(text: str | None) -> tuple[float, str] | None:
         return None
 
 
+@_html_errors
 async def run(request: Request) -> Response:
     run_id = request.path_params["run_id"]
     if not ids.RUN_ID.fullmatch(run_id):
@@ -172,6 +171,7 @@ async def run(request: Request) -> Response:
     )
 
 
+@_html_errors
 async def inbox(request: Request) -> Response:
     inbox_id = request.path_params["inbox_id"]
     if not ids.INBOX_ID.fullmatch(inbox_id):
@@ -194,6 +194,7 @@ async def inbox(request: Request) -> Response:
 # -- a message --------------------------------------------------------------------------------
 
 
+@_html_errors
 async def message(request: Request) -> Response:
     message_id = request.path_params["message_id"]
     if not ids.MESSAGE_ID.fullmatch(message_id):
@@ -244,11 +245,13 @@ async def message_html(request: Request) -> Response:
 # -- caught mail and search -------------------------------------------------------------------
 
 
+@_html_errors
 async def caught(request: Request) -> Response:
     page = await _runtime(request).mailbox.caught_page(None, 200)
     return _page(request, "caught.html", items=page.items, stream="/v1/events", nav="caught")
 
 
+@_html_errors
 async def search(request: Request) -> Response:
     """The search language over delivered and caught mail (``searchbox.py`` says how the box
     reads it); newest first, one page of ``SEARCH_SHOWN``."""
@@ -304,11 +307,11 @@ async def signin(request: Request) -> Response:
     # A urlencoded form, read by hand (no multipart parser needed); the body is capped upstream.
     form = parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=10)
     token = (form.get("token") or [""])[0]
-    sessions: access.Sessions = request.app.state.ui_sessions
-    tokens: access.Tokens = request.app.state.ui_tokens
+    ui = state_of(request).ui
+    sessions, tokens = ui.sessions, ui.tokens
     if not tokens.required:
         return RedirectResponse(_local(request.query_params.get("next")), status_code=303)
-    throttle: access.SignInThrottle = request.app.state.ui_throttle
+    throttle = ui.throttle
     address = request.client.host if request.client else ""
     now = time.monotonic()
     wait_s = throttle.retry_after(address, now)
@@ -337,8 +340,7 @@ def _too_many(request: Request, problem: str, wait_s: float) -> Response:
 async def signout(request: Request) -> Response:
     session: access.Session | None = request.scope.get("runsink.session")
     if session is not None:
-        sessions: access.Sessions = request.app.state.ui_sessions
-        sessions.close(session.session_id)
+        state_of(request).ui.sessions.close(session.session_id)
     response = RedirectResponse("/signin", status_code=303)
     response.headers["Set-Cookie"] = access.cookie_header(None, request.url.scheme == "https")
     return response
@@ -359,22 +361,6 @@ def new_csrf() -> str:
     return secrets.token_urlsafe(24)
 
 
-ROUTES: list[BaseRoute] = [
-    Route("/", _html_errors(runs), methods=["GET"]),
-    Route("/runs/{run_id}", _html_errors(run), methods=["GET"]),
-    Route("/inboxes/{inbox_id}", _html_errors(inbox), methods=["GET"]),
-    Route("/messages/{message_id}", _html_errors(message), methods=["GET"]),
-    Route("/messages/{message_id}/body.html", message_html, methods=["GET"]),
-    Route("/caught", _html_errors(caught), methods=["GET"]),
-    Route("/search", _html_errors(search), methods=["GET"]),
-    Route("/signin", signin_form, methods=["GET"]),
-    Route("/signin", signin, methods=["POST"]),
-    Route("/signout", signout, methods=["POST"]),
-    Mount("/static", app=static_files(), name="static"),
-]
-
-PUBLIC_ROUTES: list[BaseRoute] = [
-    Route("/signin", signin_form, methods=["GET"]),
-    Route("/signin", signin, methods=["POST"]),
-    Mount("/static", app=static_files(), name="static"),
-]
+def static_routes() -> list[BaseRoute]:
+    """The pages' scripts and styles (not endpoints: files, served to anyone)."""
+    return [Mount("/static", app=static_files(), name="static")]
