@@ -126,7 +126,7 @@ def route_op(method: str, path: str) -> tuple[Op, str | None, str | None]:
     endpoint = found.endpoint
     if endpoint.op is None:
         return scopes.ANY, None, None  # open (OPEN_PATHS: the edge asks for no token)
-    owner = endpoint.owner
+    owner = found.owner
     value = found.first if owner is not None and owner != "body" else None
     return endpoint.op, owner, value
 

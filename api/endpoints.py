@@ -579,6 +579,8 @@ def routes(paths: frozenset[str] | None = None) -> list[BaseRoute]:
 class Found:
     endpoint: Endpoint
     params: Mapping[str, str]
+    owner: str | None
+    """``Endpoint.owner``, worked out once."""
 
     @property
     def first(self) -> str | None:
@@ -596,14 +598,22 @@ def find(method: str, path: str) -> Found | None:
 
 
 def _find(method: str, path: str) -> Found | None:
-    for endpoint, pattern in _patterns():
-        if method in endpoint.methods:
-            matched = pattern.match(path)
-            if matched is not None:
-                return Found(endpoint, matched.groupdict())
+    for endpoint, pattern, owner in _index().get(method, ()):
+        matched = pattern.match(path)
+        if matched is not None:
+            return Found(endpoint, matched.groupdict(), owner)
     return None
 
 
+_Entry = tuple[Endpoint, re.Pattern[str], str | None]
+
+
 @cache
-def _patterns() -> tuple[tuple[Endpoint, re.Pattern[str]], ...]:
-    return tuple((e, compile_path(e.path)[0]) for e in TABLE)
+def _index() -> dict[str, list[_Entry]]:
+    """The rows by method, with what a path is matched against (worked out once)."""
+    index: dict[str, list[_Entry]] = {}
+    for e in TABLE:
+        entry = (e, compile_path(e.path)[0], e.owner)
+        for method in sorted(e.methods):
+            index.setdefault(method, []).append(entry)
+    return index
