@@ -162,6 +162,27 @@ def pg_server(
         running.stop()
 
 
+@pytest.fixture(scope="session")
+def sqlite_app(tmp_path_factory: pytest.TempPathFactory, policy_file: str) -> Iterator[InProcess]:
+    """The app in this process over a SQLite file, shared by the suite."""
+    folder = tmp_path_factory.mktemp("sqlite-app")
+    running = InProcess(folder, "--policy-file", policy_file, "--enable-faults")
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_app(
+    tmp_path_factory: pytest.TempPathFactory, policy_file: str, pg_cluster: Cluster
+) -> Iterator[InProcess]:
+    """The app in this process over a PostgreSQL database of its own, shared by the suite."""
+    folder = tmp_path_factory.mktemp("pg-app")
+    dsn = pg_cluster.dsn(pg_cluster.new_database("runsink_template"))
+    running = InProcess(folder, "--policy-file", policy_file, "--enable-faults", db=dsn)
+    yield running
+    running.stop()
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def own_db(request: pytest.FixtureRequest) -> str | None:
     """For a test that starts its own server, once per persistent backend: None (a SQLite

@@ -241,6 +241,11 @@ def on_each_backend(request: Any, server: Server) -> Server:
     return server
 
 
+def app_on_each_backend(request: Any) -> Any:
+    """For a module's ``app`` override: the app in this process over SQLite or PostgreSQL."""
+    return request.getfixturevalue("pg_app" if request.param == "postgres" else "sqlite_app")
+
+
 def make_certificate(folder: Path, name: str = "sink.test") -> tuple[Path, Path]:
     """A self-signed certificate for ``name``, localhost and 127.0.0.1 (a client that
     trusts it as its CA verifies it), and its key: PEM files in ``folder``."""

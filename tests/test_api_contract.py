@@ -10,12 +10,28 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.support import Server, create_inbox, new_run_id, on_each_backend, wait
+from tests.inproc import InProcess, Served
+from tests.support import (
+    Server,
+    app_on_each_backend,
+    create_inbox,
+    new_run_id,
+    on_each_backend,
+    wait,
+)
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgres"])
+def app(request: pytest.FixtureRequest) -> InProcess:
+    """Every row of the table is checked against the app on each persistent backend, in this
+    process."""
+    result: InProcess = app_on_each_backend(request)
+    return result
 
 
 @pytest.fixture(scope="session", params=["sqlite", "postgres"])
 def server(request: pytest.FixtureRequest, server: Server) -> Server:
-    """Every row of the table is checked against a server on each persistent backend."""
+    """The rows about the socket and the server's log, against a server process."""
     return on_each_backend(request, server)
 
 
@@ -23,17 +39,17 @@ def _claim(client: httpx.Client, message_id: str, run_id: str) -> httpx.Response
     return client.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id})
 
 
-def _received(server: Server, client: httpx.Client, inbox: dict, subject: str = "Welcome") -> dict:
+def _received(server: Served, client: httpx.Client, inbox: dict, subject: str = "Welcome") -> dict:
     server.send(inbox["address"], subject=subject)
     body = wait(client, inbox["inbox_id"], timeout_s=5).json()
     assert body["state"] == "received", body
     return body
 
 
-def test_created_envelope_has_every_field(server: Server) -> None:
+def test_created_envelope_has_every_field(app: InProcess) -> None:
     """Create answers 201 with the full envelope (and v2's `capped`): created, completed,
     wait_for_message."""
-    with server.http() as client:
+    with app.http() as client:
         response = client.post(
             "/v1/inboxes", json={"run_id": new_run_id(), "purpose": "signup-check"}
         )
@@ -57,9 +73,9 @@ def test_created_envelope_has_every_field(server: Server) -> None:
     assert response.headers["x-trace-id"] == body["trace_id"]
 
 
-def test_wait_with_nothing_is_waiting_retryable(server: Server) -> None:
+def test_wait_with_nothing_is_waiting_retryable(app: InProcess) -> None:
     """A wait that finds nothing: waiting, retryable, wait_for_message, evidence_not_found."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client)
         response = wait(client, inbox["inbox_id"])
     body = response.json()
@@ -71,13 +87,11 @@ def test_wait_with_nothing_is_waiting_retryable(server: Server) -> None:
     assert response.headers["Retry-After"] == str(math.ceil(body["retry_after"]))
 
 
-def test_long_poll_returns_when_mail_arrives(server: Server) -> None:
+def test_long_poll_returns_when_mail_arrives(app: InProcess) -> None:
     """A long-poll answers received as soon as the message is stored, well before its timeout."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client)
-        sender = threading.Timer(
-            0.3, server.send, args=(inbox["address"],), kwargs={"subject": "Hi"}
-        )
+        sender = threading.Timer(0.3, app.send, args=(inbox["address"],), kwargs={"subject": "Hi"})
         started = time.monotonic()
         sender.start()
         body = wait(client, inbox["inbox_id"], timeout_s=8).json()
@@ -88,12 +102,12 @@ def test_long_poll_returns_when_mail_arrives(server: Server) -> None:
     assert elapsed < 8
 
 
-def test_received_is_returned_again_until_claimed(server: Server) -> None:
+def test_received_is_returned_again_until_claimed(app: InProcess) -> None:
     """An unclaimed match is never skipped: waiting again returns the same message."""
     run_id = new_run_id()
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client, run_id)
-        first = _received(server, client, inbox)
+        first = _received(app, client, inbox)
         again = wait(client, inbox["inbox_id"]).json()
         _claim(client, first["message"]["message_id"], run_id)
         after_claim = wait(client, inbox["inbox_id"]).json()
@@ -102,12 +116,12 @@ def test_received_is_returned_again_until_claimed(server: Server) -> None:
     assert after_claim["state"] == "waiting" and after_claim["message"] is None
 
 
-def test_get_reports_claimed_as_proceed(server: Server) -> None:
+def test_get_reports_claimed_as_proceed(app: InProcess) -> None:
     """After a claim, GET answers received, completed, proceed with the claim."""
     run_id = new_run_id()
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client, run_id)
-        received = _received(server, client, inbox)
+        received = _received(app, client, inbox)
         _claim(client, received["message"]["message_id"], run_id)
         body = client.get(f"/v1/inboxes/{inbox['inbox_id']}").json()
     assert (body["state"], body["status"], body["next_action"]) == (
@@ -119,18 +133,18 @@ def test_get_reports_claimed_as_proceed(server: Server) -> None:
     assert body["claim"]["message_id"] == received["message"]["message_id"]
 
 
-def test_get_spends_no_budget(server: Server) -> None:
+def test_get_spends_no_budget(app: InProcess) -> None:
     """GET never spends a poll."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client)
         for _ in range(3):
             body = client.get(f"/v1/inboxes/{inbox['inbox_id']}").json()
     assert body["attempt"] == 0 and body["remaining_attempts"] == 12
 
 
-def test_too_early_is_blocked_and_spends_nothing(server: Server) -> None:
+def test_too_early_is_blocked_and_spends_nothing(app: InProcess) -> None:
     """A wait before next_poll_at is blocked/too_early with retry_after and spends no poll."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client, policy="paced")
         first = wait(client, inbox["inbox_id"]).json()
         early = wait(client, inbox["inbox_id"])
@@ -144,10 +158,10 @@ def test_too_early_is_blocked_and_spends_nothing(server: Server) -> None:
     assert early.headers["Retry-After"] in ("1", "2")
 
 
-def test_budget_spent_without_evidence_expires_timeout(server: Server) -> None:
+def test_budget_spent_without_evidence_expires_timeout(app: InProcess) -> None:
     """The last poll without evidence expires the inbox (timeout); the policy allows another."""
     run_id = new_run_id()
-    with server.http() as client:
+    with app.http() as client:
         expired_before = _expired_count(client, "timeout")
         inbox = create_inbox(client, run_id, poll_budget=2)
         wait(client, inbox["inbox_id"])
@@ -168,10 +182,10 @@ def _expired_count(client: httpx.Client, reason: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(wanted))
 
 
-def test_expired_with_no_inbox_left_says_stop(server: Server) -> None:
+def test_expired_with_no_inbox_left_says_stop(app: InProcess) -> None:
     """When inboxes_per_purpose is used up, an expired inbox says stop, and create is 409."""
     run_id = new_run_id()
-    with server.http() as client:
+    with app.http() as client:
         first = create_inbox(client, run_id, policy="tiny", poll_budget=1)
         wait(client, first["inbox_id"])
         second = client.post(
@@ -190,9 +204,9 @@ def test_expired_with_no_inbox_left_says_stop(server: Server) -> None:
     assert third.json()["error"]["code"] == "policy_forbids"
 
 
-def test_lease_over_gives_expired_lease(server: Server) -> None:
+def test_lease_over_gives_expired_lease(app: InProcess) -> None:
     """Once now >= expires_at the inbox is expired/lease (GET applies it, no wait needed)."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client, ttl_s=1)
         deadline = time.monotonic() + 10
         body = inbox
@@ -203,11 +217,11 @@ def test_lease_over_gives_expired_lease(server: Server) -> None:
     assert body["next_action"] == "create_new_inbox"
 
 
-def test_a_wait_the_lease_cuts_short_answers_expired(server: Server) -> None:
+def test_a_wait_the_lease_cuts_short_answers_expired(app: InProcess) -> None:
     """A long-poll capped by the lease ends with it: the answer is expired/lease, never a
     "wait again" when no time is left (several at once: the loop's timers fire a moment
     early now and then)."""
-    with server.http() as client:
+    with app.http() as client:
         inboxes = [create_inbox(client, ttl_s=1) for _ in range(6)]
         with ThreadPoolExecutor(len(inboxes)) as pool:
             answers = list(pool.map(lambda i: wait(client, i["inbox_id"], timeout_s=5), inboxes))
@@ -217,11 +231,11 @@ def test_a_wait_the_lease_cuts_short_answers_expired(server: Server) -> None:
         assert body["next_action"] == "create_new_inbox"
 
 
-def test_idempotency_conflict_on_another_body(server: Server) -> None:
+def test_idempotency_conflict_on_another_body(app: InProcess) -> None:
     """The same key with another body is 409 idempotency_key_conflict."""
     run_id = new_run_id()
     key = "k-" + run_id
-    with server.http() as client:
+    with app.http() as client:
         first = client.post(
             "/v1/inboxes", json={"run_id": run_id, "purpose": "a"}, headers={"Idempotency-Key": key}
         )
@@ -240,11 +254,11 @@ def test_idempotency_conflict_on_another_body(server: Server) -> None:
     assert same_parsed.json()["inbox_id"] == first.json()["inbox_id"]
 
 
-def test_replay_after_expiry_creates_the_next_inbox(server: Server) -> None:
+def test_replay_after_expiry_creates_the_next_inbox(app: InProcess) -> None:
     """Once the keyed inbox expired, the same create makes the run's next inbox (201)."""
     run_id = new_run_id()
     body = {"run_id": run_id, "purpose": "signup-check", "poll_budget": 1}
-    with server.http() as client:
+    with app.http() as client:
         first = client.post("/v1/inboxes", json=body).json()
         wait(client, first["inbox_id"])
         second = client.post("/v1/inboxes", json=body)
@@ -252,9 +266,9 @@ def test_replay_after_expiry_creates_the_next_inbox(server: Server) -> None:
     assert second.json()["inbox_id"] != first["inbox_id"]
 
 
-def test_unknown_policy_is_400(server: Server) -> None:
+def test_unknown_policy_is_400(app: InProcess) -> None:
     """An unknown policy name is 400 unknown_policy."""
-    with server.http() as client:
+    with app.http() as client:
         response = client.post(
             "/v1/inboxes", json={"run_id": new_run_id(), "purpose": "x", "policy": "nope"}
         )
@@ -262,16 +276,16 @@ def test_unknown_policy_is_400(server: Server) -> None:
     assert response.json()["error"]["code"] == "unknown_policy"
 
 
-def test_caller_values_are_capped_by_the_policy(server: Server) -> None:
+def test_caller_values_are_capped_by_the_policy(app: InProcess) -> None:
     """ttl_s and poll_budget above the policy are capped, never raised past it."""
-    with server.http() as client:
+    with app.http() as client:
         body = create_inbox(client, ttl_s=10**8, poll_budget=999)
     assert body["remaining_attempts"] == 12
 
 
-def test_wrong_run_is_403_and_leaks_nothing(server: Server) -> None:
+def test_wrong_run_is_403_and_leaks_nothing(app: InProcess) -> None:
     """A wait naming another run is 403 wrong_run with only status, reason, next_action, trace."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client)
         response = client.post(
             f"/v1/inboxes/{inbox['inbox_id']}/wait",
@@ -289,12 +303,12 @@ def test_wrong_run_is_403_and_leaks_nothing(server: Server) -> None:
     assert inbox["address"] not in response.text and inbox["inbox_id"] not in response.text
 
 
-def test_claim_by_another_run_is_409_claimed_by_other_run(server: Server) -> None:
+def test_claim_by_another_run_is_409_claimed_by_other_run(app: InProcess) -> None:
     """A claim of a message another run claimed is 409, and wins over wrong_run."""
     run_id = new_run_id()
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client, run_id)
-        received = _received(server, client, inbox)
+        received = _received(app, client, inbox)
         message_id = received["message"]["message_id"]
         _claim(client, message_id, run_id)
         response = _claim(client, message_id, new_run_id("thief"))
@@ -308,23 +322,23 @@ def test_claim_by_another_run_is_409_claimed_by_other_run(server: Server) -> Non
     assert "message" not in body and "claim" not in body
 
 
-def test_claim_of_unclaimed_message_by_another_run_is_wrong_run(server: Server) -> None:
+def test_claim_of_unclaimed_message_by_another_run_is_wrong_run(app: InProcess) -> None:
     """Claiming an unclaimed message of another run's inbox is 403 wrong_run."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client)
-        received = _received(server, client, inbox)
+        received = _received(app, client, inbox)
         response = _claim(client, received["message"]["message_id"], new_run_id("thief"))
         after = client.get(f"/v1/inboxes/{inbox['inbox_id']}").json()
     assert response.status_code == 403 and response.json()["reason"] == "wrong_run"
     assert after["claim"] is None and after["next_action"] == "claim_message"
 
 
-def test_claim_after_lease_is_409_lease_expired(server: Server) -> None:
+def test_claim_after_lease_is_409_lease_expired(app: InProcess) -> None:
     """Claiming an unclaimed message after the lease ended is 409 lease_expired."""
     run_id = new_run_id()
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client, run_id, ttl_s=1)
-        received = _received(server, client, inbox)
+        received = _received(app, client, inbox)
         deadline = time.monotonic() + 10
         while client.get(f"/v1/inboxes/{inbox['inbox_id']}").json()["state"] != "expired":
             assert time.monotonic() < deadline
@@ -340,12 +354,12 @@ def test_claim_after_lease_is_409_lease_expired(server: Server) -> None:
     assert body["next_action"] == "create_new_inbox"
 
 
-def test_same_run_replay_wins_over_lease_expired(server: Server) -> None:
+def test_same_run_replay_wins_over_lease_expired(app: InProcess) -> None:
     """A claimed inbox keeps its claim after expiry; the same run's replay is already_claimed."""
     run_id = new_run_id()
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client, run_id, ttl_s=1)
-        received = _received(server, client, inbox)
+        received = _received(app, client, inbox)
         message_id = received["message"]["message_id"]
         _claim(client, message_id, run_id)
         deadline = time.monotonic() + 10
@@ -359,13 +373,13 @@ def test_same_run_replay_wins_over_lease_expired(server: Server) -> None:
     assert got["claim"]["message_id"] == message_id
 
 
-def test_any_routed_message_can_be_claimed_and_moves_the_cursor(server: Server) -> None:
+def test_any_routed_message_can_be_claimed_and_moves_the_cursor(app: InProcess) -> None:
     """A message never returned by a wait can be claimed; a wait never returns a claimed one."""
     run_id = new_run_id()
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client, run_id)
-        server.send(inbox["address"], subject="one")
-        server.send(inbox["address"], subject="two")
+        app.send(inbox["address"], subject="one")
+        app.send(inbox["address"], subject="two")
         listed = client.get(f"/v1/inboxes/{inbox['inbox_id']}/messages").json()["messages"]
         second = listed[1]["message_id"]
         claimed = _claim(client, second, run_id).json()
@@ -375,36 +389,36 @@ def test_any_routed_message_can_be_claimed_and_moves_the_cursor(server: Server) 
     assert waited["state"] == "waiting"
 
 
-def test_given_cursor_reads_from_there_but_never_moves_the_stored_one_back(server: Server) -> None:
+def test_given_cursor_reads_from_there_but_never_moves_the_stored_one_back(app: InProcess) -> None:
     """A wait from an older cursor can return an older unclaimed message; the stored one holds."""
     run_id = new_run_id()
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client, run_id)
         start_cursor = inbox["cursor"]
-        server.send(inbox["address"], subject="alpha")
+        app.send(inbox["address"], subject="alpha")
         mismatch = wait(client, inbox["inbox_id"], match={"subject_contains": "zzz"}).json()
         again = wait(client, inbox["inbox_id"], cursor=start_cursor).json()
     assert mismatch["reason"] == "evidence_mismatch"
     assert again["state"] == "received" and again["message"]["subject"] == "alpha"
 
 
-def test_match_criteria_are_literal_and_case_insensitive(server: Server) -> None:
+def test_match_criteria_are_literal_and_case_insensitive(app: InProcess) -> None:
     """subject/from/body criteria are literal substrings: regex characters mean themselves."""
     run_id = new_run_id()
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client, run_id)
-        server.send(inbox["address"], subject="Order .* confirmed", body="Total: $42 (VAT incl.)")
+        app.send(inbox["address"], subject="Order .* confirmed", body="Total: $42 (VAT incl.)")
         regexish = wait(client, inbox["inbox_id"], match={"subject_contains": "ORDER .*"}).json()
         inbox2 = create_inbox(client, run_id, purpose="p2")
-        server.send(inbox2["address"], subject="Order 1 confirmed", sender="Shop <shop@store.test>")
+        app.send(inbox2["address"], subject="Order 1 confirmed", sender="Shop <shop@store.test>")
         no_literal = wait(client, inbox2["inbox_id"], match={"subject_contains": "order .*"}).json()
         inbox3 = create_inbox(client, run_id, purpose="p3", match={"from_contains": "STORE.test"})
-        server.send(
+        app.send(
             inbox3["address"], subject="Hi", sender="shop@store.test", body="Your PIN is in here"
         )
         by_from = wait(client, inbox3["inbox_id"]).json()
         inbox4 = create_inbox(client, run_id, purpose="p4")
-        server.send(inbox4["address"], subject="Hi", html="<p>Click <b>VERIFY now</b></p>")
+        app.send(inbox4["address"], subject="Hi", html="<p>Click <b>VERIFY now</b></p>")
         by_body = wait(client, inbox4["inbox_id"], match={"body_contains": "verify NOW"}).json()
     assert regexish["state"] == "received"
     assert no_literal["state"] == "waiting" and no_literal["reason"] == "evidence_mismatch"
@@ -412,27 +426,27 @@ def test_match_criteria_are_literal_and_case_insensitive(server: Server) -> None
     assert by_body["state"] == "received"
 
 
-def test_max_age_ignores_older_mail(server: Server) -> None:
+def test_max_age_ignores_older_mail(app: InProcess) -> None:
     """max_age_s ignores mail received longer ago than that, at the time of the wait."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client)
-        server.send(inbox["address"], subject="old")
+        app.send(inbox["address"], subject="old")
         time.sleep(1.2)  # the criterion itself is about real age: the mail must be older than 1 s
         body = wait(client, inbox["inbox_id"], match={"max_age_s": 1}).json()
     assert body["state"] == "waiting" and body["reason"] == "evidence_mismatch"
 
 
-def test_list_messages_pages_with_cursor(server: Server) -> None:
+def test_list_messages_pages_with_cursor(app: InProcess) -> None:
     """Listing pages oldest first; next_cursor continues as more mail arrives."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client)
         for n in range(3):
-            server.send(inbox["address"], subject=f"m{n}")
+            app.send(inbox["address"], subject=f"m{n}")
         first = client.get(f"/v1/inboxes/{inbox['inbox_id']}/messages", params={"limit": 2}).json()
         second = client.get(
             f"/v1/inboxes/{inbox['inbox_id']}/messages", params={"after": first["next_cursor"]}
         ).json()
-        server.send(inbox["address"], subject="m3")
+        app.send(inbox["address"], subject="m3")
         third = client.get(
             f"/v1/inboxes/{inbox['inbox_id']}/messages", params={"after": second["next_cursor"]}
         ).json()
@@ -449,9 +463,9 @@ def test_list_messages_pages_with_cursor(server: Server) -> None:
     }
 
 
-def test_invalid_cursor_is_400(server: Server) -> None:
+def test_invalid_cursor_is_400(app: InProcess) -> None:
     """A cursor that is not ours, or another inbox's, is 400 invalid_cursor."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client)
         other = create_inbox(client)
         bad = wait(client, inbox["inbox_id"], cursor="not-a-cursor")
@@ -462,12 +476,12 @@ def test_invalid_cursor_is_400(server: Server) -> None:
         assert response.json()["error"]["code"] == "invalid_cursor"
 
 
-def test_read_message_returns_bodies_links_codes_and_envelope(server: Server) -> None:
+def test_read_message_returns_bodies_links_codes_and_envelope(app: InProcess) -> None:
     """read_message returns text, html, headers, links, codes and the SMTP envelope."""
     run_id = new_run_id()
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client, run_id)
-        server.send(
+        app.send(
             inbox["address"],
             subject="Verify your email",
             body="Your code is 482913.\nVerify: https://app.test/verify?t=abc",
@@ -497,12 +511,12 @@ def test_read_message_returns_bodies_links_codes_and_envelope(server: Server) ->
     assert b"Subject: Verify your email" in raw.content
 
 
-def test_release_expires_and_drops_bodies(server: Server) -> None:
+def test_release_expires_and_drops_bodies(app: InProcess) -> None:
     """DELETE /v1/runs/{id} expires inboxes (lease), deletes bodies, keeps metadata; idempotent."""
     run_id = new_run_id()
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client, run_id)
-        received = _received(server, client, inbox, subject="Secret")
+        received = _received(app, client, inbox, subject="Secret")
         message_id = received["message"]["message_id"]
         first = client.delete(f"/v1/runs/{run_id}")
         second = client.delete(f"/v1/runs/{run_id}")
@@ -520,12 +534,17 @@ def test_release_expires_and_drops_bodies(server: Server) -> None:
     assert report["inboxes"][0]["evidence_release_at"] is not None
 
 
-def test_release_answers_a_waiting_long_poll(server: Server) -> None:
+def test_release_answers_a_waiting_long_poll(app: InProcess) -> None:
     """A long-poll in progress on a released inbox answers expired at once."""
     run_id = new_run_id()
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client, run_id)
-        releaser = threading.Timer(0.3, lambda: httpx.delete(f"{server.url}/v1/runs/{run_id}"))
+
+        def release() -> None:
+            with app.http() as other:
+                other.delete(f"/v1/runs/{run_id}")
+
+        releaser = threading.Timer(0.3, release)
         releaser.start()
         started = time.monotonic()
         body = wait(client, inbox["inbox_id"], timeout_s=8).json()
@@ -535,12 +554,12 @@ def test_release_answers_a_waiting_long_poll(server: Server) -> None:
     assert elapsed < 5
 
 
-def test_run_report_has_the_inbox_facts_and_ordered_events(server: Server) -> None:
+def test_run_report_has_the_inbox_facts_and_ordered_events(app: InProcess) -> None:
     """The run report names reservation, last poll, accepted message and release time, in order."""
     run_id = new_run_id()
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client, run_id)
-        received = _received(server, client, inbox)
+        received = _received(app, client, inbox)
         _claim(client, received["message"]["message_id"], run_id)
         report = client.get(f"/v1/runs/{run_id}").json()
         missing = client.get(f"/v1/runs/{new_run_id('nobody')}")
@@ -558,11 +577,11 @@ def test_run_report_has_the_inbox_facts_and_ordered_events(server: Server) -> No
     assert missing.status_code == 404
 
 
-def test_unrouted_mail_is_kept_with_its_body(server: Server) -> None:
+def test_unrouted_mail_is_kept_with_its_body(app: InProcess) -> None:
     """Mail for our domain with no inbox is caught mail: listed newest first, readable whole."""
     rcpt = f"{new_run_id('nobody')}@sink.test"
-    server.send(rcpt, subject="lost letter", body="the body is kept")
-    with server.http() as client:
+    app.send(rcpt, subject="lost letter", body="the body is kept")
+    with app.http() as client:
         body = client.get("/v1/unrouted", params={"limit": 500}).json()
         ours = [u for u in body["messages"] if u["rcpt_to"] == [rcpt]]
         assert len(ours) == 1
@@ -571,23 +590,23 @@ def test_unrouted_mail_is_kept_with_its_body(server: Server) -> None:
     assert "the body is kept" in read["text"]
 
 
-def test_plus_tag_and_case_reach_the_same_inbox(server: Server) -> None:
+def test_plus_tag_and_case_reach_the_same_inbox(app: InProcess) -> None:
     """local+anything@domain and upper case reach the same inbox."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client)
         local, domain = inbox["address"].split("@")
-        server.send(f"{local.upper()}+signup@{domain.upper()}", subject="tagged")
+        app.send(f"{local.upper()}+signup@{domain.upper()}", subject="tagged")
         body = wait(client, inbox["inbox_id"], timeout_s=5).json()
     assert body["state"] == "received" and body["message"]["subject"] == "tagged"
 
 
-def test_a_quoted_local_part_reaches_the_same_inbox(server: Server) -> None:
+def test_a_quoted_local_part_reaches_the_same_inbox(app: InProcess) -> None:
     """RCPT TO:<"local+tag"@domain> is the mailbox local+tag@domain (RFC 5322 3.4.1: the
     quotes are not part of it); a quoted part that is no dot-atom stays caught mail."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client)
         local, domain = inbox["address"].split("@")
-        with server.smtp() as smtp:
+        with app.smtp() as smtp:
             smtp.ehlo()
             smtp.mail("app@example.test")
             code, text = smtp.rcpt(f'"{local}+quoted"@{domain}')
@@ -599,10 +618,10 @@ def test_a_quoted_local_part_reaches_the_same_inbox(server: Server) -> None:
     assert body["state"] == "received" and body["message"]["subject"] == "quoted"
 
 
-def test_trace_continues_from_header_or_inbox(server: Server) -> None:
+def test_trace_continues_from_header_or_inbox(app: InProcess) -> None:
     """A request's trace comes from traceparent or X-Trace-Id, else continues the inbox's trace."""
     parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-    with server.http() as client:
+    with app.http() as client:
         created = client.post(
             "/v1/inboxes",
             json={"run_id": new_run_id(), "purpose": "t"},
@@ -670,19 +689,19 @@ def test_reads_of_an_inbox_and_its_mail_continue_the_inbox_trace(server: Server)
     ],
 )
 def test_traceparent_is_taken_only_when_w3c_valid(
-    server: Server, traceparent: str, kept: bool
+    app: InProcess, traceparent: str, kept: bool
 ) -> None:
     """A valid traceparent's trace id is the request's trace; an invalid one starts a new one."""
-    with server.http() as client:
+    with app.http() as client:
         answer = client.get("/healthz", headers={"traceparent": traceparent})
     trace = answer.headers["x-trace-id"]
     assert (trace == "4bf92f3577b34da6a3ce929d0e0e4736") is kept, trace
 
 
-def test_get_naming_another_run_is_wrong_run(server: Server) -> None:
+def test_get_naming_another_run_is_wrong_run(app: InProcess) -> None:
     """GET /v1/inboxes/{id} with X-Run-Id of another run is 403 wrong_run; the owner is fine."""
     run_id = new_run_id()
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client, run_id)
         other = client.get(
             f"/v1/inboxes/{inbox['inbox_id']}", headers={"X-Run-Id": new_run_id("x")}
@@ -693,12 +712,12 @@ def test_get_naming_another_run_is_wrong_run(server: Server) -> None:
     assert owner.status_code == 200
 
 
-def test_claim_takes_the_run_from_x_run_id(server: Server) -> None:
+def test_claim_takes_the_run_from_x_run_id(app: InProcess) -> None:
     """A claim may name its run with X-Run-Id instead of the body."""
     run_id = new_run_id()
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client, run_id)
-        received = _received(server, client, inbox)
+        received = _received(app, client, inbox)
         response = client.post(
             f"/v1/messages/{received['message']['message_id']}/claim", headers={"X-Run-Id": run_id}
         )
