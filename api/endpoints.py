@@ -60,9 +60,12 @@ class Endpoint:
         path's first id) or ``body``; None for the other operations."""
         if self.op is None or self.op.access is not scopes.Access.RUN:
             return None
-        names = compile_path(self.path)[2]
-        first = next(iter(names), None)
-        return _OWNERS[first] if first is not None else "body"
+        first = next(iter(compile_path(self.path)[2]), None)
+        if first is None:
+            return "body"
+        if first not in _OWNERS:
+            raise ValueError(f"{self.path}: a run operation's first id is one of {list(_OWNERS)}")
+        return _OWNERS[first]
 
 
 _OWNERS = {"inbox_id": "inbox", "message_id": "message", "run_id": "run"}
