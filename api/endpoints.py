@@ -8,10 +8,11 @@ One row per endpoint (``TABLE`` below). Everything else is derived from it:
 - the OpenAPI paths (``api/openapi.py``), as Starlette's ``SchemaGenerator`` derives its
   schema from routes; a row that is ``Unlisted`` says why it is not in the document.
 
-A handler is named (``"api.routes:create_inbox"``), not imported: the table is read before
-the handlers exist (the scope check, the wait path in front of the app), it imports no
-handler, and a row's wire models are names too (``api/apidoc.py``). ``routes()`` resolves
-the handlers when the app is built; a test resolves every one.
+A handler is named (``"api.routes:create_inbox"``), not imported: the modules the handlers
+stand on (``api/auth.py``, ``api/calls.py``, ``api/waitpath.py``) read this table, so it
+imports no handler; a row's wire models are names too (``api/apidoc.py``), so reading it
+costs no pydantic. ``routes()`` resolves the handlers when the app is built; a test
+(``tests/test_endpoints.py``) resolves every one.
 
 The run an operation on a run's evidence is about (``Access.RUN``) comes from its path's
 first id, whose owner is looked up (an inbox, a message, or the run itself), else from the
