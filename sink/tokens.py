@@ -22,7 +22,6 @@ import binascii
 import hashlib
 import hmac
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,6 +85,8 @@ def api_token_entry(token: str) -> TokenEntry:
 def load_tokens_file(path: Path, flag: str = "--tokens-file") -> tuple[TokenEntry, ...]:
     """The ``[tokens.NAME]`` entries of a TOML file; a bad entry is a ConfigError naming it."""
     where = f"{flag} {path}"
+    import tomllib  # only with a tokens file (as sink/policy.py: not at every start-up)
+
     try:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:

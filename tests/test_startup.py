@@ -1,6 +1,7 @@
-"""Start-up imports only what the configuration uses: the MCP SDK, Jinja2 and asyncpg wait
-for their first use, and pydantic with the wire models (api/schemas.py, api/views.py) loads
-right after the first answer (api/warmup.py); bench/startup.py measures what that saves."""
+"""Start-up imports only what the configuration uses: the MCP SDK, Jinja2, asyncpg and
+tomllib (a policy or tokens file) wait for their first use, and pydantic with the wire models
+(api/schemas.py, api/views.py) loads right after the first answer (api/warmup.py);
+bench/startup.py measures what that saves."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ import json, sys, threading, time, urllib.request
 import api.warmup
 from api.cli import main
 
-LAZY = ("api.openapi", "api.schemas", "api.views", "asyncpg", "jinja2", "mcp", "pydantic")
+LAZY = (
+    "api.openapi", "api.schemas", "api.views", "asyncpg", "jinja2", "mcp", "pydantic", "tomllib"
+)
 
 def loaded():
     return sorted(m for m in LAZY if m in sys.modules)
