@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from typing import TYPE_CHECKING
 
@@ -101,7 +102,7 @@ class Worker:
                 task.add_done_callback(self._ended)
             next_at = await self._store.next_due()
             self._metrics.webhook_pending.set(await self._store.pending_count())
-        except StorageError as exc:
+        except Exception as exc:  # the store's trouble (or ours): the loop goes on
             warn("webhook_outbox_unavailable", error=type(exc).__name__)
             return 1.0
         if next_at is None:
@@ -136,10 +137,13 @@ class Worker:
             error = "connect"
         except httpx.HTTPError as exc:
             error = type(exc).__name__.lower()
+        except Exception as exc:  # e.g. a URL httpx refuses: a failed attempt, never a crash
+            error = type(exc).__name__.lower()
         outcome = self._outcome(due, status, error)
         self._metrics.webhook_deliveries.labels(_result(outcome)).inc()
         log(
             "webhook_attempt",
+            logging.DEBUG if outcome.state is DeliveryState.DELIVERED else logging.INFO,
             webhook_id=due.webhook_id,
             delivery_id=due.delivery_id,
             run_id=due.run_id,
