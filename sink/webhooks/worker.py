@@ -58,18 +58,21 @@ class Worker:
         self._client = client  # made at the first attempt (_http)
         self._wakeup = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()  # attempts in flight (kept: not GC'd)
+        self._due_at: float | None = None  # when the next delivery is due, at the last look
 
     def wake(self) -> None:
         """Deliveries were queued (or an attempt ended): look now."""
         self._wakeup.set()
 
     async def run(self, stopping: asyncio.Event) -> None:
+        woken = True  # the first round takes what the process before left pending
         try:
             while not stopping.is_set():
                 self._wakeup.clear()
-                delay = await self._round()
+                delay = await self._round(woken)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wakeup.wait(), delay)
+                woken = self._wakeup.is_set()
         finally:
             for task in list(self._tasks):
                 task.cancel()
@@ -89,18 +92,20 @@ class Worker:
             )
         return self._client
 
-    async def _round(self) -> float:
-        """Start what is due; how long to sleep before the next round."""
+    async def _round(self, woken: bool) -> float:
+        """Start what is due; how long to sleep before the next round. Nothing is taken (no
+        write) unless woken or something was due by now at the last look."""
         try:
             now = self._clock.now()
             taken = []
-            if len(self._tasks) < IN_FLIGHT:
+            looking = woken or (self._due_at is not None and self._due_at <= now)
+            if looking and len(self._tasks) < IN_FLIGHT:
                 taken = await self._store.take_due(now, IN_FLIGHT - len(self._tasks))
             for due in taken:
                 task = asyncio.create_task(self._attempt(due), name=f"webhook {due.delivery_id}")
                 self._tasks.add(task)
                 task.add_done_callback(self._ended)
-            next_at = await self._store.next_due()
+            next_at = self._due_at = await self._store.next_due()
             self._metrics.webhook_pending.set(await self._store.pending_count())
         except Exception as exc:  # the store's trouble (or ours): the loop goes on
             warn("webhook_outbox_unavailable", error=type(exc).__name__)
