@@ -228,3 +228,40 @@ async def _pause() -> None:
     import asyncio
 
     await asyncio.sleep(0.05)
+
+
+def test_a_webhook_delivers_each_event_under_its_live_stream_id(start: Start) -> None:
+    """webhook-id, the body's id and the SSE id: of the same event are one id, and the data
+    is the same object the stream shows."""
+    server = start()
+    secret = new_secret()
+    receiver = Receiver(secret).start()
+    run_id = new_run_id()
+    hub = server.runtime.events
+
+    async def subscribe() -> Any:
+        return hub.subscribe(run_id)
+
+    async def frames(reader: Any) -> list[tuple[str, str, dict[str, Any]]]:
+        out = []
+        for frame in hub.read(reader).frames:
+            fields = dict(line.split(": ", 1) for line in frame.decode().strip().split("\n"))
+            out.append((fields["id"], fields["event"], json.loads(fields["data"])))
+        return out
+
+    try:
+        reader = server.call(subscribe())
+        _webhook(server, receiver.url, secret, events=("message", "inbox", "run_event"))
+        _mail(server, run_id)
+        got = receiver.until(lambda got: len(got) >= 4)  # created, its inbox, accepted, message
+    finally:
+        receiver.stop()
+    streamed: list[tuple[str, str, dict[str, Any]]] = []
+    deadline = clock.now() + 20
+    while len(streamed) < len(got):  # (PostgreSQL: the stream comes from the database's feed)
+        streamed += server.call(frames(reader))
+        assert clock.now() < deadline, streamed
+        server.call(_pause())
+    assert {(i, kind) for i, kind, _ in streamed} == {(g.webhook_id, g.body["type"]) for g in got}
+    by_id = {i: data for i, _, data in streamed}
+    assert all(g.body["data"] == by_id[g.webhook_id] for g in got)

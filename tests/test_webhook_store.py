@@ -7,6 +7,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -337,3 +338,24 @@ def test_two_postgres_replicas_never_lease_one_delivery_twice(pg_dsn: str) -> No
     taken = one + two
     per_hook = {h: sum(d.webhook_id == h for d in taken) for h in {d.webhook_id for d in taken}}
     assert sorted(per_hook.values()) == [IN_FLIGHT_MAX, IN_FLIGHT_MAX]
+
+
+GLOBS = ["team-a-*", "t?am-*", "[tx]eam-a-1", "[!t]eam-*", "team.a:*", "run[", "*-1", "*"]
+RUNS = ["team-a-1", "team-b-2", "xeam-a-1", "team.a:9", "run[", "tEam-a-1", "Team-a-1"]
+
+
+def test_run_globs_match_as_fnmatchcase_does(backend: Callable[..., Any]) -> None:
+    """A run_glob selects exactly the runs Python's fnmatchcase matches (also in SQL)."""
+
+    async def scenario(store: Any) -> dict[str, set[str]]:
+        hooks = {glob: _hook(events=("run_event",), run_glob=glob) for glob in GLOBS}
+        for hook in hooks.values():
+            await store.webhooks.create_webhook(hook)
+        await store.add_events([Event(run, "breaker_opened", clock.now(), "ib_x") for run in RUNS])
+        return {
+            glob: {a.run_id for a in await store.webhooks.deliveries(hook.webhook_id, None, 100)}
+            for glob, hook in hooks.items()
+        }
+
+    got = backend(scenario)
+    assert got == {glob: {r for r in RUNS if fnmatchcase(r, glob)} for glob in GLOBS}
