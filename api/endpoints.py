@@ -94,7 +94,8 @@ _PIT = "api.mailpit:"
 _UI = "api.ui.pages:"
 
 _MAILPIT = Unlisted("Mailpit's API v1 (compatible subset)", ("docs/mailpit-compat.md",))
-_PAGE = Unlisted("a page of the web UI", ("README.md",))
+PAGE = Unlisted("a page of the web UI", ("README.md",))
+"""The web UI's pages and forms (its sign-in gate, ``api/ui/access.py``, knows them by it)."""
 
 WAIT = _post(
     "/v1/inboxes/{inbox_id}/wait",
@@ -542,20 +543,29 @@ TABLE: tuple[Endpoint, ...] = (
     _get("/api/v1/info", _PIT + "info", scopes.READ_ALL, _MAILPIT),
     _get("/view/{name}", _PIT + "view", scopes.READ_ALL, _MAILPIT),
     # -- the web UI (its sign-in gate, api/ui/access.py, turns a session into the token) ------
-    _get("/", _UI + "runs", scopes.READ_ALL, _PAGE),
-    _get("/runs/{run_id}", _UI + "run", scopes.READ_ALL, _PAGE),
-    _get("/inboxes/{inbox_id}", _UI + "inbox", scopes.READ_ALL, _PAGE),
-    _get("/messages/{message_id}", _UI + "message", scopes.READ_ALL, _PAGE),
-    _get("/messages/{message_id}/body.html", _UI + "message_html", scopes.READ_ALL, _PAGE),
-    _get("/caught", _UI + "caught", scopes.READ_ALL, _PAGE),
-    _get("/search", _UI + "search", scopes.READ_ALL, _PAGE),
-    _get("/signin", _UI + "signin_form", scopes.READ_ALL, _PAGE),
-    _post("/signin", _UI + "signin", scopes.ADMINISTER, _PAGE),
-    _post("/signout", _UI + "signout", scopes.ADMINISTER, _PAGE),
+    _get("/", _UI + "runs", scopes.READ_ALL, PAGE),
+    _get("/runs/{run_id}", _UI + "run", scopes.READ_ALL, PAGE),
+    _get("/inboxes/{inbox_id}", _UI + "inbox", scopes.READ_ALL, PAGE),
+    _get("/messages/{message_id}", _UI + "message", scopes.READ_ALL, PAGE),
+    _get("/messages/{message_id}/body.html", _UI + "message_html", scopes.READ_ALL, PAGE),
+    _get("/caught", _UI + "caught", scopes.READ_ALL, PAGE),
+    _get("/search", _UI + "search", scopes.READ_ALL, PAGE),
+    _get("/signin", _UI + "signin_form", scopes.READ_ALL, PAGE),
+    _post("/signin", _UI + "signin", scopes.ADMINISTER, PAGE),
+    _post("/signout", _UI + "signout", scopes.ADMINISTER, PAGE),
 )
 
 OPEN_PATHS = tuple(e.path for e in TABLE if e.op is None)
 """Paths that need no token at all."""
+
+FORM_PATHS = tuple(e.path for e in TABLE if e.method == "POST" and e.doc == PAGE)
+"""The web UI's own form posts (urlencoded, same origin: ``api/local_safety.py``)."""
+
+
+def is_page(method: str, path: str) -> bool:
+    """Is this request for a page of the web UI (a browser without a session signs in first)?"""
+    found = find(method, path)
+    return found is not None and found.endpoint.doc == PAGE
 
 
 # -- derived: the Starlette routes ---------------------------------------------------------------

@@ -32,9 +32,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import OPEN_PATHS
 from api.context import KEY as CONTEXT
+from api.endpoints import FORM_PATHS
 from api.errors import error_response
 from api.middleware import begin, outgoing, record
-from api.ui.access import FORM_PATHS, same_origin
+from api.ui.access import same_origin
 from sink.config import Settings
 from sink.metrics import Metrics
 

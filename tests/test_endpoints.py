@@ -98,3 +98,12 @@ def test_the_mcp_tool_of_a_request_comes_from_its_row() -> None:
     assert call.arguments == {"message_id": "msg_x"}
     listing = {"method": "GET", "path": "/v1/inboxes/ib_x/messages", "query_string": b""}
     assert route_call(listing, None).tool is None
+
+
+def test_the_ui_pages_and_forms_are_its_rows() -> None:
+    """The sign-in gate's pages and the form posts local safety lets through are PAGE rows."""
+    assert endpoints.FORM_PATHS == ("/signin", "/signout")
+    assert endpoints.is_page("GET", "/runs/ci-1")
+    assert endpoints.is_page("GET", "/messages/msg_x/body.html")
+    assert not endpoints.is_page("GET", "/v1/runs/ci-1")
+    assert not endpoints.is_page("GET", "/runs/ci-1/nothing")

@@ -22,6 +22,7 @@ from urllib.parse import quote
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from api import endpoints
 from api.auth import Authority
 from api.errors import error_response
 from sink.scopes import Kind
@@ -40,7 +41,6 @@ _THROTTLE_WINDOW_S = 60.0
 _THROTTLE_ADDRESSES = 10_000  # client addresses remembered at most (the oldest go first)
 _SAFE_METHODS = ("GET", "HEAD")
 SIGNIN = "/signin"  # the sign-in page: served to anyone (with the static files)
-FORM_PATHS = (SIGNIN, "/signout")  # the UI's own form posts (urlencoded, same origin)
 
 
 class Tokens:
@@ -227,20 +227,13 @@ class Gate:
             inner["runsink.session"] = session
             await self.app(inner, receive, send)
             return
-        if scope["method"] in _SAFE_METHODS and is_page_path(path):
+        if scope["method"] in _SAFE_METHODS and endpoints.is_page(scope["method"], path):
             query = scope.get("query_string") or b""
             target = path + ("?" + query.decode("latin-1") if query else "")
             location = "/signin?next=" + quote(target, safe="/")
             await _redirect(location)(scope, receive, send)
             return
         await self.app(scope, receive, send)
-
-
-PAGE_PREFIXES = ("/runs/", "/inboxes/", "/messages/", "/caught", "/search", "/signout")
-
-
-def is_page_path(path: str) -> bool:
-    return path == "/" or path.startswith(PAGE_PREFIXES)
 
 
 def _redirect(location: str) -> ASGIApp:
