@@ -1,8 +1,9 @@
-"""GET /v1/messages?query=: search over evidence and caught mail, over real SMTP and HTTP."""
+"""GET /v1/messages?query=: search over evidence and caught mail (real SMTP, the app in-process)."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from typing import Any
@@ -10,17 +11,26 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support import Server, create_inbox, new_run_id, on_each_backend, wait
+from tests.inproc import InProcess, Served
+from tests.support import app_on_each_backend, create_inbox, new_run_id, wait
 
 
 @pytest.fixture(scope="session", params=["sqlite", "postgres"])
-def server(request: pytest.FixtureRequest, server: Server) -> Server:
-    """Every test here runs against a server on each persistent backend."""
-    return on_each_backend(request, server)
+def app(request: pytest.FixtureRequest) -> InProcess:
+    """Each check runs against the app on each persistent backend, in this process."""
+    result: InProcess = app_on_each_backend(request)
+    return result
+
+
+@pytest.fixture
+def http(app: InProcess) -> Iterator[httpx.Client]:
+    """A client of the test's app."""
+    with app.http() as client:
+        yield client
 
 
 def _send(
-    server: Server,
+    app: Served,
     to: str,
     subject: str,
     body: str,
@@ -32,7 +42,7 @@ def _send(
     message.set_content(body)
     if attachment is not None:
         message.add_attachment(attachment, maintype="application", subtype="pdf", filename="a.pdf")
-    with server.smtp() as client:
+    with app.smtp() as client:
         client.send_message(message)
 
 
@@ -46,16 +56,16 @@ def _search(http: httpx.Client, query: str, **params: Any) -> list[dict[str, Any
 
 
 @pytest.fixture
-def world(server: Server, http: httpx.Client) -> dict[str, Any]:
+def world(app: Served, http: httpx.Client) -> dict[str, Any]:
     """Run A's evidence (one with an attachment), run B's evidence, and a caught mail."""
     tag = uuid.uuid4().hex[:10]
     run_a, run_b = new_run_id("sa"), new_run_id("sb")
     inbox_a, inbox_b = create_inbox(http, run_a), create_inbox(http, run_b)
-    _send(server, inbox_a["address"], f"Reset your password {tag}", "Use code 482913 to reset.")
-    _send(server, inbox_a["address"], f"Invoice {tag}", "Your invoice.", attachment=b"%PDF" * 1000)
-    _send(server, inbox_b["address"], f"Welcome {tag}", "Welcome aboard.")
+    _send(app, inbox_a["address"], f"Reset your password {tag}", "Use code 482913 to reset.")
+    _send(app, inbox_a["address"], f"Invoice {tag}", "Your invoice.", attachment=b"%PDF" * 1000)
+    _send(app, inbox_b["address"], f"Welcome {tag}", "Welcome aboard.")
     _send(
-        server,
+        app,
         "someone@gmail.com",
         f"Newsletter {tag}",
         "Weekly news from Acme.",
@@ -97,14 +107,14 @@ def test_fields_and_literal_matching(http: httpx.Client, world: Any) -> None:
 
 
 def test_case_folds_in_every_script_and_pieces_apart_never_match(
-    server: Server, http: httpx.Client
+    app: InProcess, http: httpx.Client
 ) -> None:
     """Case-insensitive beyond ASCII (ÉCOLE, STRASSE/straße, ΣΟΦΙΑ); and a text is found
     whole or not at all: a body holding "abcd cdef" has every 3-letter piece of "abcdef"
     but not "abcdef", so it is no match, and -abcdef keeps it."""
     tag = uuid.uuid4().hex[:10]
     inbox = create_inbox(http, new_run_id("fold"))
-    _send(server, inbox["address"], f"ÉCOLE {tag}", "Grüße aus der STRASSE. ΣΟΦΙΑ. abcd cdef")
+    _send(app, inbox["address"], f"ÉCOLE {tag}", "Grüße aus der STRASSE. ΣΟΦΙΑ. abcd cdef")
     assert len(_search(http, tag)) == 1
     for found in ("école", "ÉCOLE", "GRÜSSE", "straße", "σοφια", "abcd cdef", "ABCD"):
         assert len(_search(http, f'{tag} "{found}"')) == 1, found
@@ -212,7 +222,7 @@ def test_bad_input_is_4xx_never_5xx(
 
 
 def test_released_evidence_is_found_by_its_metadata_not_its_body(
-    server: Server, http: httpx.Client
+    app: InProcess, http: httpx.Client
 ) -> None:
     """One message to an inbox and to an unrouted address: once the run is released, its
     evidence is found by subject only, not by the body the caught mail still keeps; the
@@ -220,7 +230,7 @@ def test_released_evidence_is_found_by_its_metadata_not_its_body(
     tag = uuid.uuid4().hex[:10]
     run_id = new_run_id("rel")
     inbox = create_inbox(http, run_id)
-    _send(server, f"{inbox['address']}, nobody-{tag}@gmail.example", f"Mixed {tag}", f"body{tag}")
+    _send(app, f"{inbox['address']}, nobody-{tag}@gmail.example", f"Mixed {tag}", f"body{tag}")
     evidence = http.get(f"/v1/inboxes/{inbox['inbox_id']}/messages").json()["messages"]
     assert http.delete(f"/v1/runs/{run_id}").status_code == 204
     for extra in ("", " -is:claimed"):  # text first; then with a filter beside it
