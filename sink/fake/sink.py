@@ -1,7 +1,7 @@
 """``FakeSink``: the synchronous fake, ``AsyncFakeSink`` through a portal.
 
 The way Starlette's ``TestClient`` runs the real app, each call runs the real Agent to its
-end on an event loop of its own (``_Portal``), and that loop is closed before the call
+end on an event loop of its own (``_portal``), and that loop is closed before the call
 returns: no loop or thread outlives a call. Called from inside a running loop (a sync fake
 in async code), the call runs on a short-lived thread that is joined before it returns.
 """

@@ -5,11 +5,12 @@ anew for every connection: ``dir()`` and ``getattr`` over the protocol and the h
 ``inspect.getmembers`` on both, ``inspect.signature`` of ``handle_EHLO``, a sorted log line
 of the mechanisms. A profile of ``bench/ingest.py``'s new-connection row (8 connections, a
 connection per message) put that at 15% of the event loop. The answers never change for a
-protocol class and a handler, so ``LeanSetup`` takes them once, from one connection set up
-by aiosmtpd itself, and sets up every later connection with them: the same attributes, the
-same values, methods bound to that connection (``tests/test_smtp_loop.py`` compares both).
+protocol class and a handler, so ``learn`` takes them once, from one connection set up by
+aiosmtpd itself, and ``set_up`` sets up every later connection with them: the same
+attributes, the same values, methods bound to that connection (``tests/test_smtp_setup.py``
+compares both). ``Connections`` (``sink/smtp/protocol.py``) keeps what was learned.
 
-Only for the arguments runsink passes (``fast_setup_applies``); any other falls back to
+Only for the arguments runsink passes (``KNOWN_ARGUMENTS``); any other falls back to
 aiosmtpd's own ``__init__``.
 """
 
@@ -21,7 +22,7 @@ from typing import Any
 
 from aiosmtpd.smtp import SMTP, _AuthMechAttr, login_always_fail
 
-# The keyword arguments LeanSetup knows how to set up (aiosmtpd's defaults for the others).
+# The keyword arguments set_up knows how to set up (aiosmtpd's defaults for the others).
 KNOWN_ARGUMENTS = frozenset(
     {
         "data_size_limit",
