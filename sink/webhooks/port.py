@@ -16,7 +16,7 @@ from typing import Protocol
 
 from sink.webhooks.model import Attempt, Due, Outcome, Webhook
 
-LEASE_S = 15.0  # a taken delivery is another replica's to retry after this (attempts last <= 5 s)
+LEASE_S = 10.0  # a taken delivery is any replica's to retry after this (an attempt lasts <= 5 s)
 IN_FLIGHT_MAX = 8  # deliveries of one webhook in flight at once (take_due never leases more)
 
 
