@@ -25,7 +25,6 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import ValidationError
 from starlette.requests import Request
-from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.auth import grant_of
@@ -52,7 +51,7 @@ from sink.vocabulary import Tool
 
 
 class McpEndpoint:
-    """The ``/mcp`` route and the session manager behind it (run it while serving)."""
+    """``/mcp``'s ASGI app and the session manager behind it (run it while serving)."""
 
     def __init__(self) -> None:
         self._manager = StreamableHTTPSessionManager(
@@ -62,7 +61,7 @@ class McpEndpoint:
             # in front of the whole app. The SDK's own guard would be a second, different one.
             security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         )
-        self.route = Route("/mcp", _NoGetStream(StreamableHTTPASGIApp(self._manager)))
+        self.app: ASGIApp = _NoGetStream(StreamableHTTPASGIApp(self._manager))
 
     def running(self) -> AbstractAsyncContextManager[None]:
         """Enter before the first request and leave after the last (once per endpoint)."""

@@ -67,7 +67,7 @@ class LazyMcp:
             if self._sessions.done():
                 self._sessions.result()  # the manager failed to start: raise why
                 raise RuntimeError("the MCP session manager stopped at once")
-            self._app = endpoint.route.handle
+            self._app = endpoint.app
             return self._app
 
     async def _serve(self, endpoint: McpEndpoint, ready: asyncio.Event) -> None:
