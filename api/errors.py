@@ -22,10 +22,6 @@ if TYPE_CHECKING:
 # The error bodies are wire models (api/schemas.py), imported where a body is built: pydantic
 # is not loaded at start-up (issue 22).
 
-TABLE = errors.STATUS_AND_CODE
-
-_REFUSAL_STATUS = {"wrong_run": 403, "claimed_by_other_run": 409}
-
 
 def error_response(
     status: int,
@@ -63,7 +59,7 @@ def runsink_error(request: Request, exc: errors.RunsinkError) -> Response:
     if isinstance(exc, errors.OwnershipRefused):
         from api.schemas import ErrorBody, RefusalOut
 
-        guided = for_error(exc.reason, _REFUSAL_STATUS[exc.reason], call, message=exc.message)
+        guided = for_error(exc.reason, errors.REFUSAL_STATUS[exc.reason], call, message=exc.message)
         refusal = RefusalOut(
             reason=exc.reason,
             trace_id=trace_of(request),
@@ -71,11 +67,11 @@ def runsink_error(request: Request, exc: errors.RunsinkError) -> Response:
             **guided.fields(),
         )
         return JSONResponse(
-            refusal.model_dump(mode="json"), status_code=_REFUSAL_STATUS[exc.reason]
+            refusal.model_dump(mode="json"), status_code=errors.REFUSAL_STATUS[exc.reason]
         )
     if isinstance(exc, errors.ProviderTrouble):
         return trouble_response(request, exc)
-    for cls, status, code in TABLE:
+    for cls, status, code in errors.STATUS_AND_CODE:
         if isinstance(exc, cls):
             headers = None
             if isinstance(exc, errors.ForbiddenScope):

@@ -182,3 +182,5 @@ STATUS_AND_CODE: list[tuple[type[RunsinkError], int, str]] = [
     (ProviderTimeout, 503, "provider_timeout"),
     (ProviderTrouble, 503, "provider_error"),
 ]
+# An ownership refusal's status, by its reason (answered with a refusal body, not the table's).
+REFUSAL_STATUS = {"wrong_run": 403, "claimed_by_other_run": 409}

@@ -24,7 +24,6 @@ from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
 from api.context import continue_trace
-from api.errors import TABLE
 from api.live import download_type
 from api.state import state_of
 from api.ui import access
@@ -33,7 +32,7 @@ from api.ui.render import frame_headers, inline_cids, offset, templates
 from api.ui.searchbox import left_out_note, read_box
 from sink import clock, ids
 from sink.agent import Agent
-from sink.errors import EvidenceReleased, NotFound, RunsinkError
+from sink.errors import STATUS_AND_CODE, EvidenceReleased, NotFound, RunsinkError
 from sink.message import attachment_parts
 from sink.runtime import Runtime
 from sink.search import MAX_QUERY_CHARS
@@ -86,7 +85,7 @@ def _html_errors(handler: Handler) -> Handler:
         try:
             return await handler(request)
         except RunsinkError as exc:
-            status = next((s for cls, s, _ in TABLE if isinstance(exc, cls)), 500)
+            status = next((s for cls, s, _ in STATUS_AND_CODE if isinstance(exc, cls)), 500)
             title = {404: "Not found", 410: "Released", 503: "Try again soon"}.get(status, "Error")
             return _page(request, "error.html", status, title=title, message=str(exc))
 

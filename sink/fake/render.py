@@ -16,8 +16,6 @@ from sink.client import errors as client
 from sink.client.models import Envelope, Message, MessagePage, RunReport
 from sink.clock import rfc3339, rfc3339_or_none, seconds_up
 
-_REFUSAL_STATUS = {"wrong_run": 403, "claimed_by_other_run": 409}
-
 
 def envelope(view: domain.Envelope) -> Envelope:
     message, claim = view.message, view.claim
@@ -189,7 +187,7 @@ def report(result: agent.RunReport) -> RunReport:
 def error(exc: errors.RunsinkError) -> client.ApiError:
     """The client's exception for what the server would answer with an error body."""
     if isinstance(exc, errors.OwnershipRefused):
-        return client.OwnershipRefused(_REFUSAL_STATUS[exc.reason], exc.reason, exc.message)
+        return client.OwnershipRefused(errors.REFUSAL_STATUS[exc.reason], exc.reason, exc.message)
     for cls, status, code in errors.STATUS_AND_CODE:
         if isinstance(exc, cls):
             details: dict[str, Any] = dict(exc.details)
