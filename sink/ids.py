@@ -131,40 +131,41 @@ def encode_cursor(inbox_id: str, seq: int) -> str:
 
 def decode_cursor(inbox_id: str, cursor: str) -> int:
     """The position a cursor names; ``InvalidCursor`` unless we issued it for this inbox."""
-    if not cursor.startswith(_CURSOR_PREFIX) or len(cursor) > 128:
-        raise InvalidCursor("cursor is not one this server issued")
-    text = cursor[len(_CURSOR_PREFIX) :]
-    try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("ascii")
-    except (binascii.Error, ValueError) as exc:
-        raise InvalidCursor("cursor is not one this server issued") from exc
-    found = _CURSOR_BODY.fullmatch(raw)
+    found = _CURSOR_BODY.fullmatch(_opened(cursor, _CURSOR_PREFIX))
     if found is None:
-        raise InvalidCursor("cursor is not one this server issued")
+        raise InvalidCursor(_NOT_OURS)
     if found.group(1) != inbox_id:
         raise InvalidCursor(f"cursor belongs to another inbox, not {inbox_id}")
     return int(found.group(2))
 
 
 # Positions in the newest-first lists (search, caught mail): not bound to an inbox.
+_LIST_CURSOR_PREFIX = "l1_"
 _LIST_CURSOR = re.compile(r"([a-z]{1,8})\.(\d{1,19})\.(\d{1,19})")
 
 
 def encode_list_cursor(kind: str, message: int, entry: int) -> str:
     body = f"{kind}.{message}.{entry}".encode()
-    return "l1_" + base64.urlsafe_b64encode(body).decode().rstrip("=")
+    return _LIST_CURSOR_PREFIX + base64.urlsafe_b64encode(body).decode().rstrip("=")
 
 
 def decode_list_cursor(kind: str, cursor: str) -> tuple[int, int]:
     """The position of a newest-first list cursor; ``InvalidCursor`` unless it is ours."""
-    if not cursor.startswith("l1_") or len(cursor) > 128:
-        raise InvalidCursor("cursor is not one this server issued")
-    text = cursor[3:]
-    try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("ascii")
-    except (binascii.Error, ValueError) as exc:
-        raise InvalidCursor("cursor is not one this server issued") from exc
-    found = _LIST_CURSOR.fullmatch(raw)
+    found = _LIST_CURSOR.fullmatch(_opened(cursor, _LIST_CURSOR_PREFIX))
     if found is None or found.group(1) != kind:
-        raise InvalidCursor(f"cursor is not one this server issued for this {kind} list")
+        raise InvalidCursor(f"{_NOT_OURS} for this {kind} list")
     return int(found.group(2)), int(found.group(3))
+
+
+_NOT_OURS = "cursor is not one this server issued"
+
+
+def _opened(cursor: str, prefix: str) -> str:
+    """A cursor's body, its base64 undone; ``InvalidCursor`` unless it has our prefix and form."""
+    if not cursor.startswith(prefix) or len(cursor) > 128:
+        raise InvalidCursor(_NOT_OURS)
+    text = cursor[len(prefix) :]
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("ascii")
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidCursor(_NOT_OURS) from exc
