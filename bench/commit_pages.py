@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import delivery_of, make_message, new_inbox
 
 from sink.storage.base import Event, Incoming, NewInbox
-from sink.storage.sqlite import SQLiteStore
+from sink.storage.sqlite.store import SQLiteStore
 
 _WAL_HEADER = 32
 _FRAME_HEADER = 24
@@ -96,7 +96,7 @@ async def measure(
                 _incoming(inboxes[i % 20], now) for i in range(start, min(prefill, start + 256))
             ]
             await asyncio.gather(*(store.save_message(item) for item in batch))
-        await store._index_caught_up()
+        await store.indexer.caught_up()
         page_size = int((await store._read("PRAGMA page_size"))[0][0])
         timings: list[float] = []
         # Every frame stays readable: no checkpoint moves the WAL back to its start.
@@ -119,7 +119,7 @@ async def measure(
             for page in _frame_pages(wal, page_size, first, last):
                 whose[owners.get(page, "(pointer map or free page)")] += 1
         indexed_from = _frames(wal, page_size)
-        await store._index_caught_up()
+        await store.indexer.caught_up()
         index_frames = _frames(wal, page_size) - indexed_from
     finally:
         await store.close()

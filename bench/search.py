@@ -11,7 +11,7 @@ vocabulary, one in ten with an attachment. Then each query runs ``--repeats`` ti
     .venv/bin/python bench/search.py --postgres   # the same on PostgreSQL (its own server)
 
 ``--postgres`` starts a PostgreSQL of its own (``tests/pg_cluster.py``) and measures the
-PostgreSQL store's search (``sink/storage/postgres_mail.py``); the first search indexes
+PostgreSQL store's search (``sink/storage/postgres/mail.py``); the first search indexes
 everything stored (as a search after a burst of ingest would), and is not counted.
 """
 
@@ -37,8 +37,8 @@ from sink.mailbox import Mailbox, MailStore
 from sink.message import summarize
 from sink.search import parse_query
 from sink.storage.base import Delivered, Event, Incoming, NewInbox, Store
-from sink.storage.postgres import PostgresStore
-from sink.storage.sqlite import SQLiteStore
+from sink.storage.postgres.store import PostgresStore
+from sink.storage.sqlite.store import SQLiteStore
 from tests.pg_cluster import Cluster  # the same server the test suite starts
 
 WORDS = [
@@ -216,7 +216,7 @@ async def main(
             SQLiteStore(Path(folder) / "bench.db") if dsn is None else PostgresStore(dsn)
         )
         await store.open()
-        mail: MailStore = store.mail if isinstance(store, PostgresStore) else store
+        mail: MailStore = store.mail
         try:
             inboxes = await _inboxes(store, time.time())
             stored = 0

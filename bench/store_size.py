@@ -51,7 +51,7 @@ from _common import (
 )
 
 from sink.storage.base import Event, NewInbox
-from sink.storage.sqlite import SQLiteStore
+from sink.storage.sqlite.store import SQLiteStore
 
 POLICIES = """
 [policy.ci]

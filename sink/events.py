@@ -21,7 +21,7 @@ does not hold (from before a restart, too old, not ours) gets a resync.
 Fed, with SQLite, from the store's commit hook (every run event recorded, after its commit:
 ``record``) and ingest (a message stored, after its commit: ``message``); with PostgreSQL,
 from the database's feed of every replica's events in commit order
-(``sink/storage/pg_events.py``: ``record``, ``delivered``, ``caught``, and ``lost`` when it
+(``sink/storage/postgres/feed.py``: ``record``, ``delivered``, ``caught``, and ``lost`` when it
 cannot replay a gap).
 """
 

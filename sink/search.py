@@ -155,39 +155,6 @@ def texts_match(texts: tuple[Text, ...], document: dict[str, str], released: boo
     return True
 
 
-def fts_expression(texts: tuple[Text, ...]) -> str:
-    """The texts ANDed as an FTS5 MATCH expression that finds every document holding them:
-    each text's trigrams, in its columns. It may find more (the trigrams apart, or in two of
-    the columns): the caller keeps only the documents that hold each text whole (``instr``
-    over the folded columns; see sink/storage/sqlite.py ``_holding``)."""
-    return " AND ".join(_fts_term(t) for t in texts)
-
-
-def fts_any(texts: tuple[Text, ...]) -> str:
-    """The texts ORed: used for the negated ones (``NOT (a OR b)``), checked as above."""
-    return " OR ".join(_fts_term(t) for t in texts)
-
-
-def trigrams(needle: str) -> list[str]:
-    """Enough 3-character pieces of ``needle`` to cover every character of it, each once:
-    one every 3 characters and the last one (an index without positions answers each as a
-    separate token; ``instr`` then checks the whole)."""
-    if len(needle) < 3:  # refused by parse_query; FTS5 finds nothing for it
-        return [needle]
-    starts = [*range(0, len(needle) - 2, 3), len(needle) - 3]
-    return list(dict.fromkeys(needle[i : i + 3] for i in starts))
-
-
-def _fts_term(text: Text) -> str:
-    # FTS5 strings: double quotes doubled; nothing inside is syntax (no *, ^, NEAR).
-    grams = " AND ".join(
-        '"' + gram.replace('"', '""') + '"' for gram in trigrams(folded(text.value))
-    )
-    if len(text.columns) == 1:
-        return f"{text.columns[0]} : ({grams})"
-    return "{" + " ".join(text.columns) + "} : (" + grams + ")"
-
-
 # -- terms -------------------------------------------------------------------------------
 
 Token = tuple[bool, str | None, str, bool]  # negated, key (lower) or None, value, quoted

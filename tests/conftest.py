@@ -133,7 +133,7 @@ def pg_cluster() -> Iterator[Cluster]:
 async def _migrate(dsn: str) -> None:
     import asyncpg
 
-    from sink.storage.postgres import migrate
+    from sink.storage.postgres.migrate import migrate
 
     connection = await asyncpg.connect(dsn)
     try:

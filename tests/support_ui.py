@@ -17,7 +17,7 @@ from sink import clock, ids
 from sink.inbox import Inbox as InboxValue
 from sink.message import summarize
 from sink.storage.base import Delivered, Event, Incoming, NewInbox
-from sink.storage.sqlite import SQLiteStore
+from sink.storage.sqlite.store import SQLiteStore
 
 CHROMIUM = os.environ.get("RUNSINK_CHROMIUM", "/usr/bin/chromium")
 

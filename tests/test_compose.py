@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from sink.config import settings_from
-from sink.storage.postgres import is_postgres_url
+from sink.storage.postgres.driver import is_postgres_url
 from tests.podman import IMAGE, Podman, free_port, wait_ready
 from tests.support import need
 

@@ -25,7 +25,7 @@ from sink.inbox import Match
 from sink.ingest import Ingest
 from sink.metrics import Metrics
 from sink.storage.base import Storage
-from sink.storage.postgres import PostgresStore
+from sink.storage.postgres.store import PostgresStore
 from sink.vocabulary import NextAction, Reason, State, Status
 from sink.waiters import Waiters
 from tests.test_storage import Backend, backend  # noqa: F401  (the parametrised fixture)
@@ -49,7 +49,7 @@ class World:
         settings = Settings(domain="sink.test")
         waiters, metrics = Waiters(), Metrics()
         guard = Guard(FaultRegistry(random.Random(0)), store, metrics, self.clock)
-        slots = store if isinstance(store, PostgresStore) else None  # as the backend offers
+        slots = store.slots if isinstance(store, PostgresStore) else None  # as the backend offers
         self.agent = Agent(store, waiters, settings, guard, metrics, self.clock, new_ids, slots)
         self.ingest = Ingest(store, waiters, settings, metrics, self.clock)
         self.run_id = "run-evidence"

@@ -20,9 +20,11 @@ from sink.message import summarize
 from sink.search import parse_query
 from sink.storage.base import Delivered, Incoming, Storage
 from sink.storage.memory import MemoryStore
-from sink.storage.postgres import PostgresStore
-from sink.storage.postgres_mail import PostgresMail
-from sink.storage.sqlite import SQLiteStore, _migrations, _refold
+from sink.storage.postgres.mail import PostgresMail
+from sink.storage.postgres.store import PostgresStore
+from sink.storage.sqlite.fts import refold
+from sink.storage.sqlite.migrate import migrations
+from sink.storage.sqlite.store import SQLiteStore
 from tests.pg_cluster import Cluster
 from tests.support import psql
 from tests.test_storage import created_event, new_inbox
@@ -36,7 +38,7 @@ OLD_INBOX = (
     "'l@sink.test', 'ci', 0, 9e9, 5, 'created', '{}', 't', 9e9)"
 )
 
-LATEST_SQLITE = _migrations()[-1][0]  # the schema version a migrated file has
+LATEST_SQLITE = migrations()[-1][0]  # the schema version a migrated file has
 
 
 RAW = b"From: Acme <a@acme.example>\r\nTo: x@gmail.com\r\nSubject: Hello there\r\n\r\nbody text\r\n"
@@ -55,7 +57,7 @@ def run(path: Path, work: Callable[[SQLiteStore], Awaitable[T]]) -> T:
 
 
 class Stores:
-    """One adapter's store and its mail ports (the same object but on PostgreSQL), fresh: in
+    """One adapter's store and its mail ports (the same object in memory), fresh: in
     memory, a SQLite file in the test's folder, or a PostgreSQL database."""
 
     def __init__(self, name: str, place: str) -> None:
@@ -71,7 +73,7 @@ class Stores:
                 store = SQLiteStore(Path(self._place))
                 await store.open()
                 try:
-                    return await work(store, store)
+                    return await work(store, store.mail)
                 finally:
                     await store.close()
             pg = PostgresStore(self._place)
@@ -120,7 +122,7 @@ def caught(raw: bytes = RAW, until: float | None = None) -> Incoming:
 def test_a_v1_store_is_indexed_at_the_upgrade(tmp_path: Path) -> None:
     """Mail stored before v2 is searchable after it (the index is filled once, at migration)."""
     path = tmp_path / "v1.db"
-    v1 = (resources.files("sink.storage") / "sql" / "001_init.sql").read_text()
+    v1 = (resources.files("sink.storage.sqlite") / "sql" / "001_init.sql").read_text()
     with sqlite3.connect(path) as db:
         db.executescript(v1 + "\nPRAGMA user_version = 1;")
         db.execute(
@@ -136,7 +138,7 @@ def test_a_v1_store_is_indexed_at_the_upgrade(tmp_path: Path) -> None:
         )
 
     async def search(store: SQLiteStore) -> list[str]:
-        found = await store.search(parse_query("body from:acme"), None, None, 10)
+        found = await store.mail.search(parse_query("body from:acme"), None, None, 10)
         return [f.id for f in found]
 
     assert run(path, search) == ["msg_aaaaaaaaaaaaaaaaaaaaaaaa"]
@@ -157,7 +159,7 @@ def test_a_v2_store_with_mail_upgrades_in_place(tmp_path: Path) -> None:
     claim, an attachment, caught mail), keeps all of it at the v3 upgrade: listed, searchable
     by text, size, date and attachment, and new deliveries follow the old ones' seqs."""
     path = tmp_path / "v2.db"
-    sql = resources.files("sink.storage") / "sql"
+    sql = resources.files("sink.storage.sqlite") / "sql"
     v2 = (sql / "001_init.sql").read_text() + (sql / "002_catch_all_search.sql").read_text()
     inbox, run_id = "ib_aaaaaaaaaaaaaaaaaaaa", "r1"
     with sqlite3.connect(path) as db:
@@ -212,7 +214,9 @@ def test_a_v2_store_with_mail_upgrades_in_place(tmp_path: Path) -> None:
             "larger:200",
             "after:1970-01-01T00:02:30Z",
         ):
-            found[query] = [f.id for f in await store.search(parse_query(query), None, None, 10)]
+            found[query] = [
+                f.id for f in await store.mail.search(parse_query(query), None, None, 10)
+            ]
         listed = await store.deliveries_after(inbox, 0, 10)
         found["list"] = [f"{d.seq}:{d.message_id}:{d.claim and d.claim.claim_id}" for d in listed]
         message_id = ids.new_message_id()
@@ -230,7 +234,9 @@ def test_a_v2_store_with_mail_upgrades_in_place(tmp_path: Path) -> None:
         ]
         found["new"] = [
             f.id
-            for f in await store.search(parse_query("after:1970-01-01T00:06:00Z"), None, None, 10)
+            for f in await store.mail.search(
+                parse_query("after:1970-01-01T00:06:00Z"), None, None, 10
+            )
         ]
         return found
 
@@ -259,7 +265,7 @@ def test_a_v2_store_with_mail_upgrades_in_place(tmp_path: Path) -> None:
 def _v3_store(path: Path) -> None:
     """A store as schema v3 left it: a delivery and a caught mail, both indexed, their text
     in the index as v3 kept it (not folded, with token positions)."""
-    sql = resources.files("sink.storage") / "sql"
+    sql = resources.files("sink.storage.sqlite") / "sql"
     v3 = "\n".join((sql / name).read_text() for name in sorted(sql.iterdir()) if name.name < "004")
     with sqlite3.connect(path) as db:
         db.executescript(v3 + "\nPRAGMA user_version = 3;")
@@ -297,7 +303,9 @@ def _searches(path: Path) -> dict[str, list[str]]:
     async def search(store: SQLiteStore) -> dict[str, list[str]]:
         found = {}
         for query in ("from:ACME", "see attached", '-"SEE ATTACHED"', "to:gmail", "body"):
-            found[query] = [f.id for f in await store.search(parse_query(query), None, None, 9)]
+            found[query] = [
+                f.id for f in await store.mail.search(parse_query(query), None, None, 9)
+            ]
         return found
 
     return run(path, search)
@@ -332,13 +340,15 @@ def test_the_rebuild_goes_by_batches_newest_first(tmp_path: Path) -> None:
     _v3_store(path)
     with sqlite3.connect(path) as db:
         db.executescript(
-            (resources.files("sink.storage") / "sql" / "004_folded_search_text.sql").read_text()
+            (
+                resources.files("sink.storage.sqlite") / "sql" / "004_folded_search_text.sql"
+            ).read_text()
         )
         db.row_factory = sqlite3.Row
-        assert _refold(db, 1) is False
+        assert refold(db, 1) is False
         assert db.execute("SELECT refold_upto FROM index_state").fetchone()[0] == 1
         assert [r[0] for r in db.execute("SELECT rowid FROM message_text")] == [2]
-        assert _refold(db, 1) is True
+        assert refold(db, 1) is True
         assert db.execute("SELECT refold_upto FROM index_state").fetchone()[0] == 0
         assert db.execute("SELECT subject FROM message_text WHERE rowid = 1").fetchone()[0] == (
             "hello there"
@@ -351,13 +361,13 @@ def test_mail_stored_after_the_newest_message_went_is_indexed(tmp_path: Path) ->
 
     async def scenario(store: SQLiteStore) -> list[str]:
         await store.save_message(caught())
-        assert len(await store.search(parse_query(""), None, None, 10)) == 1
-        assert await store.drop_oldest_caught(time.time(), 10) == 1
+        assert len(await store.mail.search(parse_query(""), None, None, 10)) == 1
+        assert await store.mail.drop_oldest_caught(time.time(), 10) == 1
         again = caught()
         await store.save_message(again)
         assert again.caught_id is not None
         return [again.caught_id] + [
-            f.id for f in await store.search(parse_query("hello"), None, None, 10)
+            f.id for f in await store.mail.search(parse_query("hello"), None, None, 10)
         ]
 
     expected, *found = run(tmp_path / "s.db", scenario)
@@ -387,7 +397,7 @@ def test_the_sweepers_turn_with_no_caught_mail_due_leaves_the_index_to_the_pause
 ) -> None:
     """expire_caught with nothing due indexes nothing (the sweeper asks every second, ingest
     or not); with mail due, it catches the index up and deletes."""
-    import sink.storage.sqlite as adapter
+    import sink.storage.sqlite.fts as adapter
 
     monkeypatch.setattr(adapter, "_INDEX_QUIET_S", 3600.0)  # no pause in this test
     path = tmp_path / "s.db"
@@ -398,9 +408,9 @@ def test_the_sweepers_turn_with_no_caught_mail_due_leaves_the_index_to_the_pause
     async def work(store: SQLiteStore) -> tuple[int, int, int, int]:
         await store.save_message(caught(until=time.time() + 600))
         await store.save_message(caught(until=time.time() + 600))
-        none_due = await store.expire_caught(time.time(), 100)
+        none_due = await store.mail.expire_caught(time.time(), 100)
         before = await listed(store)
-        due = await store.expire_caught(time.time() + 601, 1)
+        due = await store.mail.expire_caught(time.time() + 601, 1)
         return none_due, before, due, await listed(store)
 
     assert run(path, work) == (0, 0, 1, 1)
@@ -491,7 +501,7 @@ def test_a_v2_postgres_database_is_listed_and_indexed_at_the_upgrade(
     """Mail stored before schema v3 is listed by the migration and searchable after it."""
     database = pg_cluster.new_database()
     for number in (1, 2):
-        folder = resources.files("sink.storage") / "sql" / "postgres"
+        folder = resources.files("sink.storage.postgres") / "sql"
         (script,) = [f for f in folder.iterdir() if f.name.startswith(f"00{number}_")]
         pg_cluster.psql(script.read_text(), database)
     pg_cluster.psql(
@@ -514,7 +524,7 @@ def test_a_v2_postgres_database_is_listed_and_indexed_at_the_upgrade(
         return [f.id for f in found]
 
     assert Stores("postgres", dsn).run(search) == ["msg_aaaaaaaaaaaaaaaaaaaaaaaa"]
-    folder = resources.files("sink.storage") / "sql" / "postgres"
+    folder = resources.files("sink.storage.postgres") / "sql"
     latest = max(int(f.name.split("_")[0]) for f in folder.iterdir() if f.name.endswith(".sql"))
     assert latest >= 3
     assert psql(dsn, "SELECT MAX(version) FROM runsink_migrations") == [[str(latest)]]

@@ -90,8 +90,8 @@ def test_the_wheel_and_sdist_carry_the_ui_and_the_sql(dist: Dist) -> None:
         r"api/ui/templates/[^/]+\.html",
         r"api/ui/static/app\.css",
         r"api/ui/static/app\.js",
-        r"sink/storage/sql/001_init\.sql",
-        r"sink/storage/sql/postgres/[^/]+\.sql",
+        r"sink/storage/sqlite/sql/001_init\.sql",
+        r"sink/storage/postgres/sql/[^/]+\.sql",
         r"sink/py\.typed",
     ]
     in_wheel = zipfile.ZipFile(dist.wheel).namelist()

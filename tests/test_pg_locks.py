@@ -14,7 +14,7 @@ import asyncpg
 from sink import clock, ids
 from sink.message import summarize
 from sink.storage.base import Delivered, Incoming
-from sink.storage.postgres import PostgresStore
+from sink.storage.postgres.store import PostgresStore
 from sink.vocabulary import Reason
 from tests.test_storage import created_event, new_inbox
 

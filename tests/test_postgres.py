@@ -14,7 +14,8 @@ from sink.breaker import BreakerKey
 from sink.errors import StorageUnavailable
 from sink.message import summarize
 from sink.storage.base import Event, Incoming
-from sink.storage.postgres import PostgresStore, migrate
+from sink.storage.postgres.migrate import migrate
+from sink.storage.postgres.store import PostgresStore
 from tests.pg_cluster import Cluster
 from tests.test_storage import created_event, incoming, new_inbox
 
@@ -188,10 +189,10 @@ def test_every_driver_error_becomes_one_of_ours(error: type[BaseException]) -> N
     (InternalClientError, as in a fast shutdown) and the server's trouble as
     StorageUnavailable, only a write's own bad data (SQLSTATE 22, 23) as StorageError."""
     from sink.errors import StorageError
-    from sink.storage.postgres import _translated
+    from sink.storage.postgres.driver import translated
 
     async def scenario() -> None:
-        async with _translated("save_message"):
+        async with translated("save_message"):
             raise error("driver trouble")
 
     with pytest.raises(StorageError) as raised:
@@ -206,10 +207,10 @@ def test_every_driver_error_becomes_one_of_ours(error: type[BaseException]) -> N
 )
 def test_a_socket_lost_under_the_driver_is_storage_unavailable(error: type[Exception]) -> None:
     """A reset, a broken pipe or a message cut short is StorageUnavailable (451), never raw."""
-    from sink.storage.postgres import _translated
+    from sink.storage.postgres.driver import translated
 
     async def scenario() -> None:
-        async with _translated("save_message"):
+        async with translated("save_message"):
             if error is asyncio.IncompleteReadError:
                 raise asyncio.IncompleteReadError(b"", 5)
             raise error()
@@ -266,11 +267,14 @@ def test_one_wait_in_progress_per_inbox_across_stores(pg_dsn: str) -> None:
             until = now + 5
             got = list(
                 await asyncio.gather(
-                    *((a if n % 2 else b).take_poll_slot(new.inbox, now, until) for n in range(10))
+                    *(
+                        (a if n % 2 else b).slots.take_poll_slot(new.inbox, now, until)
+                        for n in range(10)
+                    )
                 )
             )
-            await a.free_poll_slot(new.inbox.inbox_id, until)
-            again = await b.take_poll_slot(new.inbox, now, until)
+            await a.slots.free_poll_slot(new.inbox.inbox_id, until)
+            again = await b.slots.take_poll_slot(new.inbox, now, until)
             return got, again
         finally:
             await a.close()
@@ -294,30 +298,32 @@ def test_the_breaker_lives_in_the_database_with_one_probe(pg_dsn: str) -> None:
         await a.open()
         await b.open()
         try:
-            assert (await b.breaker_admit(key, 0.3, 2.0)).allowed
-            assert await a.breaker_failure(key, settings) is None
-            opened = await a.breaker_failure(key, settings)
+            assert (await b.breakers.breaker_admit(key, 0.3, 2.0)).allowed
+            assert await a.breakers.breaker_failure(key, settings) is None
+            opened = await a.breakers.breaker_failure(key, settings)
             assert opened is not None and opened.to_state is BreakerState.OPEN
-            refused = await b.breaker_admit(key, 0.3, 2.0)
+            refused = await b.breakers.breaker_admit(key, 0.3, 2.0)
             assert not refused.allowed and 0 < (refused.retry_after or 0) <= 0.3
-            left = await b.breaker_cooldown_left(key)
+            left = await b.breakers.breaker_cooldown_left(key)
             assert left is not None and left <= 0.3
             await asyncio.sleep(0.35)  # the cooldown is the database's clock: let it pass
             admissions = await asyncio.gather(
-                *((a if n % 2 else b).breaker_admit(key, 0.3, 2.0) for n in range(20))
+                *((a if n % 2 else b).breakers.breaker_admit(key, 0.3, 2.0) for n in range(20))
             )
             probes = [x for x in admissions if x.allowed]
             assert len(probes) == 1 and probes[0].probe
             assert probes[0].transition is not None
-            failed = await b.breaker_failure(key, settings)  # the probe fails: doubled cooldown
+            failed = await b.breakers.breaker_failure(
+                key, settings
+            )  # the probe fails: doubled cooldown
             assert failed is not None and failed.cooldown_s == 0.6
             await asyncio.sleep(0.65)
-            probe = await a.breaker_admit(key, 0.3, 2.0)
+            probe = await a.breakers.breaker_admit(key, 0.3, 2.0)
             assert probe.probe
-            await a.breaker_abandon(key)  # handed back: the next call probes at once
-            probe = await b.breaker_admit(key, 0.3, 2.0)
+            await a.breakers.breaker_abandon(key)  # handed back: the next call probes at once
+            probe = await b.breakers.breaker_admit(key, 0.3, 2.0)
             assert probe.probe and probe.transition is None
-            closed = await b.breaker_success(key)
+            closed = await b.breakers.breaker_success(key)
             assert closed is not None and closed.to_state is BreakerState.CLOSED
             connection = await asyncpg.connect(pg_dsn)
             try:
@@ -500,7 +506,7 @@ def test_live_events_committed_while_the_listener_is_away_are_caught_up(pg_dsn: 
 def test_the_live_feed_replays_ids_below_its_position_that_commit_late(pg_dsn: str) -> None:
     """Seen 1, 2 and 5: a catch-up publishes 3 (a transaction that took its id earlier and
     committed later) and 6, then 4 when it commits too; nothing is published twice."""
-    from sink.storage.pg_events import EventFeed
+    from sink.storage.postgres.feed import EventFeed
 
     async def insert(connection: asyncpg.Connection, *ids: int) -> None:
         await connection.executemany(

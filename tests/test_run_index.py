@@ -18,8 +18,8 @@ from sink.mailbox import MailStore
 from sink.message import summarize
 from sink.search import parse_query
 from sink.storage.base import Delivered, Event, Incoming, NewInbox, RunIndex
-from sink.storage.postgres import PostgresStore
-from sink.storage.sqlite import SQLiteStore
+from sink.storage.postgres.store import PostgresStore
+from sink.storage.sqlite.store import SQLiteStore
 
 T = TypeVar("T")
 
@@ -84,7 +84,7 @@ def test_recent_runs_newest_first_with_counts(where: Path | str) -> None:
     hook: list[Event] = []
 
     async def work(store: SQLiteStore) -> None:
-        index: RunIndex = store
+        index: RunIndex = store.runs
         now = clock.now()
         old = await _inbox(store, "run-old", "signup", now - 100, ttl=10)  # lease over
         live = await _inbox(store, "run-new", "signup", now - 50)
@@ -112,7 +112,7 @@ def test_recent_runs_newest_first_with_counts(where: Path | str) -> None:
             delivery.message_id
         )  # newest first
         # Finding a delivery by its subject (any case) or a recipient: the search port's.
-        mail: MailStore = store.mail if isinstance(store, PostgresStore) else store
+        mail: MailStore = store.mail
         found = await mail.search(parse_query("subject:TWO"), None, None, 10)
         assert [f.subject for f in found] == ["two"] and found[0].run_id == "run-new"
         assert await mail.search(parse_query(f"to:{live.address[:8]}"), None, None, 10)

@@ -14,12 +14,10 @@ from sink.search import (
     Filter,
     SearchSyntaxError,
     Text,
-    fts_any,
-    fts_expression,
     parse_query,
     parse_skipping_short,
-    trigrams,
 )
+from sink.storage.sqlite.fts import fts_any, fts_expression, trigrams
 
 
 def test_words_and_phrases_are_literal_texts_in_subject_and_body() -> None:

@@ -30,7 +30,7 @@ from sink.smtp.limits import Limits
 from sink.smtp.protocol import Connections
 from sink.smtp.syntax import command_path, header_field_count, http_request_line
 from sink.storage.base import Incoming
-from sink.storage.sqlite import SQLiteStore
+from sink.storage.sqlite.store import SQLiteStore
 from sink.waiters import Waiters
 from tests.support import Server, create_inbox, make_certificate, start_server
 
@@ -760,7 +760,7 @@ def test_data_trickled_forever_is_cut_at_the_data_deadline(tmp_path: Path) -> No
                     await asyncio.sleep(0.1)  # the slow client's pace, not a synchronisation
             lines = await reading
             await client.close()
-            return lines, len(await listening.store.caught_page(None, 10))
+            return lines, len(await listening.store.mail.caught_page(None, 10))
 
     lines, stored = asyncio.run(scenario())
     assert [line[:9] for line in lines] == ["421 4.4.2"]

@@ -23,14 +23,15 @@ from sink.message import summarize
 from sink.policy import CI
 from sink.storage.base import CreateOutcome, Delivered, Event, Incoming, NewInbox, Storage
 from sink.storage.memory import MemoryStore
-from sink.storage.postgres import PostgresStore
-from sink.storage.sqlite import SQLiteStore, _migrations
+from sink.storage.postgres.store import PostgresStore
+from sink.storage.sqlite.migrate import migrations
+from sink.storage.sqlite.store import SQLiteStore
 from sink.vocabulary import Reason
 
 T = TypeVar("T")
 Opener = Callable[[Path], AbstractAsyncContextManager[Storage]]
 
-LATEST_SQLITE = _migrations()[-1][0]  # the schema version a migrated file has
+LATEST_SQLITE = migrations()[-1][0]  # the schema version a migrated file has
 
 
 @asynccontextmanager
@@ -331,7 +332,7 @@ def test_the_auth_user_is_kept_with_evidence_and_caught_mail(backend: Backend) -
             assert stored is not None
             users.append(stored.auth_user)
         assert authed.caught_id is not None
-        mail: Any = store.mail if isinstance(store, PostgresStore) else store  # as runtime.py
+        mail: Any = store if isinstance(store, MemoryStore) else store.mail  # memory: one object
         caught = await mail.caught_message(authed.caught_id)
         assert caught is not None
         return [*users, caught.auth_user]
@@ -482,26 +483,26 @@ def test_an_index_batch_stops_at_its_bytes_and_the_rest_follows(
 ) -> None:
     """A batch takes messages up to its byte bound (one at least, however large): a search
     still finds every message, each once, in the order it was stored."""
-    import sink.storage.sqlite as adapter
+    import sink.storage.sqlite.fts as adapter
 
     monkeypatch.setattr(adapter, "_INDEX_BATCH_BYTES", 1)  # every message is over it
     monkeypatch.setattr(adapter, "_INDEX_QUIET_S", 3600.0)  # only the search indexes
     batches: list[int] = []
-    index_pending = adapter._index_pending
+    index_pending = adapter.index_pending
 
     def counted(db: sqlite3.Connection, limit: int = adapter._INDEX_BATCH) -> tuple[int, bool]:
         indexed, more = index_pending(db, limit)
         batches.append(indexed)
         return indexed, more
 
-    monkeypatch.setattr(adapter, "_index_pending", counted)
+    monkeypatch.setattr(adapter, "index_pending", counted)
 
     async def scenario(store: SQLiteStore) -> None:
         new = new_inbox()
         await store.create_inbox(new, created_event(new))
         for n in range(5):
             await store.save_message(incoming(new.inbox, subject=f"m{n}"))
-        await store._index_caught_up()  # what a search does first
+        await store.indexer.caught_up()  # what a search does first
         rows = [row[0] for row in await _indexed(store)]
         assert rows == sorted(rows) and len(rows) == 5
         assert [size for size in batches if size] == [1, 1, 1, 1, 1]  # one a batch
@@ -514,7 +515,7 @@ def test_the_index_follows_ingest_after_a_pause_and_at_a_backlog(
 ) -> None:
     """Without a search, stored mail reaches the listing once ingest pauses, and while it
     goes on once the backlog is at its bound; a search then finds all of it, in order."""
-    import sink.storage.sqlite as adapter
+    import sink.storage.sqlite.fts as adapter
 
     monkeypatch.setattr(adapter, "_INDEX_BATCH", 4)
     monkeypatch.setattr(adapter, "_INDEX_BATCH_IDLE", 4)
@@ -539,7 +540,7 @@ def test_the_index_follows_ingest_after_a_pause_and_at_a_backlog(
             await store.save_message(incoming(new.inbox, subject=f"m{sent}"))
             sent += 1
             await asyncio.sleep(0.005)
-        await store._index_caught_up()  # what a search does first
+        await store.indexer.caught_up()  # what a search does first
         rows = [row[0] for row in await _indexed(store)]
         assert rows == sorted(rows) and len(rows) == sent
 
@@ -567,7 +568,7 @@ def test_reopening_applies_no_migration_twice(tmp_path: Path) -> None:
 def test_a_failing_write_fails_alone_in_its_group_commit(tmp_path: Path) -> None:
     """Writes sharing a commit: one that fails rolls back alone; the others are durable."""
     from sink.errors import StorageError
-    from sink.storage.sqlite_writer import Writer
+    from sink.storage.sqlite.writer import Writer
 
     path = tmp_path / "w.db"
 
@@ -604,7 +605,7 @@ def test_a_failing_write_fails_alone_in_its_group_commit(tmp_path: Path) -> None
 def test_shared_writes_run_as_one_and_a_failing_one_fails_alone(tmp_path: Path) -> None:
     """Shared writes side by side in a commit run as one call; when it fails, each alone."""
     from sink.errors import StorageError
-    from sink.storage.sqlite_writer import Writer
+    from sink.storage.sqlite.writer import Writer
 
     path = tmp_path / "w.db"
     calls: list[list[int]] = []
@@ -642,8 +643,8 @@ def test_shared_writes_run_as_one_and_a_failing_one_fails_alone(tmp_path: Path) 
 
 def test_every_migration_has_a_number_of_its_own() -> None:
     """Two migrations with one number would leave one unapplied on an upgraded store."""
-    from sink.storage import postgres
+    from sink.storage.postgres import migrate
 
-    for found in (_migrations(), postgres._migrations()):
+    for found in (migrations(), migrate.migrations()):
         numbers = [number for number, _ in found]
         assert len(numbers) == len(set(numbers)), numbers

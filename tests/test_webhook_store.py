@@ -17,8 +17,8 @@ from sink import clock, ids
 from sink.message import summarize
 from sink.storage.base import Event, Incoming
 from sink.storage.memory import MemoryStore
-from sink.storage.postgres import PostgresStore
-from sink.storage.sqlite import SQLiteStore
+from sink.storage.postgres.store import PostgresStore
+from sink.storage.sqlite.store import SQLiteStore
 from sink.webhook_signature import new_secret
 from sink.webhooks.model import DeliveryState, Outcome, Webhook, new_webhook_id
 from sink.webhooks.port import IN_FLIGHT_MAX, LEASE_S

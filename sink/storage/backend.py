@@ -85,7 +85,7 @@ def open_backend(settings: Settings, hub: Announced) -> Backend:
 
 
 def _postgres(url: str) -> Backend:
-    from sink.storage.postgres import PostgresStore  # brings asyncpg: only for this URL
+    from sink.storage.postgres.store import PostgresStore  # brings asyncpg: only for this URL
 
     store = PostgresStore(url)
     # Live events come from the database's feed (``feed.follow``): every replica's, this
@@ -95,9 +95,9 @@ def _postgres(url: str) -> Backend:
         store=store,
         mail=store.mail,
         webhooks=store.webhooks,
-        runs=store,
-        poll_slots=store,
-        fleet_breakers=store,
+        runs=store.runs,
+        poll_slots=store.slots,
+        fleet_breakers=store.breakers,
         feed=store,
         feed_announces_commits=True,
         sweeper_turn=store.sweeper_turn,
@@ -105,7 +105,9 @@ def _postgres(url: str) -> Backend:
 
 
 def _sqlite(path: Path, hub: Announced) -> Backend:
-    from sink.storage.sqlite import SQLiteStore
+    from sink.storage.sqlite.store import SQLiteStore
 
     store = SQLiteStore(path, hub.record)
-    return Backend(name="sqlite", store=store, mail=store, webhooks=store.webhooks, runs=store)
+    return Backend(
+        name="sqlite", store=store, mail=store.mail, webhooks=store.webhooks, runs=store.runs
+    )

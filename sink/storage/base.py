@@ -1,8 +1,8 @@
 """The storage port: the handful of operations the domain needs, shaped like it.
 
 ``Store`` is what the agent and ingest call; ``Maintenance`` is what only the sweeper
-calls (expiry, retention, the size cap). Adapters (``sqlite.py``, ``memory.py``,
-``postgres.py``) implement both and translate their driver's errors into
+calls (expiry, retention, the size cap). Adapters (``sqlite/``, ``memory.py``,
+``postgres/``) implement both and translate their driver's errors into
 ``sink.errors.StorageError``. Atomic rules (one claim per message, one inbox per
 idempotency key, the per-purpose inbox limit) are the adapter's to enforce inside the
 database, not check-then-write above it. ``PollSlots`` is for adapters that several

@@ -24,7 +24,7 @@ from asyncpg import Record
 from sink import event_shapes
 from sink.event_ids import EventIds
 from sink.storage.base import Event
-from sink.storage.pg_events import CAUGHT, EVENT_SELECT
+from sink.storage.postgres.feed import CAUGHT, EVENT_SELECT
 from sink.webhooks.model import (
     Attempt,
     Delivery,

@@ -49,7 +49,7 @@ LEFT JOIN deliveries d ON e.type = 'message_accepted' AND d.message_id = e.messa
 LEFT JOIN caught c ON e.type = 'caught' AND c.caught_id = e.message_id
 LEFT JOIN messages m ON m.message_key = COALESCE(d.message_key, c.message_key)
 """
-EVENT_SELECT = _COLUMNS  # an events row with what its live events need (pg_webhooks.py too)
+EVENT_SELECT = _COLUMNS  # an events row with what its live events need (webhooks.py too)
 _ANNOUNCED = _COLUMNS + " WHERE e.id = ANY($1::bigint[]) ORDER BY e.id"
 _UNSEEN = _COLUMNS + " WHERE e.id > $1 OR e.id = ANY($2::bigint[]) ORDER BY e.id LIMIT $3"
 

@@ -22,7 +22,7 @@ import errno
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -80,7 +80,7 @@ class NotingConnection(sqlite3.Connection):
     its commit: the notes of a write that rolls back are dropped with it."""
 
     notes: list[Any]
-    outbox: Any = None  # the webhook outbox (sqlite_webhooks.py), set at open
+    outbox: Any = None  # the webhook outbox (webhooks.py), set at open
 
 
 def note(db: sqlite3.Connection, items: list[Any]) -> None:
@@ -346,3 +346,10 @@ class Writer:
 
 def _same_run(work: Work, shared: Shared) -> bool:
     return isinstance(work, Shared) and work.run is shared.run
+
+
+Row = sqlite3.Row
+
+
+def all_rows(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+    return list(db.execute(sql, params).fetchall())

@@ -1,9 +1,9 @@
 """Caught mail, search and deletes on PostgreSQL: the ``CaughtMail`` and ``SearchIndex`` ports.
 
-The same observable behaviour as SQLite's (``sqlite.py``), for a fleet of replicas:
+The same observable behaviour as SQLite's (``sqlite/mail.py``), for a fleet of replicas:
 
 - The listing (every delivery and every caught mail, newest first) and the caught rows
-  are written by the delivering transaction itself (``postgres.py``'s ``_BATCH_INSERT``):
+  are written by the delivering transaction itself (``batch.py``'s ``_BATCH_INSERT``):
   plain rows, cheap beside the message. Mail answered 250 by any replica is listed.
 - The search text (``message_text``: subject, body, sender, recipients, case-folded) and
   ``has_attachment`` need a MIME walk: an indexer fills them after the commit, in batches,
@@ -48,7 +48,7 @@ Record = asyncpg.Record
 PoolSource = Callable[[], asyncpg.Pool]
 Translated = Callable[[str], AbstractAsyncContextManager[None]]
 
-# As in sqlite.py: small batches, indexed once deliveries pause this long (or at once when
+# As in sqlite/fts.py: small batches, indexed once deliveries pause this long (or at once when
 # this many wait), so that indexing neither competes with deliveries nor runs per message.
 _INDEX_BATCH = 32
 _INDEX_QUIET_S = 0.5
