@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sink import ids
+from sink.scopes import Access, Op
 
 Fragment = Mapping[str, Any]
 """A piece of OpenAPI 3.1, as written in the document."""
@@ -41,7 +42,7 @@ class Doc:
 
     ``answers`` are its successful (and endpoint-specific) responses by status; ``refusal``
     adds the 403 of a call that names a run; ``errors`` the shared error statuses, each
-    with its example (``errors()``).
+    with its example (``errors()``); 401 and 403 also follow from the row's scope.
     """
 
     operation_id: str
@@ -53,7 +54,15 @@ class Doc:
     description: str | None = None
     refusal: bool = False
 
-    def operation(self) -> dict[str, Any]:
+    def operation(self, op: Op | None) -> dict[str, Any]:
+        """The OpenAPI operation of an endpoint whose scope operation is ``op``: a token's
+        401 and a scope's 403 follow from it (an open endpoint has neither; one any token
+        may call, no 403), whether the row names them or not."""
+        codes = set(self.errors)
+        if op is not None:
+            codes.add("401")
+            if op.access is not Access.ANY and not self.refusal:
+                codes.add("403")
         operation: dict[str, Any] = {"operationId": self.operation_id, "summary": self.summary}
         if self.description is not None:
             operation["description"] = self.description
@@ -64,7 +73,7 @@ class Doc:
         operation["responses"] = {
             **self.answers,
             **(REFUSAL if self.refusal else {}),
-            **errors(*self.errors),
+            **errors(*sorted(codes)),
         }
         return operation
 

@@ -28,7 +28,8 @@ def paths() -> dict[str, Any]:
     found: dict[str, Any] = {}
     for endpoint in TABLE:
         if isinstance(endpoint.doc, Doc):
-            found.setdefault(endpoint.path, {})[endpoint.method.lower()] = endpoint.doc.operation()
+            operation = endpoint.doc.operation(endpoint.op)
+            found.setdefault(endpoint.path, {})[endpoint.method.lower()] = operation
     return found
 
 

@@ -107,3 +107,12 @@ def test_the_ui_pages_and_forms_are_its_rows() -> None:
     assert endpoints.is_page("GET", "/messages/msg_x/body.html")
     assert not endpoints.is_page("GET", "/v1/runs/ci-1")
     assert not endpoints.is_page("GET", "/runs/ci-1/nothing")
+
+
+@pytest.mark.parametrize("endpoint", [r for r in ROWS if isinstance(r.values[0].doc, Doc)])
+def test_the_document_states_the_refusals_of_each_scope(endpoint: Endpoint) -> None:
+    """An endpoint that needs a token documents 401; one a token's scope can refuse, 403."""
+    responses = paths()[endpoint.path][endpoint.method.lower()]["responses"]
+    assert ("401" in responses) is (endpoint.op is not None)
+    refusable = endpoint.op is not None and endpoint.op.access is not scopes.Access.ANY
+    assert ("403" in responses) is refusable
