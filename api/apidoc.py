@@ -311,6 +311,7 @@ INBOX = _path_id("inbox_id", ids.anchored(ids.INBOX_ID))
 MESSAGE = _path_id("message_id", ids.anchored(ids.MESSAGE_ID))
 RUN = _path_id("run_id", ids.anchored(ids.RUN_ID))
 CAUGHT = _path_id("caught_id", ids.anchored(ids.CAUGHT_ID))
+WEBHOOK = _path_id("webhook_id", "^wh_[a-z0-9]{1,64}$")
 ATTACHMENT_INDEX = {
     "name": "index",
     "in": "path",
@@ -328,4 +329,40 @@ CURSOR = {
     "in": "query",
     "required": False,
     "schema": {"type": "string", "maxLength": 128},
+}
+
+
+# -- webhooks ---------------------------------------------------------------------------------
+
+WEBHOOK_SCOPES = (
+    "Scopes: admin any webhook; a runs:<glob> token one whose run_id its glob matches or whose "
+    "run_glob starts with the glob's text before its first `*` (and sees only such: any other "
+    "is 404 to it); read and run tokens look but never change."
+)
+WEBHOOK_EXAMPLE = {
+    "webhook_id": "wh_pm2xq6mtzzgn6vqhk4wdjnyx",
+    "url": "http://127.0.0.1:9000/hooks",
+    "events": ["message", "inbox", "run_event"],
+    "run_id": "ci-1842",
+    "run_glob": None,
+    "description": "signup flow",
+    "created_at": "2026-10-21T02:20:00.000Z",
+    "disabled_at": None,
+}
+DELIVERIES_EXAMPLE = {
+    "deliveries": [
+        {
+            "delivery_id": "dlv_3od5kfag4udxxju2l6q2tb5z",
+            "event_id": "ev_5f1c0a9e2b7d4c8e9f0a1b2c",
+            "type": "message",
+            "attempt": 2,
+            "state": "pending",
+            "status_code": 500,
+            "error": "http_500",
+            "at": "2026-10-21T02:21:01.000Z",
+            "next_attempt_at": "2026-10-21T02:21:06.000Z",
+        }
+    ],
+    "next_cursor": None,
+    "has_more": False,
 }

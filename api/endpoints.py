@@ -91,6 +91,7 @@ def _delete(path: str, handler: str, op: Op | None, doc: Doc | Unlisted) -> Endp
 _R = "api.routes:"
 _BOX = "api.mailbox:"
 _PIT = "api.mailpit:"
+_HOOK = "api.webhooks:"
 _UI = "api.ui.pages:"
 
 _MAILPIT = Unlisted("Mailpit's API v1 (compatible subset)", ("docs/mailpit-compat.md",))
@@ -435,6 +436,99 @@ TABLE: tuple[Endpoint, ...] = (
                 )
             },
             errors=("401", "422"),
+        ),
+    ),
+    # -- webhooks -----------------------------------------------------------------------------
+    _post(
+        "/v1/webhooks",
+        _HOOK + "create_webhook",
+        scopes.WEBHOOK_CHANGE,
+        Doc(
+            "create_webhook",
+            "Create a webhook: live events POSTed to a URL, signed (Standard Webhooks)",
+            description=(
+                "Without run_id or run_glob: every run's events (and caught mail's for an "
+                "admin's). The answer's secret (whsec_ + base64) is shown only here. "
+                + d.WEBHOOK_SCOPES
+            ),
+            body=Body("WebhookIn", {"url": "http://127.0.0.1:9000/hooks", "run_id": "ci-1842"}),
+            answers={
+                "201": d.json_reply(
+                    "CreatedWebhookOut",
+                    "created; keep the secret to verify deliveries",
+                    {**d.WEBHOOK_EXAMPLE, "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"},
+                )
+            },
+            errors=("401", "403", "413", "422"),
+        ),
+    ),
+    _get(
+        "/v1/webhooks",
+        _HOOK + "list_webhooks",
+        scopes.WEBHOOKS,
+        Doc(
+            "list_webhooks",
+            "The webhooks this token may see (never their secrets)",
+            answers={
+                "200": d.json_reply(
+                    "WebhookListOut", "the webhooks", {"webhooks": [d.WEBHOOK_EXAMPLE]}
+                )
+            },
+            errors=("401",),
+        ),
+    ),
+    _get(
+        "/v1/webhooks/{webhook_id}",
+        _HOOK + "get_webhook",
+        scopes.WEBHOOKS,
+        Doc(
+            "get_webhook",
+            "One webhook (never its secret)",
+            parameters=(d.WEBHOOK,),
+            answers={"200": d.json_reply("WebhookOut", "the webhook", d.WEBHOOK_EXAMPLE)},
+            errors=("401", "404"),
+        ),
+    ),
+    _delete(
+        "/v1/webhooks/{webhook_id}",
+        _HOOK + "delete_webhook",
+        scopes.WEBHOOK_CHANGE,
+        Doc(
+            "delete_webhook",
+            "Delete a webhook and its deliveries: nothing more is sent",
+            parameters=(d.WEBHOOK,),
+            answers={"204": d.empty_reply("deleted")},
+            errors=("401", "403", "404"),
+        ),
+    ),
+    _get(
+        "/v1/webhooks/{webhook_id}/deliveries",
+        _HOOK + "list_deliveries",
+        scopes.WEBHOOKS,
+        Doc(
+            "list_webhook_deliveries",
+            "The webhook's delivery attempts, one row per attempt, newest first",
+            parameters=(d.WEBHOOK, d.CURSOR, d.LIMIT),
+            answers={
+                "200": d.json_reply("DeliveryListOut", "a page of attempts", d.DELIVERIES_EXAMPLE)
+            },
+            errors=("400", "401", "404", "422"),
+        ),
+    ),
+    _post(
+        "/v1/webhooks/{webhook_id}/test",
+        _HOOK + "test_webhook",
+        scopes.WEBHOOK_CHANGE,
+        Doc(
+            "test_webhook",
+            "Send the webhook a ping event now (409 webhook_disabled after a 410)",
+            parameters=(d.WEBHOOK,),
+            answers={
+                "202": d.json_reply(
+                    "PingOut", "queued", {"delivery_id": "dlv_3od5kfag4udxxju2l6q2tb5z"}
+                )
+            },
+            errors=("401", "403", "404", "409"),
         ),
     ),
     # -- faults -------------------------------------------------------------------------------

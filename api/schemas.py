@@ -479,3 +479,70 @@ class HealthOut(_Response):
 class ReadyOut(_Response):
     status: Literal["ready", "unavailable"]
     store: Literal["ok", "unavailable"]
+
+
+# -- webhooks (v3) -------------------------------------------------------------------------
+
+WebhookEventType = Literal["message", "inbox", "run_event"]
+RunGlob = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._:\-*?\[\]!]{1,128}$")]
+
+
+class WebhookIn(_Request):
+    """``POST /v1/webhooks``: where to send which live events (default: all three types)."""
+
+    url: Annotated[str, StringConstraints(min_length=1, max_length=2048)] = Field(
+        description="http(s) with a host; any host, loopback and private addresses included"
+    )
+    events: Annotated[list[WebhookEventType], Field(min_length=1, max_length=3)] | None = Field(
+        None, description="Any of message, inbox, run_event; omitted: all three"
+    )
+    run_id: RunId | None = Field(None, description="Only this run's events (need not exist yet)")
+    run_glob: RunGlob | None = Field(
+        None, description="Only the events of runs this glob matches (fnmatch: * ? [...])"
+    )
+    description: Annotated[str, StringConstraints(max_length=500)] | None = None
+
+
+class WebhookOut(_Response):
+    webhook_id: str
+    url: str
+    events: list[WebhookEventType]
+    run_id: str | None
+    run_glob: str | None
+    description: str | None
+    created_at: str
+    disabled_at: str | None = Field(description="Set when a 410 Gone disabled the webhook")
+
+
+class CreatedWebhookOut(WebhookOut):
+    secret: str = Field(
+        description="whsec_ + base64 of the HMAC key: shown only in this answer (verify with it)"
+    )
+
+
+class WebhookListOut(_Response):
+    webhooks: list[WebhookOut]
+
+
+class DeliveryOut(_Response):
+    """One attempt (or, not tried yet: attempt 1, pending, no status_code)."""
+
+    delivery_id: str
+    event_id: str = Field(description="The live event's id: webhook-id and the body's id")
+    type: str = Field(description="message, inbox, run_event or ping")
+    attempt: int
+    state: Literal["pending", "delivered", "failed"]
+    status_code: int | None
+    error: str | None = Field(description="A short cause: timeout, connect, http_500, gone, ...")
+    at: str
+    next_attempt_at: str | None
+
+
+class DeliveryListOut(_Response):
+    deliveries: list[DeliveryOut]
+    next_cursor: str | None = Field(description="Pass back as ?cursor= for older attempts")
+    has_more: bool
+
+
+class PingOut(_Response):
+    delivery_id: str

@@ -13,6 +13,7 @@ provider trouble to a 451 (``sink/smtp/handler.py``). Nothing else turns them in
     ├── IdempotencyKeyConflict      the same key with another body (409)
     ├── PolicyForbids               the policy allows no more of this (409)
     ├── LiveEvidence                a delete named evidence of a live inbox (409)
+    ├── WebhookDisabled             a test of a webhook a 410 disabled (409)
     ├── EvidenceReleased            the body was released (410)
     ├── Unauthorized                missing or wrong bearer token (401)
     ├── ForbiddenScope              the token's scope does not allow the call (403)
@@ -77,6 +78,10 @@ class IdempotencyKeyConflict(RunsinkError):
 
 class PolicyForbids(RunsinkError):
     """The policy allows no more of what was asked (e.g. inboxes_per_purpose)."""
+
+
+class WebhookDisabled(RunsinkError):
+    """The webhook was disabled (its receiver answered 410 Gone): it sends nothing more."""
 
 
 class EvidenceReleased(RunsinkError):
@@ -175,6 +180,7 @@ STATUS_AND_CODE: list[tuple[type[RunsinkError], int, str]] = [
     (IdempotencyKeyConflict, 409, "idempotency_key_conflict"),
     (PolicyForbids, 409, "policy_forbids"),
     (LiveEvidence, 409, "live_evidence"),
+    (WebhookDisabled, 409, "webhook_disabled"),
     (EvidenceReleased, 410, "evidence_released"),
     (Unauthorized, 401, "unauthorized"),
     (ForbiddenScope, 403, "forbidden_scope"),

@@ -92,6 +92,7 @@ class Access(Enum):
     READ_ALL = "read_all"  # reads across every run and caught mail (unrouted, Mailpit, metrics)
     ADMIN = "admin"  # changes beyond one run (faults, Mailpit deletes)
     ANY = "any"  # any valid token (the OpenAPI document, the MCP transport)
+    WEBHOOK = "webhook"  # webhooks: by the runs a webhook's filter reaches (covers_webhook)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +116,8 @@ EVENTS = Op("events", Access.VIEW, changes=False)
 READ_ALL = Op("read_all", Access.READ_ALL, changes=False)
 ADMINISTER = Op("administer", Access.ADMIN, changes=True)
 ANY = Op("any", Access.ANY, changes=False)
+WEBHOOKS = Op("webhooks", Access.WEBHOOK, changes=False)  # list, get, deliveries
+WEBHOOK_CHANGE = Op("webhook_change", Access.WEBHOOK, changes=True)  # create, delete, test
 
 
 def decide(scope: Scope, op: Op, run_id: str | None = None, *, owner: bool = False) -> str | None:
@@ -147,6 +150,10 @@ def decide(scope: Scope, op: Op, run_id: str | None = None, *, owner: bool = Fal
         return None
     if op.access is Access.READ_ALL:
         return "read"
+    if op.access is Access.WEBHOOK:
+        # Which webhooks is the webhook's own filter's business (covers_webhook); a run
+        # token (an agent's) sees its run's and changes none.
+        return f"runs:{scope.glob}" if op.changes and scope.kind is Kind.RUN else None
     if run_id is None or scope.covers(run_id):
         if op is MINT and scope.kind is Kind.RUN:
             # A run token cannot hand out (or outlive itself through) another one.
@@ -175,3 +182,22 @@ def visibility(scope: Scope) -> Visibility:
     if scope.kind in (Kind.RUNS, Kind.RUN):
         return Visibility(scope.glob, caught_mail=False)
     return Visibility(None, caught_mail=True)
+
+
+def covers_webhook(scope: Scope, run_id: str | None, run_glob: str | None) -> bool:
+    """Is a webhook with this filter within the scope (to create, see, delete, test)?
+
+    admin and read: every webhook. ``runs:<glob>``: one whose ``run_id`` the glob matches,
+    or whose ``run_glob`` starts with the glob's text before its first ``*`` (so it can
+    reach no run outside the glob's prefix); never one without either. A run token: one
+    for exactly its run.
+    """
+    if scope.kind in (Kind.ADMIN, Kind.READ):
+        return True
+    assert scope.glob is not None
+    if scope.kind is Kind.RUN:
+        return run_id == scope.glob
+    if run_id is not None and scope.covers(run_id):
+        return True
+    prefix = scope.glob.split("*", 1)[0]
+    return run_glob is not None and run_glob.startswith(prefix)

@@ -114,3 +114,47 @@ def test_anything_else_is_not_a_scope(text: str) -> None:
     """Unknown scopes, empty or bad globs, and run: (only ever minted) are refused."""
     with pytest.raises(ScopeSyntax):
         parse_scope(text)
+
+
+@pytest.mark.parametrize(
+    ("scope", "may_view", "may_change"),
+    [
+        (ADMIN, None, None),
+        (READ, None, "admin"),
+        (TEAM_A, None, None),
+        (RUN_A1, None, "runs:team-a-1"),
+    ],
+    ids=["admin", "read", "runs", "run"],
+)
+def test_webhook_operations_by_scope(
+    scope: Scope, may_view: str | None, may_change: str | None
+) -> None:
+    """Webhooks: read and run tokens only look; admin and runs: tokens also change."""
+    assert scopes.decide(scope, scopes.WEBHOOKS) == may_view
+    assert scopes.decide(scope, scopes.WEBHOOK_CHANGE) == may_change
+
+
+@pytest.mark.parametrize(
+    ("scope", "run_id", "run_glob", "covered"),
+    [
+        (ADMIN, None, None, True),
+        (READ, "team-b-1", None, True),
+        (TEAM_A, "team-a-1", None, True),
+        (TEAM_A, "team-b-1", None, False),
+        (TEAM_A, None, "team-a-*", True),
+        (TEAM_A, None, "team-a-nightly-*", True),
+        (TEAM_A, None, "team-*", False),
+        (TEAM_A, None, "*", False),
+        (TEAM_A, None, None, False),
+        (TEAM_A, "team-a-1", "*", True),  # the run_id alone keeps it within the glob
+        (parse_scope("runs:ci"), None, "ci", True),
+        (RUN_A1, "team-a-1", None, True),
+        (RUN_A1, "team-a-2", None, False),
+        (RUN_A1, None, "team-a-1", False),
+    ],
+)
+def test_webhooks_within_a_scope(
+    scope: Scope, run_id: str | None, run_glob: str | None, covered: bool
+) -> None:
+    """runs:<glob>: a run_id the glob matches or a run_glob under its prefix; run: its run."""
+    assert scopes.covers_webhook(scope, run_id, run_glob) is covered

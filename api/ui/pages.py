@@ -30,6 +30,7 @@ from api.ui import access
 from api.ui.remote import remote_images
 from api.ui.render import frame_headers, inline_cids, offset, templates
 from api.ui.searchbox import left_out_note, read_box
+from api.ui.webhooks import run_attempts
 from sink import clock, ids
 from sink.agent import Agent
 from sink.errors import STATUS_AND_CODE, EvidenceReleased, NotFound, RunsinkError
@@ -155,6 +156,7 @@ async def run(request: Request) -> Response:
         raise NotFound("no such run")
     report = await _agent(request).run_report(run_id)
     deliveries = await _index(request).run_deliveries(run_id, 200)
+    attempts = await run_attempts(_runtime(request).webhooks, run_id, 200)
     starts = [r.inbox.created_at for r in report.inboxes] + [e.at for e in report.events]
     start = min(starts) if starts else clock.now()
     return _page(
@@ -163,6 +165,7 @@ async def run(request: Request) -> Response:
         run_id=run_id,
         report=report,
         deliveries=deliveries,
+        attempts=attempts,
         start=start,
         offset=offset,
         stream="/v1/events?" + urlencode({"run_id": run_id}),

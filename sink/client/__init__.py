@@ -30,6 +30,7 @@ from sink.client.inbox import AsyncInbox, Inbox
 from sink.client.models import (
     Attachment,
     Claim,
+    DeliveryPage,
     Envelope,
     Match,
     Message,
@@ -41,6 +42,8 @@ from sink.client.models import (
     RunReport,
     RunToken,
     SmtpEnvelope,
+    Webhook,
+    WebhookDelivery,
 )
 from sink.client.sync import Sink
 from sink.client.webhooks import WebhookEvent, verify_webhook
@@ -54,6 +57,7 @@ __all__ = [
     "Attachment",
     "Claim",
     "Clock",
+    "DeliveryPage",
     "Envelope",
     "ExpectationFailed",
     "Inbox",
@@ -74,6 +78,8 @@ __all__ = [
     "SmtpEnvelope",
     "TransportFailed",
     "Unavailable",
+    "Webhook",
+    "WebhookDelivery",
     "WebhookEvent",
     "WebhookVerificationError",
     "verify_webhook",

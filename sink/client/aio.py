@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import TracebackType
 from typing import TypeVar
 
@@ -11,7 +12,16 @@ from sink.client import wire
 from sink.client.base import AsyncClock, AsyncSystemClock
 from sink.client.errors import TransportFailed
 from sink.client.inbox import AsyncInbox
-from sink.client.models import Envelope, Match, Message, MessagePage, RunReport, RunToken
+from sink.client.models import (
+    DeliveryPage,
+    Envelope,
+    Match,
+    Message,
+    MessagePage,
+    RunReport,
+    RunToken,
+    Webhook,
+)
 from sink.client.sync import DEFAULT_TIMEOUT, DEFAULT_URL, client_headers
 
 T = TypeVar("T")
@@ -164,3 +174,44 @@ class AsyncSink:
 
     async def release_run(self, run_id: str) -> None:
         await self._send(wire.release_run(run_id))
+
+    # -- webhooks: a run's live events POSTed to a receiver, signed (verify_webhook) ---------
+
+    async def create_webhook(
+        self,
+        url: str,
+        *,
+        events: Sequence[str] | None = None,
+        run_id: str | None = None,
+        run_glob: str | None = None,
+        description: str | None = None,
+    ) -> Webhook:
+        """POST ``url`` the live events (``message``, ``inbox``, ``run_event``; default all) of
+        ``run_id``, of the runs ``run_glob`` matches, or of every run. The answer's ``secret``
+        (shown only here) is what the receiver passes to ``verify_webhook``."""
+        return await self._send(
+            wire.create_webhook(
+                url, events=events, run_id=run_id, run_glob=run_glob, description=description
+            )
+        )
+
+    async def list_webhooks(self) -> tuple[Webhook, ...]:
+        """The webhooks this token may see (secrets never shown)."""
+        return await self._send(wire.list_webhooks())
+
+    async def get_webhook(self, webhook_id: str) -> Webhook:
+        return await self._send(wire.get_webhook(webhook_id))
+
+    async def delete_webhook(self, webhook_id: str) -> None:
+        """Stop the webhook: nothing more is sent to it."""
+        await self._send(wire.delete_webhook(webhook_id))
+
+    async def list_deliveries(
+        self, webhook_id: str, *, cursor: str | None = None, limit: int | None = None
+    ) -> DeliveryPage:
+        """The webhook's delivery attempts, newest first (``next_cursor`` for older ones)."""
+        return await self._send(wire.list_deliveries(webhook_id, cursor=cursor, limit=limit))
+
+    async def test_webhook(self, webhook_id: str) -> str:
+        """Send the webhook a ``ping`` event now; returns the delivery's id."""
+        return await self._send(wire.test_webhook(webhook_id))

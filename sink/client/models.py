@@ -454,6 +454,86 @@ class RunReport:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True, slots=True)
+class Webhook:
+    """A webhook: where a run's live events are POSTed, signed with its secret.
+
+    ``secret`` is set only on the answer of ``create_webhook`` (the server shows it once);
+    lists and gets leave it None.
+    """
+
+    webhook_id: str
+    url: str
+    events: tuple[str, ...]
+    run_id: str | None
+    run_glob: str | None
+    created_at: datetime
+    disabled_at: datetime | None
+    description: str | None = None
+    secret: str | None = field(default=None, repr=False)  # a credential: kept out of reprs
+
+    @classmethod
+    def from_json(cls, data: Json) -> Webhook:
+        return cls(
+            webhook_id=_str(data, "webhook_id"),
+            url=_str(data, "url"),
+            events=_strs(data, "events"),
+            run_id=_optional_str(data, "run_id"),
+            run_glob=_optional_str(data, "run_glob"),
+            created_at=_time(data, "created_at"),
+            disabled_at=_optional_time(data, "disabled_at"),
+            description=_optional_str(data, "description"),
+            secret=_optional_str(data, "secret"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookDelivery:
+    """One attempt to deliver one event (``state``: pending, delivered or failed)."""
+
+    delivery_id: str
+    event_id: str
+    type: str
+    attempt: int
+    state: str
+    status_code: int | None
+    error: str | None
+    at: datetime
+    next_attempt_at: datetime | None
+
+    @classmethod
+    def from_json(cls, data: Json) -> WebhookDelivery:
+        status = data.get("status_code")
+        return cls(
+            delivery_id=_str(data, "delivery_id"),
+            event_id=_str(data, "event_id"),
+            type=_str(data, "type"),
+            attempt=_int(data, "attempt"),
+            state=_str(data, "state"),
+            status_code=None if status is None else _int(data, "status_code"),
+            error=_optional_str(data, "error"),
+            at=_time(data, "at"),
+            next_attempt_at=_optional_time(data, "next_attempt_at"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryPage:
+    """A webhook's attempts, newest first; pass ``next_cursor`` back for the older ones."""
+
+    deliveries: tuple[WebhookDelivery, ...]
+    next_cursor: str | None
+    has_more: bool
+
+    @classmethod
+    def from_json(cls, data: Json) -> DeliveryPage:
+        return cls(
+            deliveries=tuple(WebhookDelivery.from_json(d) for d in _list(data, "deliveries")),
+            next_cursor=_optional_str(data, "next_cursor"),
+            has_more=bool(data.get("has_more", False)),
+        )
+
+
 def _run_inbox(data: Json) -> RunInbox:
     latency = data.get("last_poll_latency_ms")
     return RunInbox(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
@@ -16,7 +16,16 @@ from urllib.parse import quote
 import httpx
 
 from sink.client.errors import ApiError, OwnershipRefused, ProtocolError, Unavailable
-from sink.client.models import Envelope, Match, Message, MessagePage, RunReport, RunToken
+from sink.client.models import (
+    DeliveryPage,
+    Envelope,
+    Match,
+    Message,
+    MessagePage,
+    RunReport,
+    RunToken,
+    Webhook,
+)
 
 T = TypeVar("T")
 
@@ -133,6 +142,63 @@ def mint_run_token(run_id: str, *, ttl_s: int | None) -> Call[RunToken]:
     body: dict[str, Any] = {} if ttl_s is None else {"ttl_s": ttl_s}
     path = f"/v1/runs/{_seg(run_id)}/token"
     return Call("POST", path, _reader(RunToken.from_json), json=body)
+
+
+def create_webhook(
+    url: str,
+    *,
+    events: Sequence[str] | None,
+    run_id: str | None,
+    run_glob: str | None,
+    description: str | None,
+) -> Call[Webhook]:
+    body: dict[str, Any] = {"url": url}
+    if events is not None:
+        body["events"] = list(events)
+    for key, value in (("run_id", run_id), ("run_glob", run_glob), ("description", description)):
+        if value is not None:
+            body[key] = value
+    return Call("POST", "/v1/webhooks", _reader(Webhook.from_json), json=body)
+
+
+def list_webhooks() -> Call[tuple[Webhook, ...]]:
+    def parse(data: dict[str, Any]) -> tuple[Webhook, ...]:
+        hooks = data.get("webhooks")
+        if not isinstance(hooks, list):
+            raise ProtocolError("GET /v1/webhooks: the answer has no 'webhooks' list")
+        return tuple(Webhook.from_json(hook) for hook in hooks)
+
+    return Call("GET", "/v1/webhooks", _reader(parse))
+
+
+def get_webhook(webhook_id: str) -> Call[Webhook]:
+    return Call("GET", f"/v1/webhooks/{_seg(webhook_id)}", _reader(Webhook.from_json))
+
+
+def delete_webhook(webhook_id: str) -> Call[None]:
+    return Call("DELETE", f"/v1/webhooks/{_seg(webhook_id)}", _nothing)
+
+
+def list_deliveries(
+    webhook_id: str, *, cursor: str | None, limit: int | None
+) -> Call[DeliveryPage]:
+    params: dict[str, Any] = {}
+    if cursor is not None:
+        params["cursor"] = cursor
+    if limit is not None:
+        params["limit"] = limit
+    path = f"/v1/webhooks/{_seg(webhook_id)}/deliveries"
+    return Call("GET", path, _reader(DeliveryPage.from_json), params=params)
+
+
+def test_webhook(webhook_id: str) -> Call[str]:
+    def parse(data: dict[str, Any]) -> str:
+        delivery_id = data.get("delivery_id")
+        if not isinstance(delivery_id, str):
+            raise ProtocolError("POST /v1/webhooks/{id}/test: the answer has no 'delivery_id'")
+        return delivery_id
+
+    return Call("POST", f"/v1/webhooks/{_seg(webhook_id)}/test", _reader(parse), json={})
 
 
 # -- reading answers -----------------------------------------------------------------

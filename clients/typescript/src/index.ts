@@ -11,7 +11,7 @@
  */
 
 export { Sink, DEFAULT_URL, realClock } from "./sink.js";
-export type { SinkOptions, CreateInboxOptions } from "./sink.js";
+export type { SinkOptions, CreateInboxOptions, CreateWebhookOptions } from "./sink.js";
 export { Inbox, DEFAULT_LONG_POLL_S, toMatchJson } from "./inbox.js";
 export type { Clock, ExpectNoOptions, ExpectOptions, Match, WaitOptions } from "./inbox.js";
 export { Message } from "./message.js";

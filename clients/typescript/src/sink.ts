@@ -12,13 +12,19 @@ import { Message } from "./message.js";
 import type {
   CreatedJson,
   CreateInboxBody,
+  CreateWebhookBody,
+  DeliveryListJson,
   EnvelopeJson,
   MessageJson,
   MessageListJson,
   RunReportJson,
   RunTokenJson,
   SearchJson,
+  TestDeliveryJson,
   WaitBody,
+  WebhookEventType,
+  WebhookJson,
+  WebhookListJson,
 } from "./types.js";
 
 export const DEFAULT_URL = "http://127.0.0.1:8025";
@@ -47,6 +53,18 @@ export interface CreateInboxOptions {
   match?: Match;
   /** Default (the server's): `purpose:run_id`. */
   idempotencyKey?: string;
+}
+
+export interface CreateWebhookOptions {
+  /** Where to POST the events: http(s), any host (loopback and private ones included). */
+  url: string;
+  /** Default: all of `message`, `inbox`, `run_event`. */
+  events?: WebhookEventType[];
+  /** Only this run's events. */
+  runId?: string;
+  /** Only the events of runs this glob matches (`team-a-*`). */
+  runGlob?: string;
+  description?: string;
 }
 
 export const realClock: Clock = {
@@ -189,6 +207,54 @@ export class Sink implements InboxApi {
       headers: { "x-run-id": options.runId },
     });
     return objectOf(answer, "GET /v1/messages") as unknown as SearchJson;
+  }
+
+  /**
+   * Create a webhook: the live events (of `runId`, of the runs `runGlob` matches, or of every
+   * run) are POSTed to `url`, signed. The answer's `secret` is shown only here: pass it to
+   * `verifyWebhook` in the receiver.
+   */
+  async createWebhook(options: CreateWebhookOptions): Promise<WebhookJson> {
+    const body: CreateWebhookBody = { url: options.url };
+    if (options.events !== undefined) body.events = options.events;
+    if (options.runId !== undefined) body.run_id = options.runId;
+    if (options.runGlob !== undefined) body.run_glob = options.runGlob;
+    if (options.description !== undefined) body.description = options.description;
+    const answer = await this.http.request("POST", "/v1/webhooks", { json: body });
+    return objectOf(answer, "POST /v1/webhooks") as unknown as WebhookJson;
+  }
+
+  /** The webhooks this token may see (secrets never shown). */
+  async listWebhooks(): Promise<WebhookJson[]> {
+    const answer = await this.http.request("GET", "/v1/webhooks");
+    return (objectOf(answer, "GET /v1/webhooks") as unknown as WebhookListJson).webhooks;
+  }
+
+  async getWebhook(webhookId: string): Promise<WebhookJson> {
+    const answer = await this.http.request("GET", `/v1/webhooks/${seg(webhookId)}`);
+    return objectOf(answer, "GET /v1/webhooks/{id}") as unknown as WebhookJson;
+  }
+
+  /** Delete a webhook: nothing more is sent to it. */
+  async deleteWebhook(webhookId: string): Promise<void> {
+    await this.http.request("DELETE", `/v1/webhooks/${seg(webhookId)}`);
+  }
+
+  /** The webhook's delivery attempts, newest first (`next_cursor` for older ones). */
+  async listDeliveries(
+    webhookId: string,
+    options: { cursor?: string; limit?: number } = {},
+  ): Promise<DeliveryListJson> {
+    const answer = await this.http.request("GET", `/v1/webhooks/${seg(webhookId)}/deliveries`, {
+      query: { cursor: options.cursor, limit: options.limit },
+    });
+    return objectOf(answer, "GET /v1/webhooks/{id}/deliveries") as unknown as DeliveryListJson;
+  }
+
+  /** Send the webhook a `ping` event now; resolves to the delivery's id. */
+  async testWebhook(webhookId: string): Promise<string> {
+    const answer = await this.http.request("POST", `/v1/webhooks/${seg(webhookId)}/test`, { json: {} });
+    return (objectOf(answer, "POST /v1/webhooks/{id}/test") as unknown as TestDeliveryJson).delivery_id;
   }
 
   /** True when the server answers /readyz with 200. */

@@ -345,3 +345,57 @@ export interface ClaimBody {
 export interface RunTokenBody {
   ttl_s?: number;
 }
+
+/** A live event type a webhook can receive (v3). */
+export type WebhookEventType = "message" | "inbox" | "run_event";
+
+/** The body of `POST /v1/webhooks` (v3). */
+export interface CreateWebhookBody {
+  url: string;
+  events?: WebhookEventType[];
+  run_id?: string;
+  run_glob?: string;
+  description?: string;
+}
+
+/** A webhook (v3). `secret` is only in the create answer: keep it for `verifyWebhook`. */
+export interface WebhookJson {
+  webhook_id: string;
+  url: string;
+  events: WebhookEventType[];
+  run_id: string | null;
+  run_glob: string | null;
+  description?: string | null;
+  secret?: string;
+  created_at: string;
+  disabled_at: string | null;
+}
+
+export interface WebhookListJson {
+  webhooks: WebhookJson[];
+}
+
+/** One attempt to deliver one event (v3), newest first in its list. */
+export interface DeliveryJson {
+  delivery_id: string;
+  event_id: string;
+  type: string;
+  attempt: number;
+  state: "pending" | "delivered" | "failed";
+  status_code: number | null;
+  error: string | null;
+  at: string;
+  next_attempt_at: string | null;
+}
+
+export interface DeliveryListJson {
+  deliveries: DeliveryJson[];
+  next_cursor: string | null;
+  has_more: boolean;
+}
+
+/** The answer of `POST /v1/webhooks/{id}/test` (202). */
+export interface TestDeliveryJson {
+  delivery_id: string;
+}
+

@@ -37,6 +37,12 @@ const ROUTES: [string, string, string, string[]][] = [
   ["get", "/v1/runs/{run_id}", "200", ["RunReportJson"]],
   ["post", "/v1/runs/{run_id}/token", "201", ["RunTokenJson"]],
   ["get", "/v1/messages", "200", ["SearchJson"]],
+  ["post", "/v1/webhooks", "201", ["WebhookJson"]],
+  ["post", "/v1/webhooks", "body", ["CreateWebhookBody"]],
+  ["get", "/v1/webhooks", "200", ["WebhookListJson"]],
+  ["get", "/v1/webhooks/{webhook_id}", "200", ["WebhookJson"]],
+  ["get", "/v1/webhooks/{webhook_id}/deliveries", "200", ["DeliveryListJson"]],
+  ["post", "/v1/webhooks/{webhook_id}/test", "202", ["TestDeliveryJson"]],
 ];
 
 let server: RunsinkServer;

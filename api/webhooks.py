@@ -1,0 +1,275 @@
+"""The webhook endpoints (contract v3, "Webhooks"): create, list, get, delete, deliveries, test.
+
+Scopes: the route's operation (``scopes.WEBHOOKS`` to look, ``scopes.WEBHOOK_CHANGE`` to
+create, delete or test) is checked in front of every route, and again here; which webhooks a
+token reaches is ``scopes.covers_webhook`` over each webhook's own filter. A webhook outside
+it is 404, as if it did not exist; creating one outside it is 403 naming the scope needed.
+The secret is in the create answer only.
+
+The wire models are imported where they are used (start-up imports no pydantic).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from api.auth import grant_of
+from api.inputs import model, parse_json
+from api.state import state_of
+from sink import clock, scopes
+from sink.errors import (
+    ForbiddenScope,
+    InvalidCursor,
+    InvalidRequest,
+    NotFound,
+    RequestTooLarge,
+    WebhookDisabled,
+)
+from sink.scopes import Kind, Scope
+from sink.webhooks.model import EVENT_TYPES, Webhook, new_secret, new_webhook_id
+
+if TYPE_CHECKING:
+    from api.schemas import DeliveryOut, WebhookOut
+    from sink.webhooks.model import Attempt
+    from sink.webhooks.port import WebhookStore
+
+_WEBHOOK_ID = re.compile(r"wh_[a-z0-9]{1,64}")
+_LIMIT_DEFAULT, _LIMIT_MAX = 50, 500
+
+
+def _store(request: Request) -> WebhookStore:
+    return state_of(request).runtime.webhooks
+
+
+async def create_webhook(request: Request) -> Response:
+    from api.middleware import BODY_TOO_LARGE, BodyTooLarge
+    from api.schemas import CreatedWebhookOut, WebhookIn
+
+    try:
+        raw = await request.body()
+    except BodyTooLarge as exc:
+        raise RequestTooLarge(BODY_TOO_LARGE) from exc
+    given = model(WebhookIn, parse_json(raw))
+    url = _checked_url(given.url)
+    scope = _allowed(request, scopes.WEBHOOK_CHANGE)
+    if not scopes.covers_webhook(scope, given.run_id, given.run_glob):
+        raise _outside(scope, given.run_id)
+    wanted = set(given.events or EVENT_TYPES)
+    hook = Webhook(
+        webhook_id=new_webhook_id(),
+        url=url,
+        events=tuple(kind for kind in EVENT_TYPES if kind in wanted),
+        run_id=given.run_id,
+        run_glob=given.run_glob,
+        description=given.description,
+        secret=new_secret(),
+        created_at=clock.now(),
+        created_by_admin=scope.kind is Kind.ADMIN,
+    )
+    await _store(request).create_webhook(hook)
+    out = CreatedWebhookOut(**_webhook_out(hook).model_dump(), secret=hook.secret)
+    return JSONResponse(out.model_dump(mode="json"), status_code=201)
+
+
+async def list_webhooks(request: Request) -> Response:
+    from api.schemas import WebhookListOut
+
+    scope = _allowed(request, scopes.WEBHOOKS)
+    hooks = await _store(request).webhooks()
+    seen = [_webhook_out(h) for h in hooks if scopes.covers_webhook(scope, h.run_id, h.run_glob)]
+    return JSONResponse(WebhookListOut(webhooks=seen).model_dump(mode="json"))
+
+
+async def get_webhook(request: Request) -> Response:
+    hook = await _visible(request, scopes.WEBHOOKS)
+    return JSONResponse(_webhook_out(hook).model_dump(mode="json"))
+
+
+async def delete_webhook(request: Request) -> Response:
+    hook = await _visible(request, scopes.WEBHOOK_CHANGE)
+    if not await _store(request).delete_webhook(hook.webhook_id):
+        raise _no_webhook(hook.webhook_id)  # deleted by another request meanwhile
+    return Response(status_code=204)
+
+
+async def list_deliveries(request: Request) -> Response:
+    from api.schemas import DeliveryListOut
+
+    hook = await _visible(request, scopes.WEBHOOKS)
+    limit = _limit(request)
+    before = _position(request.query_params.get("cursor"))
+    rows = await _store(request).deliveries(hook.webhook_id, before, limit + 1)
+    page, has_more = rows[:limit], len(rows) > limit
+    out = DeliveryListOut(
+        deliveries=[_delivery_out(a) for a in page],
+        next_cursor=_cursor(page[-1].position) if has_more and page else None,
+        has_more=has_more,
+    )
+    return JSONResponse(out.model_dump(mode="json"))
+
+
+async def test_webhook(request: Request) -> Response:
+    from api.schemas import PingOut
+
+    hook = await _visible(request, scopes.WEBHOOK_CHANGE)
+    if hook.disabled_at is not None:
+        raise WebhookDisabled(
+            f"webhook {hook.webhook_id} was disabled at {clock.rfc3339(hook.disabled_at)} (its "
+            "receiver answered 410 Gone) and sends nothing more: create a new webhook",
+            {"disabled_at": clock.rfc3339(hook.disabled_at)},
+        )
+    delivery_id = await _store(request).enqueue_ping(hook.webhook_id, clock.now())
+    if delivery_id is None:
+        raise _no_webhook(hook.webhook_id)
+    return JSONResponse(PingOut(delivery_id=delivery_id).model_dump(mode="json"), status_code=202)
+
+
+# -- scope -------------------------------------------------------------------------------
+
+
+def _allowed(request: Request, op: scopes.Op) -> Scope:
+    """The request's scope, once it may do ``op`` on some webhook (403 otherwise)."""
+    scope = grant_of(request.scope).scope
+    needed = scopes.decide(scope, op)
+    if needed is not None:
+        raise ForbiddenScope(
+            f"this token's scope ({scope}) may look at webhooks but not create, delete or test "
+            f"them; that needs the scope {needed}",
+            needed,
+        )
+    return scope
+
+
+async def _visible(request: Request, op: scopes.Op) -> Webhook:
+    """The webhook of the path, if the token's scope reaches it (else 404, like no webhook)."""
+    scope = _allowed(request, op)
+    webhook_id: str = request.path_params["webhook_id"]
+    if not _WEBHOOK_ID.fullmatch(webhook_id):
+        raise _no_webhook(webhook_id)
+    hook = await _store(request).webhook(webhook_id)
+    if hook is None or not scopes.covers_webhook(scope, hook.run_id, hook.run_glob):
+        raise _no_webhook(webhook_id)
+    return hook
+
+
+def _outside(scope: Scope, run_id: str | None) -> ForbiddenScope:
+    prefix = (scope.glob or "").split("*", 1)[0]
+    return ForbiddenScope(
+        f"this token's scope ({scope}) creates webhooks only for its runs: a run_id its glob "
+        f"matches, or a run_glob that starts with {prefix!r}; this one needs the scope "
+        + (f"runs:{run_id}" if run_id is not None else "admin"),
+        f"runs:{run_id}" if run_id is not None else "admin",
+    )
+
+
+def _no_webhook(webhook_id: str) -> NotFound:
+    return NotFound(
+        f"no webhook {webhook_id[:64]!r} (GET /v1/webhooks lists the ones this token may see)"
+    )
+
+
+# -- input -------------------------------------------------------------------------------
+
+
+def _checked_url(url: str) -> str:
+    """An http(s) URL with a host (any host: receivers are usually local); 422 otherwise."""
+    problem = _url_problem(url)
+    if problem is not None:
+        raise InvalidRequest(f"url: {problem}", {"field": "url"})
+    return url
+
+
+def _url_problem(url: str) -> str | None:
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        return "no spaces or control characters"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (a port out of range raises here)
+    except ValueError:
+        return "not a URL (expected http://host[:port]/path or https://...)"
+    if parts.scheme.lower() not in ("http", "https"):
+        return f"the scheme must be http or https, not {parts.scheme[:16]!r}"
+    if not parts.hostname:
+        return "a host is required (e.g. http://127.0.0.1:9000/hooks)"
+    if parts.username is not None or parts.password is not None:
+        return "no user or password in the URL (receivers check the signature instead)"
+    return None
+
+
+def _limit(request: Request) -> int:
+    text = request.query_params.get("limit")
+    if text is None:
+        return _LIMIT_DEFAULT
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= _LIMIT_MAX:
+        raise InvalidRequest(
+            f"limit: expected a whole number from 1 to {_LIMIT_MAX}", {"field": "limit"}
+        )
+    return int(text)
+
+
+def _cursor(position: tuple[float, int, int]) -> str:
+    raw = json.dumps(list(position), separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _position(cursor: str | None) -> tuple[float, int, int] | None:
+    if cursor is None or cursor == "":
+        return None
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        at, seq, attempt = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
+        if (
+            isinstance(at, int | float)
+            and not isinstance(at, bool)
+            and isinstance(seq, int)
+            and isinstance(attempt, int)
+        ):
+            return float(at), seq, attempt
+    except (ValueError, TypeError, UnicodeEncodeError, binascii.Error):
+        pass
+    raise InvalidCursor(
+        "cursor: not one this server gave; pass next_cursor back as it is, or none for the newest",
+        {"field": "cursor"},
+    )
+
+
+# -- output ------------------------------------------------------------------------------
+
+
+def _webhook_out(hook: Webhook) -> WebhookOut:
+    from api.schemas import WebhookOut
+
+    return WebhookOut(
+        webhook_id=hook.webhook_id,
+        url=hook.url,
+        events=list(hook.events),
+        run_id=hook.run_id,
+        run_glob=hook.run_glob,
+        description=hook.description,
+        created_at=clock.rfc3339(hook.created_at),
+        disabled_at=clock.rfc3339_or_none(hook.disabled_at),
+    )
+
+
+def _delivery_out(attempt: Attempt) -> DeliveryOut:
+    from api.schemas import DeliveryOut
+
+    return DeliveryOut(
+        delivery_id=attempt.delivery_id,
+        event_id=attempt.event_id,
+        type=attempt.type,
+        attempt=attempt.attempt,
+        state=attempt.state.value,
+        status_code=attempt.status_code,
+        error=attempt.error,
+        at=clock.rfc3339(attempt.at),
+        next_attempt_at=clock.rfc3339_or_none(attempt.next_attempt_at),
+    )
