@@ -1,0 +1,438 @@
+"""Webhook benchmark: delivery rate, 250 -> webhook latency beside 250 -> SSE, ingest cost.
+
+    .venv/bin/python bench/webhooks.py            # the full run (about two minutes)
+    .venv/bin/python bench/webhooks.py --quick    # a smoke run (< 40 s)
+
+What it measures, on one runsink (SQLite) and a receiver in this process that verifies every
+signature (``sink.client.verify_webhook``) and answers 204:
+- latency: one message at a time, from the 250 after DATA to (a) the webhook delivery of its
+  ``message`` event at the receiver and (b) the same event on ``/v1/events?run_id=`` read by
+  this process; p50/p99 of each, from the same messages (issue 26: webhook p50 within 2x of
+  SSE p50).
+- deliveries per second: a burst of messages sent over 8 connections, then the time until
+  every ``message`` event reached the receiver (one webhook, so at most 8 in flight).
+- ingest at 8 connections with and without a webhook: two runsink processes, alternating,
+  median of the rounds (issue 26: within 5%).
+
+It only talks to 127.0.0.1 and every loop is bounded. It exits 0 whatever the figures are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _common import (  # the bench folder is not a package: see sys.path above
+    HOST,
+    ServerProcess,
+    SMTPClient,
+    make_message,
+    median,
+    percentile,
+    run_sender,
+    start_runsink,
+)
+
+from sink.client import WebhookVerificationError, verify_webhook
+
+MESSAGE_BYTES = 4096
+DEADLINE_S = 30.0  # the longest any one event may take to arrive before the run gives up
+POLICIES = """
+[policy.bench]
+poll_interval_s = [0]
+poll_budget = 100000
+ttl_default_s = 3600
+ttl_max_s = 3600
+inboxes_per_purpose = 100
+"""
+
+
+# -- the receiver ----------------------------------------------------------------------
+
+
+@dataclass
+class Receiver:
+    """An HTTP/1.1 receiver on a free port: verifies, notes when each event arrived, 204."""
+
+    secret: str = ""
+    arrived: dict[str, float] = field(default_factory=dict)  # message_id -> perf_counter
+    ids: set[str] = field(default_factory=set)  # webhook-id of every verified delivery
+    deliveries: int = 0
+    refused: int = 0
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    server: asyncio.Server | None = None
+    handlers: set[asyncio.Task[None]] = field(default_factory=set)
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://{HOST}:{self.server.sockets[0].getsockname()[1]}/hooks"
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, HOST, 0)
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for handler in self.handlers:
+            handler.cancel()
+        await asyncio.gather(*self.handlers, return_exceptions=True)
+        if self.server is not None:
+            await self.server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.handlers.add(task)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                headers = {}
+                for line in head.decode("latin-1").split("\r\n")[1:]:
+                    name, _, value = line.partition(":")
+                    if name:
+                        headers[name.strip().lower()] = value.strip()
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                writer.write(self._answer(headers, body))
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass  # the sender hung up, or the bench is over
+        finally:
+            self.handlers.discard(task)
+            writer.close()
+
+    def _answer(self, headers: dict[str, str], body: bytes) -> bytes:
+        now = time.perf_counter()
+        try:
+            event = verify_webhook(self.secret, headers, body)
+        except WebhookVerificationError:
+            self.refused += 1
+            return b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n"
+        self.deliveries += 1
+        self.ids.add(event.id)
+        message_id = event.data.get("message_id")
+        if event.type == "message" and isinstance(message_id, str):
+            self.arrived.setdefault(message_id, now)
+        self.changed.set()
+        return b"HTTP/1.1 204 No Content\r\n\r\n"
+
+
+# -- the SSE reader ----------------------------------------------------------------------
+
+
+@dataclass
+class Stream:
+    """``/v1/events?run_id=`` read in this process: when each ``message`` event arrived."""
+
+    arrived: dict[str, float] = field(default_factory=dict)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    open: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def follow(self, url: str, run_id: str) -> None:
+        async with (
+            httpx.AsyncClient(base_url=url, timeout=None) as http,
+            http.stream("GET", "/v1/events", params={"run_id": run_id}) as response,
+        ):
+            self.open.set()
+            kind = ""
+            async for line in response.aiter_lines():
+                if line.startswith("event:"):
+                    kind = line[6:].strip()
+                elif line.startswith("data:") and kind == "message":
+                    now = time.perf_counter()
+                    message_id = json.loads(line[5:]).get("message_id")
+                    if isinstance(message_id, str):
+                        self.arrived.setdefault(message_id, now)
+                        self.changed.set()
+
+
+async def _until(event: asyncio.Event, done: Any, what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not done():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise RuntimeError(f"{what}: not within {DEADLINE_S:g} s")
+        event.clear()
+        if done():
+            return
+        try:
+            await asyncio.wait_for(event.wait(), remaining)
+        except TimeoutError:
+            continue
+
+
+# -- setup -------------------------------------------------------------------------------
+
+
+def create_inbox(url: str, run_id: str) -> dict[str, Any]:
+    body = {"run_id": run_id, "purpose": "webhooks", "policy": "bench", "ttl_s": 3600}
+    answer = httpx.post(f"{url}/v1/inboxes", json=body, timeout=30)
+    if answer.status_code != 201:
+        raise RuntimeError(f"cannot create an inbox: {answer.status_code} {answer.text}")
+    created: dict[str, Any] = answer.json()
+    return created
+
+
+def create_webhook(url: str, receiver: str, run_id: str) -> str:
+    body = {"url": receiver, "run_id": run_id, "events": ["message"]}
+    answer = httpx.post(f"{url}/v1/webhooks", json=body, timeout=30)
+    if answer.status_code != 201:
+        raise RuntimeError(f"cannot create a webhook: {answer.status_code} {answer.text}")
+    secret: str = answer.json()["secret"]
+    return secret
+
+
+# -- the measurements ----------------------------------------------------------------------
+
+
+async def measure_latency(
+    server: ServerProcess, count: int, gap_s: float
+) -> tuple[list[float], list[float]]:
+    """Milliseconds from each 250 to its webhook delivery and to its SSE event."""
+    run_id = f"bench-latency-{uuid.uuid4().hex[:10]}"
+    receiver = Receiver()
+    await receiver.start()
+    stream = Stream()
+    following = asyncio.ensure_future(stream.follow(server.url, run_id))
+    try:
+        receiver.secret = create_webhook(server.url, receiver.url, run_id)
+        address = create_inbox(server.url, run_id)["address"]
+        await asyncio.wait_for(stream.open.wait(), DEADLINE_S)
+        smtp = await SMTPClient.connect(server.smtp_port)
+        hook_ms: list[float] = []
+        sse_ms: list[float] = []
+        try:
+            for _ in range(count):
+                # Apart by more than a live stream's rest after a write (api/live.py PACE_S):
+                # each message is a first event after a quiet spell on both paths.
+                await asyncio.sleep(gap_s)
+                known = set(receiver.arrived)
+                message = make_message(address, MESSAGE_BYTES)
+                code = await smtp.send(b"app@example.test", address.encode(), message)
+                acknowledged = time.perf_counter()
+                if code != 250:
+                    raise RuntimeError(f"SMTP answered {code}")
+                before = len(known)
+                await _until(receiver.changed, lambda n=before: len(receiver.arrived) > n, "hook")
+                (message_id,) = set(receiver.arrived) - known
+                await _until(stream.changed, lambda m=message_id: m in stream.arrived, "SSE")
+                hook_ms.append((receiver.arrived[message_id] - acknowledged) * 1000)
+                sse_ms.append((stream.arrived[message_id] - acknowledged) * 1000)
+        finally:
+            await smtp.close()
+        if receiver.refused:
+            raise RuntimeError(f"{receiver.refused} deliveries failed verification")
+        return hook_ms, sse_ms
+    finally:
+        following.cancel()
+        await asyncio.gather(following, return_exceptions=True)
+        await receiver.close()
+
+
+async def measure_rate(server: ServerProcess, count: int) -> dict[str, float]:
+    """A burst of ``count`` messages over 8 connections, then until all were delivered."""
+    run_id = f"bench-rate-{uuid.uuid4().hex[:10]}"
+    receiver = Receiver()
+    await receiver.start()
+    try:
+        receiver.secret = create_webhook(server.url, receiver.url, run_id)
+        address = create_inbox(server.url, run_id)["address"]
+        message = make_message(address, MESSAGE_BYTES)
+        clients = await asyncio.gather(*(SMTPClient.connect(server.smtp_port) for _ in range(8)))
+        started = time.perf_counter()
+        left = count
+
+        async def send(client: SMTPClient) -> None:
+            nonlocal left
+            while left > 0:
+                left -= 1
+                code = await client.send(b"app@example.test", address.encode(), message)
+                if code != 250:
+                    raise RuntimeError(f"SMTP answered {code}")
+
+        await asyncio.gather(*(send(c) for c in clients))
+        sent = time.perf_counter()
+        await asyncio.gather(*(c.close() for c in clients))
+        await _until(receiver.changed, lambda: len(receiver.arrived) >= count, "the burst")
+        done = max(receiver.arrived.values())
+        return {
+            "messages": count,
+            "send_s": sent - started,
+            "deliver_s": done - started,
+            "rate": count / (done - started),
+            "refused": receiver.refused,
+        }
+    finally:
+        await receiver.close()
+
+
+@dataclass
+class Ingest:
+    plain: list[float] = field(default_factory=list)
+    hooked: list[float] = field(default_factory=list)
+    ratios: list[float] = field(default_factory=list)
+    delivered: int = 0
+
+
+async def measure_ingest(
+    plain: ServerProcess, hooked: ServerProcess, duration: float, repeats: int
+) -> Ingest:
+    """Messages/s over 8 connections into a run without a webhook and one with one."""
+    receiver = Receiver()
+    await receiver.start()
+    figures = Ingest()
+    try:
+        targets: dict[str, str] = {}
+        for server in (plain, hooked):
+            run_id = f"bench-ingest-{uuid.uuid4().hex[:10]}"
+            if server is hooked:
+                receiver.secret = create_webhook(server.url, receiver.url, run_id)
+            targets[server.name] = create_inbox(server.url, run_id)["address"]
+        loop = asyncio.get_running_loop()
+        sent_to_hook = 0
+        for repeat in range(repeats):
+            pair = [plain, hooked] if repeat % 2 == 0 else [hooked, plain]
+            rates: dict[str, float] = {}
+            for server in pair:
+                result = await loop.run_in_executor(
+                    None,
+                    lambda s=server: run_sender(
+                        s.smtp_port, targets[s.name], 8, duration, server_pid=s.pid
+                    ),
+                )
+                rates[server.name] = float(result["rate"])
+                if server is hooked:
+                    # Its deliveries go on after the sending stops: let them finish before
+                    # the next measurement, so they count against this server only.
+                    sent_to_hook += int(result["sent"])
+                    await _until(
+                        receiver.changed,
+                        lambda n=sent_to_hook: receiver.deliveries >= n,
+                        "the ingest deliveries",
+                    )
+            figures.plain.append(rates[plain.name])
+            figures.hooked.append(rates[hooked.name])
+            ratio = rates[hooked.name] / rates[plain.name] if rates[plain.name] else 0.0
+            figures.ratios.append(ratio)
+            print(
+                f"  round {repeat + 1}/{repeats}: without {rates[plain.name]:6.0f}/s, "
+                f"with a webhook {rates[hooked.name]:6.0f}/s, ratio {ratio:.3f}",
+                file=sys.stderr,
+                flush=True,
+            )
+        figures.delivered = receiver.deliveries
+        return figures
+    finally:
+        await receiver.close()
+
+
+# -- report --------------------------------------------------------------------------------
+
+
+def report(
+    hook_ms: list[float],
+    sse_ms: list[float],
+    rate: dict[str, float],
+    ingest: Ingest,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    mode = "quick" if args.quick else "full"
+    print()
+    print(f"runsink webhook benchmark ({mode}; SQLite; receiver and SSE reader in one process)")
+    print(f"load average {args.load_at_start:.2f} at start, {os.getloadavg()[0]:.2f} at end")
+    hook_p50, hook_p99 = percentile(hook_ms, 50), percentile(hook_ms, 99)
+    sse_p50, sse_p99 = percentile(sse_ms, 50), percentile(sse_ms, 99)
+    print()
+    print(f"| 250 -> (same {len(hook_ms)} messages, {args.gap:g} s apart) | p50 ms | p99 ms |")
+    print("|---|---:|---:|")
+    print(f"| webhook delivery at the receiver | {hook_p50:.2f} | {hook_p99:.2f} |")
+    print(f"| SSE event on /v1/events | {sse_p50:.2f} | {sse_p99:.2f} |")
+    print()
+    print(
+        f"deliveries: {rate['messages']:.0f} messages over 8 connections, sent in "
+        f"{rate['send_s']:.2f} s, all delivered {rate['deliver_s']:.2f} s after the first "
+        f"send: {rate['rate']:.0f} deliveries/s (one webhook, at most 8 in flight)"
+    )
+    plain, hooked = median(ingest.plain), median(ingest.hooked)
+    ratio = median(ingest.ratios)
+    print(
+        f"ingest at 8 connections ({len(ingest.ratios)} rounds of {args.duration:g} s, median): "
+        f"without a webhook {plain:.0f} msg/s, with one {hooked:.0f} msg/s, ratio {ratio:.3f} "
+        f"({ingest.delivered} deliveries made meanwhile)"
+    )
+    print()
+    within = hook_p50 <= 2 * sse_p50
+    print(
+        f"target: webhook p50 within 2x of SSE p50: {hook_p50:.2f} vs {sse_p50:.2f} ms "
+        f"({hook_p50 / sse_p50:.2f}x, {'met' if within else 'MISSED'})"
+    )
+    print(
+        f"target: ingest with a webhook within 5% of without: {ratio:.3f} "
+        f"({'met' if ratio >= 0.95 else 'MISSED'})"
+    )
+    return {
+        "webhook_ms": {"p50": hook_p50, "p99": hook_p99, "count": len(hook_ms)},
+        "sse_ms": {"p50": sse_p50, "p99": sse_p99, "count": len(sse_ms)},
+        "deliveries": rate,
+        "ingest": {"without": plain, "with": hooked, "ratio": ratio, "ratios": ingest.ratios},
+    }
+
+
+async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    policy_file = folder / "policies.toml"
+    policy_file.write_text(POLICIES)
+    servers: list[ServerProcess] = []
+    try:
+        first = start_runsink(folder / "runsink", name="runsink", policy_file=policy_file)
+        servers.append(first)
+        second = start_runsink(folder / "hooked", name="hooked", policy_file=policy_file)
+        servers.append(second)
+        print(f"servers up in {folder}", file=sys.stderr, flush=True)
+        hook_ms, sse_ms = await measure_latency(first, args.count, args.gap)
+        rate = await measure_rate(first, args.burst)
+        ingest = await measure_ingest(first, second, args.duration, args.repeats)
+        return report(hook_ms, sse_ms, rate, ingest, args)
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a short smoke run")
+    parser.add_argument("--count", type=int, help="messages for the latencies")
+    parser.add_argument("--burst", type=int, help="messages for the delivery rate")
+    parser.add_argument(
+        "--gap", type=float, default=0.2, help="seconds between the latency messages"
+    )
+    parser.add_argument("--duration", type=float, help="seconds per ingest measurement")
+    parser.add_argument("--repeats", type=int, help="rounds of the ingest comparison")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    args.count = args.count or (50 if args.quick else 300)
+    args.burst = args.burst or (300 if args.quick else 2000)
+    args.duration = args.duration or (1.0 if args.quick else 3.0)
+    args.repeats = args.repeats or (2 if args.quick else 6)
+    args.load_at_start = os.getloadavg()[0]
+    folder = Path(tempfile.mkdtemp(prefix="runsink-bench-webhooks-"))
+    summary = asyncio.run(run(args, folder))
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
