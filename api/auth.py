@@ -32,7 +32,7 @@ from starlette.requests import HTTPConnection
 
 from api import endpoints
 from api.context import context_of
-from sink import scopes
+from sink import run_tokens, scopes
 from sink.errors import ForbiddenScope, NotFound, ProviderTimeout
 from sink.ids import RUN_ID
 from sink.scopes import Kind, Op
@@ -163,6 +163,21 @@ class Authority:
         if self.keyring.expired(token, now):
             return Refused("the run token has expired; ask whoever gave it for a new one")
         return Refused("wrong bearer token")
+
+    async def released(self, grant: Grant) -> Refused | None:
+        """The refusal of a run token whose run was released after it was issued, else None.
+
+        Looked up in the store on every use (not kept in memory), so a release on one
+        process ends the token on every process that shares the database."""
+        run_id = grant.scope.glob
+        if grant.scope.kind is not Kind.RUN or run_id is None or grant.issued_at is None:
+            return None
+        if not await _bounded(run_tokens.released_since(self._store, run_id, grant.issued_at)):
+            return None
+        return Refused(
+            f"run {run_id!r} was released after this token was minted, which ended the "
+            "token; ask whoever gave it for a new one"
+        )
 
     async def check_route(
         self, grant: Grant, method: str, path: str, query_run: str | None

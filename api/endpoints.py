@@ -308,7 +308,7 @@ TABLE: tuple[Endpoint, ...] = (
                     "RunTokenOut",
                     "the run token (keep it secret: it is shown once)",
                     {
-                        "token": "rt1.Y2ktMTg0Mg.1792549800000.(signature)",
+                        "token": "rt2.Y2ktMTg0Mg.1792548900000.1792549800000.(signature)",
                         "run_id": "ci-1842",
                         "expires_at": "2026-10-21T02:30:00.000Z",
                     },

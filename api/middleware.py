@@ -224,16 +224,23 @@ async def authorise(
     request's grant noted in its context)."""
     grant = authority.grant_for(headers, clock.now())
     if isinstance(grant, Refused):
-        return error_response(
-            401, "unauthorized", grant.message, headers={"WWW-Authenticate": "Bearer"}
-        )
-    context.grant = grant
+        return _unauthorized(grant)
     query_run = QueryParams(scope.get("query_string", b"")).get("run_id")
     try:
+        ended = await authority.released(grant)
+        if ended is not None:
+            return _unauthorized(ended)
+        context.grant = grant
         await authority.check_route(grant, scope["method"], scope["path"], query_run)
     except RunsinkError as exc:
         return runsink_error(Request(scope), exc)
     return None
+
+
+def _unauthorized(refused: Refused) -> Response:
+    return error_response(
+        401, "unauthorized", refused.message, headers={"WWW-Authenticate": "Bearer"}
+    )
 
 
 def _token_name(context: RequestContext) -> str | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, TypeVar
 
-from sink import ids
+from sink import ids, run_tokens
 from sink.breaker import BreakerKey
 from sink.clock import Clock, SystemClock, rfc3339_or_none
 from sink.config import Settings
@@ -613,7 +613,11 @@ class Agent:
         )
 
     async def release(self, run_id: str, trace: str | None) -> None:
-        released = await self._store.release_run(run_id, self._clock.now())
+        now = self._clock.now()
+        # Recorded first: should the release fail half-way, the run's tokens have already
+        # ended (and the caller, told of the failure, releases again).
+        await self._store.add_events([run_tokens.release_event(run_id, now)])
+        released = await self._store.release_run(run_id, now)
         self._waiters.end(released)
         self._polls.forget_bodies()
         log("run_released", run_id=run_id, trace_id=trace, inboxes=len(released))

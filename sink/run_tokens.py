@@ -1,8 +1,11 @@
 """Minting a run token: a token limited to one run, that ends when the run's last lease does.
 
-The token itself is stateless (``sink/tokens.py``); minting reads the run's leases, picks
-the expiry, and records a ``token_minted`` event in the run's report (who minted it and
-until when; never the token).
+The token itself is signed, not stored (``sink/tokens.py``); minting reads the run's leases,
+picks the expiry, and records a ``token_minted`` event in the run's report (who minted it
+and until when; never the token). A release (``DELETE /v1/runs/{id}``) ends every lease at
+once, so it ends the run's tokens too: it records a ``run_released`` event, and a token
+issued before the run's latest such event is refused on use (``released_since``), on
+every process that shares the store.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ async def mint(
         r.inbox.expires_at for r in reports if r.inbox.effective(now).state is not State.EXPIRED
     ]
     expires_at = run_token_expiry(now, lease_ends, ttl_s, default_policy)
-    token = keyring.mint(run_id, expires_at)
+    token = keyring.mint(run_id, now, expires_at)
     await store.add_events(
         [
             Event(
@@ -73,3 +76,17 @@ async def mint(
     )
     log("run_token_minted", run_id=run_id, trace_id=trace_id, by=by.name)
     return MintedToken(token, run_id, expires_at)
+
+
+RUN_RELEASED = "run_released"
+
+
+def release_event(run_id: str, now: float) -> Event:
+    """The run report's entry for a release: from then on, the run's tokens are refused."""
+    return Event(run_id=run_id, type=RUN_RELEASED, at=now)
+
+
+async def released_since(store: Store, run_id: str, issued_at: float) -> bool:
+    """Was the run released at or after ``issued_at`` (so a token issued then has ended)?"""
+    _, events = await store.run_report(run_id)
+    return any(e.type == RUN_RELEASED and e.at >= issued_at for e in events)

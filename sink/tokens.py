@@ -4,12 +4,14 @@ Configured tokens (``--api-token``, ``--tokens-file``) are kept only as SHA-256
 digests; a presented token is hashed and compared against every one of them with
 ``hmac.compare_digest`` (constant time, and without stopping at the first match).
 
-A run token is stateless: ``rt1.<run_id, base64url>.<expires_at, ms>.<signature>``,
-the signature an HMAC-SHA256 over the version, run id and expiry under the server's
-signing key. The key is made once and kept in the store (``Store.signing_key``), so
-run tokens survive a restart and hold on every process that shares the database.
-Nothing is written per token; a token cannot be revoked before it expires, except by
-the key changing (a new database).
+A run token is signed, not stored: ``rt2.<run_id, base64url>.<issued_at, ms>.<expires_at,
+ms>.<signature>``, the signature an HMAC-SHA256 over the version, run id and both times
+under the server's signing key. The key is made once and kept in the store
+(``Store.signing_key``), so run tokens survive a restart and hold on every process that
+shares the database. Nothing is written per token: a release of the run ends every token
+minted before it (``sink/run_tokens.py`` looks the release up on use, by the issue time).
+``rt1`` tokens (no issue time: minted by earlier versions) are still read, as issued at the
+epoch (any release of their run ends them).
 
 No token, digest or signature ever goes into an exception message or a log line:
 errors name the tokens file's entry, never its value.
@@ -34,8 +36,10 @@ MIN_TOKEN_CHARS = 16
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _HEX_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 _ENTRY_KEYS = {"token", "token_sha256", "scope"}
-_RUN_TOKEN_PREFIX = "rt1."
-_RUN_TOKEN = re.compile(r"rt1\.([A-Za-z0-9_-]{1,172})\.(\d{1,15})\.([A-Za-z0-9_-]{43})")
+_RUN_TOKEN_PREFIXES = ("rt1.", "rt2.")
+_RUN_TOKEN = re.compile(
+    r"(rt1|rt2)\.([A-Za-z0-9_-]{1,172})\.(?:(\d{1,15})\.)?(\d{1,15})\.([A-Za-z0-9_-]{43})"
+)
 API_TOKEN_NAME = "api-token"
 
 
@@ -58,6 +62,7 @@ class Grant:
     name: str
     scope: Scope
     expires_at: float | None = None  # run tokens only
+    issued_at: float | None = None  # run tokens only: a release of the run after it ends them
 
 
 # The grant of a request when the server has no token configured (loopback only).
@@ -172,17 +177,20 @@ class Keyring:
                 found = entry
         if found is not None:
             return Grant(found.name, found.scope)
-        if token.startswith(_RUN_TOKEN_PREFIX):
+        if token.startswith(_RUN_TOKEN_PREFIXES):
             return self._run_grant(token, now)
         return None
 
-    def mint(self, run_id: str, expires_at: float) -> str:
-        """A token for one run, valid until ``expires_at`` (epoch seconds)."""
+    def mint(self, run_id: str, issued_at: float, expires_at: float) -> str:
+        """A token for one run, issued at ``issued_at``, valid until ``expires_at`` (epoch
+        seconds) or a release of the run after it was issued."""
         if not RUN_ID.fullmatch(run_id):
             raise ValueError("not a run id")
-        expires_ms = int(expires_at * 1000)
+        # The issue time rounds down: a release in the same millisecond ends the token.
+        issued_ms, expires_ms = int(issued_at * 1000), int(expires_at * 1000)
         encoded = base64.urlsafe_b64encode(run_id.encode()).decode().rstrip("=")
-        return f"{_RUN_TOKEN_PREFIX}{encoded}.{expires_ms}.{self._sign(run_id, expires_ms)}"
+        signature = self._sign("rt2", run_id, issued_ms, expires_ms)
+        return f"rt2.{encoded}.{issued_ms}.{expires_ms}.{signature}"
 
     def expired(self, token: str, now: float) -> bool:
         """Is this one of our run tokens whose time is over? (to say so, rather than "wrong")"""
@@ -200,20 +208,25 @@ class Keyring:
         found = _RUN_TOKEN.fullmatch(token)
         if found is None:
             return None
-        encoded, expires_text, signature = found.groups()
+        version, encoded, issued_text, expires_text, signature = found.groups()
+        if (version == "rt2") != (issued_text is not None):
+            return None
         try:
             run_id = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
         except (binascii.Error, UnicodeDecodeError):
             return None
-        expires_ms = int(expires_text)
-        expected = self._sign(run_id, expires_ms)
+        issued_ms, expires_ms = int(issued_text or 0), int(expires_text)
+        expected = self._sign(version, run_id, issued_ms, expires_ms)
         if not hmac.compare_digest(signature.encode(), expected.encode()):
             return None
         if not RUN_ID.fullmatch(run_id):
             return None
-        return Grant(f"run:{run_id}", run_scope(run_id), expires_ms / 1000)
+        return Grant(f"run:{run_id}", run_scope(run_id), expires_ms / 1000, issued_ms / 1000)
 
-    def _sign(self, run_id: str, expires_ms: int) -> str:
-        message = f"rt1\n{run_id}\n{expires_ms}".encode()
+    def _sign(self, version: str, run_id: str, issued_ms: int, expires_ms: int) -> str:
+        if version == "rt1":
+            message = f"rt1\n{run_id}\n{expires_ms}".encode()
+        else:
+            message = f"rt2\n{run_id}\n{issued_ms}\n{expires_ms}".encode()
         mac = hmac.new(self._key, message, hashlib.sha256).digest()
         return base64.urlsafe_b64encode(mac).decode().rstrip("=")

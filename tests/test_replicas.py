@@ -559,7 +559,15 @@ def test_live_events_of_one_replica_reach_readers_on_the_other_once_in_order(
         on_b_reader.close()
         on_a_reader.close()
     types = [data["type"] for kind, data in on_b if kind == "run_event"]
-    assert types == ["created", "message_accepted", "polled", "claimed", "expired", "released"]
+    assert types == [
+        "created",
+        "message_accepted",
+        "polled",
+        "claimed",
+        "run_released",
+        "expired",
+        "released",
+    ]
     assert on_b == on_a_seen  # the same events, in the same order, none twice
     assert on_b_ids == on_a_ids  # under the same ids: made from the rows, not per replica
     message = next(data for kind, data in on_b if kind == "message")
@@ -579,3 +587,19 @@ def test_a_run_token_minted_on_one_replica_holds_on_the_other(pair: tuple[Server
         assert on_b.get(f"/v1/runs/{run_id}").status_code == 200
         other = on_b.get(f"/v1/runs/{new_run_id()}")
         assert other.status_code == 403 and other.json()["error"]["code"] == "forbidden_scope"
+
+
+def test_a_release_on_one_replica_ends_the_runs_tokens_on_the_other(
+    pair: tuple[Server, Server],
+) -> None:
+    """A run token minted on A is 401 on A right after its run is released on B."""
+    a, b = pair
+    run_id = new_run_id()
+    with a.http() as on_a:
+        create_inbox(on_a, run_id)
+        token = on_a.post(f"/v1/runs/{run_id}/token", json={}).json()["token"]
+    with b.http() as on_b:
+        assert on_b.delete(f"/v1/runs/{run_id}").status_code == 204
+    with a.http(headers={"Authorization": f"Bearer {token}"}) as on_a:
+        refused = on_a.get(f"/v1/runs/{run_id}")
+    assert refused.status_code == 401 and "released" in refused.json()["error"]["message"]

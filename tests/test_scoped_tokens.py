@@ -509,6 +509,35 @@ def test_a_run_token_ends_with_its_expiry(scoped: InProcess) -> None:
         assert "expired" in answer.json()["error"]["message"]
 
 
+def test_a_run_token_ends_when_its_run_is_released(scoped: InProcess) -> None:
+    """After DELETE /v1/runs/{id}, the run's tokens are 401 everywhere (API, MCP, events), with
+    a next step; a token minted after the release works."""
+    world = make_world(scoped)
+    with scoped.http(headers=bearer(world.run_token)) as agent:
+        assert agent.get(f"/v1/runs/{world.run_id}").status_code == 200
+        assert agent.delete(f"/v1/runs/{world.run_id}").status_code == 204
+        report = agent.get(f"/v1/runs/{world.run_id}")
+        initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+        mcp = agent.post("/mcp", json=initialize)
+        with agent.stream("GET", "/v1/events") as stream:
+            if stream.status_code != 200:  # else it would stay open: the assertion fails
+                stream.read()
+    for refused in (report, mcp, stream):
+        assert refused.status_code == 401, refused.text
+        body = refused.json()
+        assert body["error"]["code"] == "unauthorized"
+        assert "released" in body["error"]["message"]
+        assert (body["status"], body["next_action"], body["next_tool"]) == ("blocked", "stop", None)
+        assert body["hint"]
+        assert world.run_token not in refused.text
+    with scoped.http(headers=bearer(ADMIN)) as client:
+        again = client.post(f"/v1/runs/{world.run_id}/token", json={}).json()["token"]
+        events = [e["type"] for e in client.get(f"/v1/runs/{world.run_id}").json()["events"]]
+    assert "run_released" in events
+    with scoped.http(headers=bearer(again)) as agent:
+        assert agent.get(f"/v1/runs/{world.run_id}").status_code == 200
+
+
 def test_the_run_report_records_the_minting_but_never_the_token(scoped: InProcess) -> None:
     """A token_minted event names who minted it and until when; no token in the report."""
     world = make_world(scoped)

@@ -61,25 +61,31 @@ def test_configured_tokens_authenticate_with_their_names_and_scopes(tmp_path: Pa
 def test_a_run_token_names_its_run_and_expiry_and_holds_nothing_else(tmp_path: Path) -> None:
     """A minted token is a run:<id> grant until its expiry; the signature covers both."""
     keyring = _keyring(tmp_path)
-    token = keyring.mint("team-a-7:retry.1", 1_000.5)
+    token = keyring.mint("team-a-7:retry.1", 900.25, 1_000.5)
     grant = keyring.authenticate(token, 999.0)
     assert grant is not None
     assert grant.scope.kind is Kind.RUN and grant.scope.covers("team-a-7:retry.1")
     assert not grant.scope.covers("team-a-8")
-    assert grant.expires_at == 1_000.5
+    assert (grant.issued_at, grant.expires_at) == (900.25, 1_000.5)
     assert grant.name == "run:team-a-7:retry.1"
 
 
 def test_a_run_token_cannot_be_altered_or_moved_to_another_key(tmp_path: Path) -> None:
-    """Changing the run, the expiry or the signature, or another server's key: no grant."""
+    """Changing the run, either time, the version or the signature, or another server's key:
+    no grant."""
     keyring = _keyring(tmp_path)
-    token = keyring.mint("team-a-7", 2_000.0)
-    prefix, run, expires, signature = token.split(".")
-    other_run = keyring.mint("team-b-1", 2_000.0).split(".")[1]
+    token = keyring.mint("team-a-7", 1_000.0, 2_000.0)
+    prefix, run, issued, expires, signature = token.split(".")
+    other_run = keyring.mint("team-b-1", 1_000.0, 2_000.0).split(".")[1]
     forged = [
-        ".".join((prefix, other_run, expires, signature)),
-        ".".join((prefix, run, "9999999999999", signature)),
-        ".".join((prefix, run, expires, signature[:-1] + ("A" if signature[-1] != "A" else "B"))),
+        ".".join((prefix, other_run, issued, expires, signature)),
+        ".".join((prefix, run, issued, "9999999999999", signature)),
+        ".".join((prefix, run, "1999999", expires, signature)),  # issued later: survives releases
+        ".".join((prefix, run, expires, signature)),
+        ".".join(("rt1", run, issued, expires, signature)),
+        ".".join(
+            (prefix, run, issued, expires, signature[:-1] + ("A" if signature[-1] != "A" else "B"))
+        ),
         token + "x",
         token[:-1],
     ]
