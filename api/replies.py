@@ -1,8 +1,8 @@
 """The envelope as an HTTP reply: its status, ``Retry-After``, and the request's context.
 
 The domain's envelope says what happened (state, status, reason); which HTTP status that is
-is said here: 200, 201 for a new inbox, and 409 for a claim that came after the lease (it
-claimed nothing). MCP marks the same answer as a tool error (``sink/mcp/server.py``).
+is said here: 200, 201 for a new inbox, and 409 for an answer that refuses what was asked
+(``sink.envelope.REFUSALS``: a claim that came after the lease claimed nothing).
 """
 
 from __future__ import annotations
@@ -14,10 +14,7 @@ from typing import Any
 from starlette.responses import JSONResponse, Response
 
 from api.context import context_of
-from sink.envelope import Envelope
-from sink.vocabulary import Reason
-
-_REFUSALS = {Reason.LEASE_EXPIRED: 409}  # by reason: only a refused claim has one
+from sink.envelope import REFUSALS, Envelope
 
 
 def envelope_response(
@@ -38,8 +35,5 @@ def envelope_response(
 
     model = envelope_out(envelope) if capped is None else created_out(envelope, capped)
     body = model.model_dump(mode="json")
-    if created:
-        status = 201
-    else:
-        status = 200 if envelope.reason is None else _REFUSALS.get(envelope.reason, 200)
+    status = 201 if created else 409 if envelope.reason in REFUSALS else 200
     return JSONResponse(body, status_code=status, headers=headers)

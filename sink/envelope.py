@@ -35,6 +35,11 @@ class Unmatched:
     subject: str
 
 
+# Answers that did not do what was asked (a claim after the lease claimed nothing): the HTTP
+# API sends them with a 409 (``api/replies.py``), MCP as tool errors (``sink/mcp/server.py``).
+REFUSALS = frozenset({Reason.LEASE_EXPIRED})
+
+
 @dataclass(frozen=True, slots=True)
 class Envelope:
     state: State

@@ -22,6 +22,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from sink import __version__, ids
+from sink.envelope import REFUSALS
 from sink.guidance import Call, for_error
 from sink.mcp.answers import for_agent, read_options_refused
 from sink.mcp.tools import (
@@ -301,16 +302,11 @@ def _check_url_arg(name: str, value: object, call: Call | None) -> Json | None:
     return error_body("not_found", f"no {noun} {value[:64]!r}", None, call, 404)
 
 
-# Envelopes the HTTP API sends with a 4xx status (a claim after the lease: 409): like every
-# 4xx/5xx answer, a tool error over MCP.
-_ERROR_REASONS = frozenset({"lease_expired"})
-
-
 def tool_result(body: Json) -> types.CallToolResult:
     """An answer as structured content (and its JSON text); an error body, or an envelope
-    the HTTP API sends as an error, as a tool error."""
+    that refuses what was asked (``sink.envelope.REFUSALS``: HTTP's 409), as a tool error."""
     text = types.TextContent(type="text", text=json.dumps(body, ensure_ascii=False))
-    if "error" in body or body.get("reason") in _ERROR_REASONS:
+    if "error" in body or body.get("reason") in REFUSALS:
         return types.CallToolResult(content=[text], is_error=True)
     return types.CallToolResult(content=[text], structured_content=body)
 
