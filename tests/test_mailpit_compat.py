@@ -15,10 +15,17 @@ from collections.abc import Iterator
 from email.message import EmailMessage
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.support import Server, create_inbox, need, new_run_id, on_each_backend, start_server
+from tests.inproc import InProcess, Served
+from tests.support import (
+    Server,
+    app_on_each_backend,
+    create_inbox,
+    need,
+    new_run_id,
+    start_server,
+)
 
 TOKEN = "mailpit-compat-token-0123456789"
 CLIENT = Path(__file__).parent / "mailpit_client"
@@ -26,9 +33,10 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture(scope="session", params=["sqlite", "postgres"])
-def server(request: pytest.FixtureRequest, server: Server) -> Server:
-    """The shared server on each persistent backend."""
-    return on_each_backend(request, server)
+def app(request: pytest.FixtureRequest) -> InProcess:
+    """Each check runs against the app on each persistent backend, in this process."""
+    result: InProcess = app_on_each_backend(request)
+    return result
 
 
 @pytest.fixture
@@ -39,7 +47,15 @@ def guarded(tmp_path: Path, policy_file: str, own_db: str | None) -> Iterator[Se
     running.stop()
 
 
-def _send(server: Server, to: str, subject: str, attachment: bytes | None = None) -> None:
+@pytest.fixture
+def guarded_app(tmp_path: Path, policy_file: str, own_db: str | None) -> Iterator[InProcess]:
+    """The same, in this process."""
+    running = InProcess(tmp_path, "--policy-file", policy_file, "--api-token", TOKEN, db=own_db)
+    yield running
+    running.stop()
+
+
+def _send(app: Served, to: str, subject: str, attachment: bytes | None = None) -> None:
     message = EmailMessage()
     message["From"] = '"Acme Billing" <billing@acme.example>'
     message["To"] = to
@@ -51,21 +67,21 @@ def _send(server: Server, to: str, subject: str, attachment: bytes | None = None
         message.add_attachment(
             attachment, maintype="application", subtype="pdf", filename="invoice.pdf"
         )
-    with server.smtp() as client:
+    with app.smtp() as client:
         client.send_message(message)
 
 
-def _scene(server: Server) -> dict[str, str]:
+def _scene(app: Served) -> dict[str, str]:
     """Live evidence, evidence of a released run, and caught mail with an attachment."""
     tag = uuid.uuid4().hex[:10]
-    with server.http(headers=AUTH) as client:
+    with app.http(headers=AUTH) as client:
         live = create_inbox(client, new_run_id("live"))
         gone_run = new_run_id("gone")
         gone = create_inbox(client, gone_run)
-        _send(server, live["address"], f"Live {tag}")
-        _send(server, gone["address"], f"Gone {tag}")
+        _send(app, live["address"], f"Live {tag}")
+        _send(app, gone["address"], f"Gone {tag}")
         assert client.delete(f"/v1/runs/{gone_run}").status_code == 204
-        _send(server, "someone@gmail.com", f"Invoice {tag}", attachment=b"%PDF-1.4 invoice")
+        _send(app, "someone@gmail.com", f"Invoice {tag}", attachment=b"%PDF-1.4 invoice")
         listed = client.get(f"/v1/inboxes/{live['inbox_id']}/messages").json()["messages"]
     return {"tag": tag, "live_id": listed[0]["message_id"]}
 
@@ -140,13 +156,13 @@ def test_the_npm_mailpit_client_lists_searches_reads_and_deletes(guarded: Server
     assert [m["Subject"] for m in seen["afterDelete"]["messages"]] == [f"Live {tag}"]
 
 
-def test_mailpit_endpoints_need_the_token_and_refuse_bad_input(guarded: Server) -> None:
+def test_mailpit_endpoints_need_the_token_and_refuse_bad_input(guarded_app: InProcess) -> None:
     """Same bearer auth as /v1; bad input is 4xx, never 5xx; live evidence still readable."""
-    scene = _scene(guarded)
-    with guarded.http() as anonymous:
+    scene = _scene(guarded_app)
+    with guarded_app.http() as anonymous:
         assert anonymous.get("/api/v1/messages").status_code == 401
         assert anonymous.delete("/api/v1/messages").status_code == 401
-    with guarded.http(headers=AUTH) as client:
+    with guarded_app.http(headers=AUTH) as client:
         for path, status in [
             ("/api/v1/messages?limit=abc", 422),
             ("/api/v1/messages?start=-1", 422),
@@ -180,16 +196,16 @@ def test_mailpit_endpoints_need_the_token_and_refuse_bad_input(guarded: Server) 
         assert left["messages_count"] == 2 and caught not in {m["ID"] for m in left["messages"]}
 
 
-def test_active_parts_are_served_as_bytes(server: Server) -> None:
+def test_active_parts_are_served_as_bytes(app: InProcess) -> None:
     """An HTML or SVG attachment is application/octet-stream, nosniff, never rendered."""
     tag = uuid.uuid4().hex[:10]
     message = EmailMessage()
     message["From"], message["To"], message["Subject"] = "a@b.test", "x@gmail.com", f"Svg {tag}"
     message.set_content("see attached")
     message.add_attachment(b"<svg onload=alert(1)>", maintype="image", subtype="svg+xml")
-    with server.smtp() as smtp:
+    with app.smtp() as smtp:
         smtp.send_message(message)
-    with httpx.Client(base_url=server.url) as client:
+    with app.http() as client:
         found = client.get("/api/v1/search", params={"query": tag}).json()["messages"]
         part = client.get(f"/api/v1/message/{found[0]['ID']}/part/1")
     assert part.headers["content-type"] == "application/octet-stream"
@@ -197,7 +213,7 @@ def test_active_parts_are_served_as_bytes(server: Server) -> None:
     assert part.headers["content-disposition"].startswith("attachment")
 
 
-def test_a_missing_from_is_an_empty_address_and_html_only_mail_has_text(server: Server) -> None:
+def test_a_missing_from_is_an_empty_address_and_html_only_mail_has_text(app: InProcess) -> None:
     """As Mailpit: From is always {Name, Address} (empty when the header is missing), and an
     HTML-only message's Text is its HTML rendered as text."""
     tag = uuid.uuid4().hex[:10]
@@ -205,9 +221,9 @@ def test_a_missing_from_is_an_empty_address_and_html_only_mail_has_text(server: 
         f"To: someone@gmail.com\r\nSubject: Bare {tag}\r\nMIME-Version: 1.0\r\n"
         "Content-Type: text/html; charset=utf-8\r\n\r\n<p>Your <b>code</b> is 4711</p>\r\n"
     )
-    with server.smtp() as smtp:
+    with app.smtp() as smtp:
         smtp.sendmail("app@example.test", ["someone@gmail.com"], raw.encode())
-    with server.http() as client:
+    with app.http() as client:
         found = client.get("/api/v1/search", params={"query": f"subject:{tag}"}).json()
         (summary,) = found["messages"]
         assert summary["From"] == {"Name": "", "Address": ""}
@@ -216,7 +232,7 @@ def test_a_missing_from_is_an_empty_address_and_html_only_mail_has_text(server: 
     assert "code" in message["Text"] and "4711" in message["Text"] and "<b>" not in message["Text"]
 
 
-def test_lists_give_the_sender_name_and_mailpit_snippet(server: Server) -> None:
+def test_lists_give_the_sender_name_and_mailpit_snippet(app: InProcess) -> None:
     """List and search entries carry From's display name and the Snippet Mailpit would make."""
     tag = uuid.uuid4().hex[:10]
     message = EmailMessage()
@@ -229,9 +245,9 @@ def test_lists_give_the_sender_name_and_mailpit_snippet(server: Server) -> None:
         f"<p>{words}</p></body></html>",
         subtype="html",
     )
-    with server.smtp() as smtp:
+    with app.smtp() as smtp:
         smtp.send_message(message)
-    with server.http() as client:
+    with app.http() as client:
         searched = client.get("/api/v1/search", params={"query": f"subject:{tag}"}).json()
         (found,) = searched["messages"]
         listed = client.get("/api/v1/messages", params={"limit": 1000}).json()["messages"]
@@ -242,12 +258,12 @@ def test_lists_give_the_sender_name_and_mailpit_snippet(server: Server) -> None:
     assert next(m for m in listed if m["ID"] == found["ID"])["Snippet"] == snippet
 
 
-def test_views_serve_the_text_and_the_html_sandboxed(server: Server) -> None:
+def test_views_serve_the_text_and_the_html_sandboxed(app: InProcess) -> None:
     """/view/{ID}.txt is the text; .html the HTML under the UI's sandbox CSP; no HTML: 404."""
     tag = uuid.uuid4().hex[:10]
-    _send(server, "someone@gmail.com", f"View {tag}")
-    with server.http() as client:
-        server.send("someone@gmail.com", subject=f"Plain {tag}", body="Only text.")
+    _send(app, "someone@gmail.com", f"View {tag}")
+    with app.http() as client:
+        app.send("someone@gmail.com", subject=f"Plain {tag}", body="Only text.")
         listed = client.get("/api/v1/search", params={"query": tag}).json()["messages"]
         ids = {m["Subject"]: m["ID"] for m in listed}
         text = client.get(f"/view/{ids[f'View {tag}']}.txt")
