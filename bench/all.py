@@ -37,6 +37,7 @@ SCRIPTS: dict[str, tuple[str, list[str]]] = {
     "untrusted": ("untrusted.py", []),
     "startup": ("startup.py", ["--quick"]),
     "near_miss": ("near_miss.py", ["--quick"]),
+    "webhooks": ("webhooks.py", ["--quick"]),
     "agent": ("agent.py", []),
 }
 
