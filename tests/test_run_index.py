@@ -1,4 +1,4 @@
-"""The SQLite store's run index (RunIndex) and its commit hook for live events."""
+"""The stores' run index (RunIndex) and their commit hook for live events."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from sink.mailbox import MailStore
 from sink.message import summarize
 from sink.search import parse_query
 from sink.storage.base import Delivered, Event, Incoming, NewInbox, RunIndex
+from sink.storage.memory import MemoryStore
 from sink.storage.postgres.store import PostgresStore
 from sink.storage.sqlite.store import SQLiteStore
 
@@ -33,10 +34,25 @@ def where(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
     return tmp_path
 
 
-def _run(where: Path | str, work: Callable[[SQLiteStore], Awaitable[T]], hook: list[Event]) -> T:
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str | None:
+    """A SQLite folder, a fresh PostgreSQL database, or None: the memory store."""
+    if request.param == "memory":
+        return None
+    if request.param == "postgres":
+        dsn: str = request.getfixturevalue("pg_dsn")
+        return dsn
+    return tmp_path
+
+
+def _run(
+    where: Path | str | None, work: Callable[[SQLiteStore], Awaitable[T]], hook: list[Event]
+) -> T:
     async def main() -> T:
         store: SQLiteStore = (
-            PostgresStore(where, hook.extend)  # type: ignore[assignment]
+            MemoryStore(hook.extend)  # type: ignore[assignment]
+            if where is None
+            else PostgresStore(where, hook.extend)  # type: ignore[assignment]
             if isinstance(where, str)
             else SQLiteStore(where / "index.db", hook.extend)
         )
@@ -79,7 +95,7 @@ async def _mail(store: SQLiteStore, inbox: Inbox, subject: str, at: float) -> st
     return message_id
 
 
-def test_recent_runs_newest_first_with_counts(where: Path | str) -> None:
+def test_recent_runs_newest_first_with_counts(any_store: Path | str | None) -> None:
     """States with the lease applied, messages, claims and the last event, newest run first."""
     hook: list[Event] = []
 
@@ -117,7 +133,7 @@ def test_recent_runs_newest_first_with_counts(where: Path | str) -> None:
         assert [f.subject for f in found] == ["two"] and found[0].run_id == "run-new"
         assert await mail.search(parse_query(f"to:{live.address[:8]}"), None, None, 10)
 
-    _run(where, work, hook)
+    _run(any_store, work, hook)
 
 
 def test_events_reach_the_hook_after_their_commit_only(where: Path | str) -> None:

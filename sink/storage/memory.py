@@ -35,6 +35,7 @@ from sink.storage.base import (
     Listed,
     NewInbox,
     Route,
+    RunSummary,
     StoredMessage,
 )
 from sink.storage.memory_webhooks import MemoryWebhooks
@@ -439,6 +440,82 @@ class MemoryStore:
         self._check()
         return self._signing_key
 
+    # -- the run index (RunIndex: read-only views for the web UI) -------------------
+
+    @property
+    def runs(self) -> MemoryStore:
+        """The run index (on the SQL stores an object of its own: here the store itself)."""
+        return self
+
+    @property
+    def mail(self) -> MemoryStore:
+        """The v2 mail ports (on the SQL stores an object of its own: here the store itself)."""
+        return self
+
+    async def recent_runs(
+        self,
+        now: float,
+        limit: int,
+        before: tuple[float, str] | None = None,
+        run_contains: str | None = None,
+        purpose: str | None = None,
+    ) -> list[RunSummary]:
+        self._check()
+        by_run: dict[str, list[Inbox]] = {}
+        for row in self._inboxes.values():
+            by_run.setdefault(row.inbox.run_id, []).append(row.inbox)
+        order = {id(e): n for n, e in enumerate(self._events)}
+        last: dict[str, Event] = {}
+        for event in self._events:
+            known = last.get(event.run_id)
+            if known is None or (event.at, order[id(event)]) >= (known.at, order[id(known)]):
+                last[event.run_id] = event
+        pages = []
+        for run_id, inboxes in by_run.items():
+            started = min(i.created_at for i in inboxes)
+            if run_contains and run_contains.lower() not in run_id.lower():
+                continue
+            if purpose and all(i.purpose != purpose for i in inboxes):
+                continue
+            if before is not None and (started, run_id) >= before:
+                continue
+            pages.append((started, run_id))
+        pages.sort(reverse=True)
+        summaries = []
+        for started, run_id in pages[:limit]:
+            inboxes = by_run[run_id]
+            states: dict[str, int] = {}
+            for inbox in inboxes:
+                state = "expired" if inbox.expires_at <= now else inbox.state.value
+                states[state] = states.get(state, 0) + 1
+            deliveries = [d for i in inboxes for d in self._by_inbox[i.inbox_id]]
+            latest = last.get(run_id)
+            summaries.append(
+                RunSummary(
+                    run_id=run_id,
+                    started_at=started,
+                    purposes=tuple(sorted({i.purpose for i in inboxes})),
+                    states=states,
+                    messages=len(deliveries),
+                    claims=sum(1 for d in deliveries if d.claim is not None),
+                    last_event=latest.type if latest else None,
+                    last_event_at=latest.at if latest else None,
+                )
+            )
+        return summaries
+
+    async def run_deliveries(self, run_id: str, limit: int) -> list[Delivery]:
+        """A run's deliveries, across its inboxes, newest first."""
+        self._check()
+        found = [
+            d
+            for row in self._inboxes.values()
+            if row.inbox.run_id == run_id
+            for d in self._by_inbox[row.inbox.inbox_id]
+        ]
+        found.sort(key=lambda d: d.seq, reverse=True)
+        return [_delivery(d) for d in found[:limit]]
+
     # -- caught mail and search (v2) ----------------------------------------------
 
     async def caught_page(self, before: tuple[int, int] | None, limit: int) -> list[Listed]:
@@ -743,4 +820,6 @@ def _document(message: _Message) -> dict[str, str]:
 def memory_backend(settings: Settings | None = None, hub: Announced | None = None) -> Backend:
     """A backend over dicts, for tests: ``Runtime(settings, memory_backend)``."""
     store = MemoryStore(hub.record if hub is not None else None)
-    return Backend(name="memory", store=store, mail=store, webhooks=store.webhooks)
+    return Backend(
+        name="memory", store=store, mail=store.mail, webhooks=store.webhooks, runs=store.runs
+    )
