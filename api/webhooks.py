@@ -34,7 +34,8 @@ from sink.errors import (
     WebhookDisabled,
 )
 from sink.scopes import Kind, Scope
-from sink.webhooks.model import EVENT_TYPES, Webhook, new_secret, new_webhook_id
+from sink.webhook_signature import new_secret
+from sink.webhooks.model import EVENT_TYPES, Webhook, new_webhook_id
 
 if TYPE_CHECKING:
     from api.schemas import DeliveryOut, WebhookOut

@@ -233,27 +233,49 @@ def test_a_test_ping_is_202_and_shows_as_a_pending_delivery(app: App) -> None:
 
 def test_deliveries_page_newest_first_with_a_cursor(app: App) -> None:
     """limit and cursor page through the attempts, newest first, each row once."""
-    hook_id = created(app)["webhook_id"]
-    sent = {
-        app.call("admin", "POST", f"/v1/webhooks/{hook_id}/test").json()["delivery_id"]
-        for _ in range(5)
-    }
-    rows: list[tuple[str, int, str]] = []
+    receiver = Receiver("whsec_c2V0IGJlbG93", answer=lambda n: 500 if n == 1 else 204).start()
+    try:
+        hook = created(app, url=receiver.url, run_id="paging-only")
+        receiver.secret = hook["secret"]
+        hook_id = hook["webhook_id"]
+        sent = {
+            app.call("admin", "POST", f"/v1/webhooks/{hook_id}/test").json()["delivery_id"]
+            for _ in range(3)
+        }
+        # Each ping fails once and is delivered on its retry: six rows that no longer change
+        # (a newest-first list moves while attempts are made).
+        receiver.until(lambda got: len(got) >= 6)
+        deadline = time.monotonic() + 20
+        while True:
+            rows = _all_rows(app, hook_id, 50)
+            if [state for _, _, _, state in rows].count("delivered") == 3:
+                break
+            assert time.monotonic() < deadline, rows
+            time.sleep(0.05)
+        paged = _all_rows(app, hook_id, 2)
+        assert paged == rows and len(rows) == 6
+        assert {row[0] for row in rows} == sent
+        assert len({row[:2] for row in rows}) == len(rows), rows
+        assert [row[2] for row in rows] == sorted((row[2] for row in rows), reverse=True)
+    finally:
+        receiver.stop()
+
+
+def _all_rows(app: App, hook_id: str, limit: int) -> list[tuple[str, int, str, str]]:
+    """Every attempt row, page by page of ``limit``."""
+    rows: list[tuple[str, int, str, str]] = []
     cursor: str | None = None
     while True:
-        params: dict[str, Any] = {"limit": 2} | ({"cursor": cursor} if cursor else {})
+        params: dict[str, Any] = {"limit": limit} | ({"cursor": cursor} if cursor else {})
         page = app.call("admin", "GET", f"/v1/webhooks/{hook_id}/deliveries", params=params)
         assert page.status_code == 200, page.text
         body = page.json()
-        assert len(body["deliveries"]) <= 2
-        rows += [(d["delivery_id"], d["attempt"], d["at"]) for d in body["deliveries"]]
+        assert len(body["deliveries"]) <= limit
+        rows += [(d["delivery_id"], d["attempt"], d["at"], d["state"]) for d in body["deliveries"]]
         if not body["has_more"]:
             assert body["next_cursor"] is None
-            break
+            return rows
         cursor = body["next_cursor"]
-    assert {row[0] for row in rows} == sent
-    assert len({row[:2] for row in rows}) == len(rows), rows
-    assert [row[2] for row in rows] == sorted((row[2] for row in rows), reverse=True)
 
 
 @pytest.mark.parametrize(

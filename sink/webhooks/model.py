@@ -144,11 +144,6 @@ def new_delivery_id() -> str:
     return "dlv_" + base64.b32encode(secrets.token_bytes(15)).decode().lower()
 
 
-def new_secret() -> str:
-    """``whsec_`` + base64 of 24 random bytes (the Standard Webhooks form)."""
-    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
-
-
 def deliveries_for(webhooks: list[Webhook], events: list[LiveEvent], now: float) -> list[Delivery]:
     """The outbox rows a commit writes: each event for each webhook that wants it (a
     ``webhook_failed`` run event never goes to the webhook whose failure it reports)."""
