@@ -233,7 +233,7 @@ class Guard:
                     return left
         return self.remaining_cooldown(key)
 
-    def take_fault(self, target: str, run_id: str | None, policy: Policy) -> Fault | None:
+    def _take_fault(self, target: str, run_id: str | None, policy: Policy) -> Fault | None:
         if self.faults is None or self.faults.is_empty or not policy.allow_faults:
             return None
         return self.faults.take(target, run_id)
@@ -248,7 +248,7 @@ class Guard:
     ) -> T:
         """One provider call: the injected fault (if any, and ``fault``), then the work,
         within the deadline."""
-        injected = self.take_fault(operation, run_id, policy) if fault else None
+        injected = self._take_fault(operation, run_id, policy) if fault else None
         deadline = policy.provider_deadline_s
         timed_out = ProviderTimeout(f"the store did not answer {operation} within {deadline:g}s")
         held = 0.0

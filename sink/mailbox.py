@@ -175,10 +175,7 @@ class Mailbox:
 
 
 def _position(cursor: str | None, kind: str) -> tuple[int, int] | None:
-    if cursor is None:
-        return None
-    message_pk, seq = ids.decode_list_cursor(kind, cursor)
-    return message_pk, seq
+    return None if cursor is None else ids.decode_list_cursor(kind, cursor)
 
 
 def _page(rows: list[Listed], limit: int, kind: str) -> Page:
