@@ -16,6 +16,7 @@ import pytest
 
 from sink.client import ApiError, AsyncSink, DeliveryPage, Webhook, WebhookDelivery
 from tests.inproc import InProcess
+from tests.pg_cluster import Cluster
 from tests.webhook_receiver import Receiver
 
 ADMIN = "admin-token-for-webhook-tests-01"
@@ -48,11 +49,16 @@ class App:
         return self.clients[who].request(method, path, **kwargs)
 
 
-@pytest.fixture(scope="module")
-def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
-    folder = tmp_path_factory.mktemp("webhooks-api")
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def app(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[App]:
+    """The app over each persistent backend, with an admin, a read and a runs: token."""
+    folder = tmp_path_factory.mktemp(f"webhooks-api-{request.param}")
     (folder / "tokens.toml").write_text(TOKENS)
-    inproc = InProcess(folder, "--tokens-file", str(folder / "tokens.toml"))
+    db = None
+    if request.param == "postgres":
+        cluster: Cluster = request.getfixturevalue("pg_cluster")
+        db = cluster.dsn(cluster.new_database("runsink_template"))
+    inproc = InProcess(folder, "--tokens-file", str(folder / "tokens.toml"), db=db)
     clients: dict[str, httpx.Client] = {}
     try:
         for who, token in (("admin", ADMIN), ("read", READ), ("team-a", TEAM_A), ("none", None)):

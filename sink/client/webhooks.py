@@ -16,14 +16,21 @@ import hmac
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sink.client.errors import WebhookVerificationError
 from sink.webhook_signature import secret_key, signature
 
 TOLERANCE_S = 300.0
+
+
+class HeaderItems(Protocol):
+    """Anything with ``items()`` of (name, value): a dict, Starlette's, httpx's, aiohttp's,
+    Flask's or ``http.server``'s headers."""
+
+    def items(self) -> Iterable[tuple[str, Any]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +45,7 @@ class WebhookEvent:
 
 def verify_webhook(
     secret: str,
-    headers: Mapping[str, str],
+    headers: HeaderItems,
     body: bytes | str,
     *,
     tolerance_s: float = TOLERANCE_S,
@@ -46,7 +53,7 @@ def verify_webhook(
 ) -> WebhookEvent:
     """The delivery's event, once its Standard Webhooks signature and timestamp check out.
 
-    ``headers`` is any mapping (names in any case: a dict, Starlette's, httpx's, Flask's);
+    ``headers`` is any mapping or ``items()`` of them (names in any case);
     ``now`` is Unix seconds (default the system clock).
     """
     payload = body.encode() if isinstance(body, str) else bytes(body)
