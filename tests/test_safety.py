@@ -11,7 +11,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support import Server, create_inbox, new_run_id, start_server, wait
+from sink.storage.memory import memory_backend
+from tests.inproc import InProcess
+from tests.support import create_inbox, new_run_id, wait
 
 
 def _fault(client: httpx.Client, **spec: object) -> dict:
@@ -31,9 +33,9 @@ def _until(predicate: object, seconds: float = 5.0) -> None:
         time.sleep(0.05)
 
 
-def test_provider_error_is_retryable_and_spends_nothing(server: Server) -> None:
+def test_provider_error_is_retryable_and_spends_nothing(app: InProcess) -> None:
     """An injected provider error: retryable, wait_then_retry, last_error set, no poll spent."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = _fragile(client)
         _fault(client, target="wait", mode="error", count=1, run_id=inbox["run_id"])
         response = wait(client, inbox["inbox_id"])
@@ -51,9 +53,9 @@ def test_provider_error_is_retryable_and_spends_nothing(server: Server) -> None:
     )
 
 
-def test_provider_timeout_holds_until_the_deadline(server: Server) -> None:
+def test_provider_timeout_holds_until_the_deadline(app: InProcess) -> None:
     """A timeout fault holds the call until provider_deadline_s, then answers provider_timeout."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = _fragile(client)
         _fault(client, target="wait", mode="timeout", count=1, run_id=inbox["run_id"])
         started = time.monotonic()
@@ -63,9 +65,9 @@ def test_provider_timeout_holds_until_the_deadline(server: Server) -> None:
     assert elapsed >= 0.3
 
 
-def test_breaker_opens_blocks_and_closes_after_a_good_probe(server: Server) -> None:
+def test_breaker_opens_blocks_and_closes_after_a_good_probe(app: InProcess) -> None:
     """Failures open it; while open calls are circuit_open (no poll); a good probe closes it."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = _fragile(client)
         run_id = inbox["run_id"]
         _fault(client, target="wait", mode="error", count=2, run_id=run_id)
@@ -97,9 +99,9 @@ def test_breaker_opens_blocks_and_closes_after_a_good_probe(server: Server) -> N
     )
 
 
-def test_failed_probe_doubles_the_cooldown_up_to_the_cap(server: Server) -> None:
+def test_failed_probe_doubles_the_cooldown_up_to_the_cap(app: InProcess) -> None:
     """A failed probe reopens the breaker with the cooldown doubled, capped at cooldown_max_s."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = _fragile(client)
         _fault(client, target="wait", mode="error", count=3, run_id=inbox["run_id"])
         wait(client, inbox["inbox_id"])
@@ -113,9 +115,9 @@ def test_failed_probe_doubles_the_cooldown_up_to_the_cap(server: Server) -> None
     assert 1.0 < reopened["retry_after"] <= 1.5
 
 
-def test_exactly_one_probe_among_concurrent_calls(server: Server) -> None:
+def test_exactly_one_probe_among_concurrent_calls(app: InProcess) -> None:
     """After the cooldown exactly one call goes through as the probe; the others stay blocked."""
-    with server.http() as client:
+    with app.http() as client:
         # A long provider deadline, so the probe can be held (3 s) while the others arrive.
         inbox = create_inbox(client, new_run_id("probe"), policy="probing")
         run_id = inbox["run_id"]
@@ -128,9 +130,8 @@ def test_exactly_one_probe_among_concurrent_calls(server: Server) -> None:
 
     def call(_: int) -> dict:
         start.wait()
-        return httpx.post(
-            f"{server.url}/v1/inboxes/{inbox['inbox_id']}/wait", json={}, timeout=30
-        ).json()
+        with app.http() as each:
+            return each.post(f"/v1/inboxes/{inbox['inbox_id']}/wait", json={}).json()
 
     with concurrent.futures.ThreadPoolExecutor(6) as pool:
         answers = list(pool.map(call, range(6)))
@@ -139,13 +140,13 @@ def test_exactly_one_probe_among_concurrent_calls(server: Server) -> None:
     assert next(a for a in answers if a["reason"] != "circuit_open")["state"] == "waiting"
 
 
-def test_breakers_are_isolated_by_operation_inbox_and_run(server: Server) -> None:
+def test_breakers_are_isolated_by_operation_inbox_and_run(app: InProcess) -> None:
     """An open wait breaker on one inbox leaves its reads, its claims and other inboxes alone."""
     run_id = new_run_id("iso")
-    with server.http() as client:
+    with app.http() as client:
         broken = _fragile(client, run_id)
         healthy = _fragile(client, run_id, purpose="other")
-        server.send(broken["address"], subject="kept")
+        app.send(broken["address"], subject="kept")
         message_id = client.get(f"/v1/inboxes/{broken['inbox_id']}/messages").json()["messages"][0][
             "message_id"
         ]
@@ -164,11 +165,11 @@ def test_breakers_are_isolated_by_operation_inbox_and_run(server: Server) -> Non
     assert stranger_wait["state"] == "waiting"
 
 
-def test_read_faults_are_503_with_retry_after_and_open_the_read_breaker(server: Server) -> None:
+def test_read_faults_are_503_with_retry_after_and_open_the_read_breaker(app: InProcess) -> None:
     """read_message under provider trouble is 503 with Retry-After; then 503 circuit_open."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = _fragile(client)
-        server.send(inbox["address"], subject="x")
+        app.send(inbox["address"], subject="x")
         message_id = wait(client, inbox["inbox_id"], timeout_s=5).json()["message"]["message_id"]
         _fault(client, target="read", mode="error", count=2, run_id=inbox["run_id"])
         first = client.get(f"/v1/messages/{message_id}")
@@ -182,11 +183,11 @@ def test_read_faults_are_503_with_retry_after_and_open_the_read_breaker(server: 
     assert still_waits.status_code == 200
 
 
-def test_claim_fault_is_an_envelope_and_claims_nothing(server: Server) -> None:
+def test_claim_fault_is_an_envelope_and_claims_nothing(app: InProcess) -> None:
     """A claim under provider trouble answers retryable and leaves the message unclaimed."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = _fragile(client)
-        server.send(inbox["address"], subject="x")
+        app.send(inbox["address"], subject="x")
         message_id = wait(client, inbox["inbox_id"], timeout_s=5).json()["message"]["message_id"]
         _fault(client, target="claim", mode="timeout", count=1, run_id=inbox["run_id"])
         failed = client.post(f"/v1/messages/{message_id}/claim", json={"run_id": inbox["run_id"]})
@@ -198,9 +199,9 @@ def test_claim_fault_is_an_envelope_and_claims_nothing(server: Server) -> None:
     assert retried["reason"] is None and retried["next_action"] == "proceed"
 
 
-def test_fault_is_used_up_only_by_a_call_that_reaches_the_provider(server: Server) -> None:
+def test_fault_is_used_up_only_by_a_call_that_reaches_the_provider(app: InProcess) -> None:
     """A too_early wait does not use up a count fault; the next real poll does."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client, new_run_id("fu"), policy="paced")
         wait(client, inbox["inbox_id"])
         fault = _fault(client, target="wait", mode="error", count=1, run_id=inbox["run_id"])
@@ -211,16 +212,16 @@ def test_fault_is_used_up_only_by_a_call_that_reaches_the_provider(server: Serve
     assert mine and mine[0]["remaining"] == 1
 
 
-def test_one_wait_is_one_call_for_a_fault(server: Server) -> None:
+def test_one_wait_is_one_call_for_a_fault(app: InProcess) -> None:
     """A wait makes several store calls (its scan, its poll's record; a woken long-poll scans
     again) and counts as one call for a fault: a delay is added once, a count goes down by
     one."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = _fragile(client)
         fault = _fault(
             client, target="wait", mode="delay", delay_s=0.05, count=3, run_id=inbox["run_id"]
         )
-        server.send(inbox["address"], subject="Woken")  # the wait finds mail: scan and record
+        app.send(inbox["address"], subject="Woken")  # the wait finds mail: scan and record
         answer = wait(client, inbox["inbox_id"], timeout_s=0).json()
         (after,) = [
             f
@@ -231,16 +232,16 @@ def test_one_wait_is_one_call_for_a_fault(server: Server) -> None:
     assert (after["hits"], after["remaining"]) == (1, 2)
 
 
-def test_faults_never_apply_under_production(server: Server) -> None:
+def test_faults_never_apply_under_production(app: InProcess) -> None:
     """An inbox under the production policy ignores injected faults: its waits, and the SMTP
     that delivers to it (RCPT and DATA are 250, the mail is stored)."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client, new_run_id("prod"), policy="production")
         _fault(client, target="wait", mode="error", run_id=inbox["run_id"])
         body = wait(client, inbox["inbox_id"]).json()
         for target in ("smtp.rcpt", "smtp.data"):
             _fault(client, target=target, mode="error", count=1, run_id=inbox["run_id"])
-        with server.smtp() as smtp:
+        with app.smtp() as smtp:
             smtp.ehlo()
             smtp.mail("a@app.test")
             assert smtp.rcpt(inbox["address"])[0] == 250
@@ -254,14 +255,14 @@ def test_faults_never_apply_under_production(server: Server) -> None:
     assert sorted(f["target"] for f in unused if f["remaining"] == 1) == ["smtp.data", "smtp.rcpt"]
 
 
-def test_smtp_faults_answer_451(server: Server) -> None:
+def test_smtp_faults_answer_451(app: InProcess) -> None:
     """smtp.rcpt and smtp.data faults answer 451; the next try goes through."""
     import smtplib
 
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client, new_run_id("smtpf"))
         _fault(client, target="smtp.data", mode="error", count=1, run_id=inbox["run_id"])
-        with server.smtp() as smtp:
+        with app.smtp() as smtp:
             smtp.ehlo()
             smtp.mail("a@app.test")
             smtp.rcpt(inbox["address"])
@@ -281,18 +282,18 @@ def test_smtp_faults_answer_451(server: Server) -> None:
     assert smtplib  # the module is the client under test's peer
 
 
-def test_failure_taxonomy_leads_to_three_different_actions(server: Server) -> None:
+def test_failure_taxonomy_leads_to_three_different_actions(app: InProcess) -> None:
     """Provider trouble -> wait_then_retry; no evidence -> wait_for_message/verify_trigger;
     invalid evidence -> stop or create_new_inbox."""
     run_id = new_run_id("tax")
-    with server.http() as client:
+    with app.http() as client:
         slow = _fragile(client, run_id)
         _fault(client, target="wait", mode="timeout", count=1, run_id=run_id)
         unavailable = wait(client, slow["inbox_id"]).json()
         empty = wait(client, slow["inbox_id"]).json()
-        server.send(slow["address"], subject="Newsletter")
+        app.send(slow["address"], subject="Newsletter")
         mismatch = wait(client, slow["inbox_id"], match={"subject_contains": "reset"}).json()
-        server.send(slow["address"], subject="Password reset")
+        app.send(slow["address"], subject="Password reset")
         found = wait(client, slow["inbox_id"], match={"subject_contains": "reset"}).json()
         message_id = found["message"]["message_id"]
         client.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id})
@@ -311,7 +312,7 @@ def test_failure_taxonomy_leads_to_three_different_actions(server: Server) -> No
 
 def test_faults_are_404_without_the_flag(tmp_path: Path, policy_file: str) -> None:
     """Without --enable-faults the fault endpoints answer 404."""
-    plain = start_server(tmp_path, "--policy-file", policy_file)
+    plain = InProcess(tmp_path, "--policy-file", policy_file, backend=memory_backend)
     try:
         with plain.http() as client:
             post = client.post("/v1/faults", json={"target": "wait", "mode": "error"})
@@ -332,7 +333,8 @@ def _metrics(client: httpx.Client) -> dict[tuple[str, tuple[tuple[str, str], ...
 
 def test_metrics_move_after_a_scripted_scenario(tmp_path: Path, policy_file: str) -> None:
     """Messages, claims, polls, breaker openings and HTTP latency move as the scenario says."""
-    fresh = start_server(tmp_path, "--policy-file", policy_file, "--enable-faults")
+    flags = ("--policy-file", policy_file, "--enable-faults")
+    fresh = InProcess(tmp_path, *flags, backend=memory_backend)
     run_id = new_run_id("met")
     try:
         with fresh.http() as client:
@@ -379,13 +381,13 @@ def test_metrics_move_after_a_scripted_scenario(tmp_path: Path, policy_file: str
 
 
 @pytest.mark.parametrize("operation", ["read"])
-def test_wrong_run_counts_against_the_named_run(server: Server, operation: str) -> None:
+def test_wrong_run_counts_against_the_named_run(app: InProcess, operation: str) -> None:
     """wrong_run refusals count as failures for the run the caller named (its breaker opens)."""
     owner = new_run_id("own")
     intruder = new_run_id("intr")
-    with server.http() as client:
+    with app.http() as client:
         inbox = _fragile(client, owner)
-        server.send(inbox["address"], subject="x")
+        app.send(inbox["address"], subject="x")
         message_id = wait(client, inbox["inbox_id"], timeout_s=5).json()["message"]["message_id"]
         for _ in range(2):
             refused = client.get(f"/v1/messages/{message_id}", headers={"X-Run-Id": intruder})
@@ -406,9 +408,9 @@ def test_wrong_run_counts_against_the_named_run(server: Server, operation: str) 
     assert owner_read.status_code == 200
 
 
-def test_a_wait_probe_is_a_short_look(server: Server) -> None:
+def test_a_wait_probe_is_a_short_look(app: InProcess) -> None:
     """The half-open probe does not long-poll: it looks once and answers."""
-    with server.http() as client:
+    with app.http() as client:
         inbox = _fragile(client)
         _fault(client, target="wait", mode="error", count=2, run_id=inbox["run_id"])
         wait(client, inbox["inbox_id"])
