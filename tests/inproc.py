@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import queue
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -49,17 +49,18 @@ class InProcess(Mailer):
         *args: str,
         db: Path | str | None = None,
         backend: Opener | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         """``args`` are ``runsink serve`` flags; ``db`` a SQLite file or a postgresql:// URL
         (a SQLite file in ``folder`` by default); ``backend`` another opener (the memory
-        backend's) instead of the one ``db`` names."""
+        backend's) instead of the one ``db`` names; ``env`` the RUNSINK_* variables read."""
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
         self.db: Path | str = db or folder / "runsink.db"
         parser = argparse.ArgumentParser()
         add_serve_arguments(parser)
         argv = ["--smtp-port", "0", "--http-port", "0", "--db", str(self.db), *args]
-        self.settings = settings_from(parser.parse_args(argv), {})
+        self.settings = settings_from(parser.parse_args(argv), env or {})
         self._backend = backend
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="inproc", daemon=True)

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support import Server, create_inbox, new_run_id, start_server, wait
+from tests.inproc import InProcess
+from tests.support import create_inbox, new_run_id, wait
 
 TOKEN = "s3cret-token-for-tests-0123456789"
 
 
 @pytest.fixture(scope="module")
-def guarded(tmp_path_factory: pytest.TempPathFactory, policy_file: str) -> Server:
+def guarded(tmp_path_factory: pytest.TempPathFactory, policy_file: str) -> Iterator[InProcess]:
+    """The app in this process, its token from the environment."""
     folder = tmp_path_factory.mktemp("guarded")
-    running = start_server(folder, "--policy-file", policy_file, env={"RUNSINK_API_TOKEN": TOKEN})
+    running = InProcess(folder, "--policy-file", policy_file, env={"RUNSINK_API_TOKEN": TOKEN})
     yield running
     running.stop()
 
@@ -36,7 +39,7 @@ def guarded(tmp_path_factory: pytest.TempPathFactory, policy_file: str) -> Serve
         f"Bearer={TOKEN}",
     ],
 )
-def test_v1_needs_the_bearer_token(guarded: Server, authorization: str | None) -> None:
+def test_v1_needs_the_bearer_token(guarded: InProcess, authorization: str | None) -> None:
     """Every /v1 call without the right bearer token is 401 unauthorized."""
     headers = {} if authorization is None else {"Authorization": authorization}
     with guarded.http(headers=headers) as client:
@@ -49,13 +52,13 @@ def test_v1_needs_the_bearer_token(guarded: Server, authorization: str | None) -
 
 
 @pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER", "bEaReR"])
-def test_the_scheme_is_case_insensitive(guarded: Server, scheme: str) -> None:
+def test_the_scheme_is_case_insensitive(guarded: InProcess, scheme: str) -> None:
     """The scheme name is case-insensitive (RFC 9110 11.1); the token is exact."""
     with guarded.http(headers={"Authorization": f"{scheme} {TOKEN}"}) as client:
         assert client.get("/v1/unrouted").status_code == 200
 
 
-def test_the_right_token_works_and_health_stays_open(guarded: Server) -> None:
+def test_the_right_token_works_and_health_stays_open(guarded: InProcess) -> None:
     """With the token the API answers; /healthz and /readyz need none."""
     with guarded.http(headers={"Authorization": f"Bearer {TOKEN}"}) as client:
         created = client.post("/v1/inboxes", json={"run_id": new_run_id(), "purpose": "p"})
@@ -68,9 +71,9 @@ def test_the_right_token_works_and_health_stays_open(guarded: Server) -> None:
     assert metrics.status_code == 401
 
 
-def test_every_response_has_safe_headers(server: Server) -> None:
+def test_every_response_has_safe_headers(app: InProcess) -> None:
     """Responses carry nosniff, no framing, no referrer, a strict CSP and no-store."""
-    with server.http() as client:
+    with app.http() as client:
         for response in (
             client.get("/healthz"),
             client.get("/v1/inboxes/ib_x"),
@@ -84,13 +87,13 @@ def test_every_response_has_safe_headers(server: Server) -> None:
             assert response.headers["x-trace-id"]
 
 
-def test_mail_html_is_never_served_as_html(server: Server) -> None:
+def test_mail_html_is_never_served_as_html(app: InProcess) -> None:
     """Raw mail is message/rfc822 as an attachment; HTML bodies only inside JSON."""
     run_id = new_run_id()
     html = "<html><body><script>alert(1)</script><a href='https://evil.test'>x</a></body></html>"
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client, run_id)
-        server.send(inbox["address"], subject="xss", html=html)
+        app.send(inbox["address"], subject="xss", html=html)
         message_id = wait(client, inbox["inbox_id"], timeout_s=5).json()["message"]["message_id"]
         raw = client.get(f"/v1/messages/{message_id}/raw")
         read = client.get(f"/v1/messages/{message_id}")
@@ -101,9 +104,9 @@ def test_mail_html_is_never_served_as_html(server: Server) -> None:
     assert "<script>" in read.json()["html"]
 
 
-def test_openapi_is_3_1_and_lists_every_endpoint(server: Server) -> None:
+def test_openapi_is_3_1_and_lists_every_endpoint(app: InProcess) -> None:
     """/openapi.json is OpenAPI 3.1 with every endpoint of the contract."""
-    with server.http() as client:
+    with app.http() as client:
         document = client.get("/openapi.json").json()
     assert document["openapi"].startswith("3.1")
     paths = document["paths"]
@@ -133,7 +136,7 @@ def test_openapi_is_3_1_and_lists_every_endpoint(server: Server) -> None:
 
 def test_token_from_flag_is_constant_time_compared(tmp_path: Path, policy_file: str) -> None:
     """--api-token works the same as the variable (the flag wins)."""
-    running = start_server(
+    running = InProcess(
         tmp_path,
         "--policy-file",
         policy_file,
