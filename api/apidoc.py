@@ -337,7 +337,7 @@ CURSOR = {
 WEBHOOK_SCOPES = (
     "Scopes: admin any webhook; a runs:<glob> token one whose run_id its glob matches or whose "
     "run_glob starts with the glob's text before its first `*` (and sees only such: any other "
-    "is 404 to it); read and run tokens look but never change."
+    "is 403 to it); read and run tokens look but never change."
 )
 WEBHOOK_EXAMPLE = {
     "webhook_id": "wh_pm2xq6mtzzgn6vqhk4wdjnyx",

@@ -2,8 +2,8 @@
 
 Scopes: the route's operation (``scopes.WEBHOOKS`` to look, ``scopes.WEBHOOK_CHANGE`` to
 create, delete or test) is checked in front of every route, and again here; which webhooks a
-token reaches is ``scopes.covers_webhook`` over each webhook's own filter. A webhook outside
-it is 404, as if it did not exist; creating one outside it is 403 naming the scope needed.
+token reaches is ``scopes.covers_webhook`` over each webhook's own filter: lists show only
+those; anything else on a webhook outside it (or creating one) is 403 naming the scope needed.
 The secret is in the create answer only.
 
 The wire models are imported where they are used (start-up imports no pydantic).
@@ -150,14 +150,22 @@ def _allowed(request: Request, op: scopes.Op) -> Scope:
 
 
 async def _visible(request: Request, op: scopes.Op) -> Webhook:
-    """The webhook of the path, if the token's scope reaches it (else 404, like no webhook)."""
+    """The webhook of the path (404 if none), if the token's scope reaches it: else 403
+    naming ``read`` (to look) or ``admin`` (to change), never the webhook's runs."""
     scope = _allowed(request, op)
     webhook_id: str = request.path_params["webhook_id"]
     if not _WEBHOOK_ID.fullmatch(webhook_id):
         raise _no_webhook(webhook_id)
     hook = await _store(request).webhook(webhook_id)
-    if hook is None or not scopes.covers_webhook(scope, hook.run_id, hook.run_glob):
+    if hook is None:
         raise _no_webhook(webhook_id)
+    if not scopes.covers_webhook(scope, hook.run_id, hook.run_glob):
+        needed = "admin" if op.changes else "read"
+        raise ForbiddenScope(
+            f"this token's scope ({scope}) does not reach webhook {webhook_id}: it reaches "
+            f"only webhooks for its own runs; this one needs the scope {needed}",
+            needed,
+        )
     return hook
 
 

@@ -336,7 +336,7 @@ def test_who_may_create_which_webhook(
 
 
 def test_each_token_sees_and_changes_only_the_webhooks_its_scope_reaches(app: App) -> None:
-    """A runs: token sees, deletes and tests only webhooks within its glob (others are 404);
+    """A runs: token sees, deletes and tests only webhooks within its glob (others are 403);
     read sees all and changes none; a run token sees its run's and changes none."""
     mine = created(app, "team-a", run_id="team-a-1")["webhook_id"]
     prefix = created(app, "admin", run_glob="team-a-x*")["webhook_id"]
@@ -354,12 +354,12 @@ def test_each_token_sees_and_changes_only_the_webhooks_its_scope_reaches(app: Ap
     assert mine in listed("run") and not {prefix, other, every} & listed("run")
 
     for who, hook, status in [
-        ("team-a", other, 404),
-        ("team-a", every, 404),
+        ("team-a", other, 403),
+        ("team-a", every, 403),
         ("team-a", mine, 200),
         ("read", other, 200),
         ("run", mine, 200),
-        ("run", prefix, 404),
+        ("run", prefix, 403),
     ]:
         for path in (f"/v1/webhooks/{hook}", f"/v1/webhooks/{hook}/deliveries"):
             assert app.call(who, "GET", path).status_code == status, (who, path)
@@ -367,19 +367,26 @@ def test_each_token_sees_and_changes_only_the_webhooks_its_scope_reaches(app: Ap
     for who, hook, status in [
         ("read", mine, 403),
         ("run", mine, 403),
-        ("team-a", other, 404),
+        ("team-a", other, 403),
         ("team-a", prefix, 202),
     ]:
         assert app.call(who, "POST", f"/v1/webhooks/{hook}/test").status_code == status, who
     for who, hook, status in [
         ("read", mine, 403),
         ("run", mine, 403),
-        ("team-a", other, 404),
-        ("team-a", every, 404),
+        ("team-a", other, 403),
+        ("team-a", every, 403),
         ("team-a", mine, 204),
     ]:
         assert app.call(who, "DELETE", f"/v1/webhooks/{hook}").status_code == status, who
     assert app.call("admin", "GET", f"/v1/webhooks/{other}").status_code == 200
+    for method, path, needed in (
+        ("GET", f"/v1/webhooks/{other}", "read"),
+        ("DELETE", f"/v1/webhooks/{other}", "admin"),
+    ):
+        refused = app.call("team-a", method, path)
+        assert refused.json()["error"]["details"] == {"needed": needed}
+        assert "team-b" not in refused.text  # nothing of the other run is said
 
 
 # -- the Python client ---------------------------------------------------------------------
