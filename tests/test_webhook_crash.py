@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from sink import clock
-from sink.storage.postgres import PostgresStore
-from sink.storage.sqlite import SQLiteStore
+from sink.storage.postgres.store import PostgresStore
+from sink.storage.sqlite.store import SQLiteStore
 from sink.webhook_signature import new_secret
 from sink.webhooks.model import Webhook, new_webhook_id
 from tests.pg_cluster import Cluster

@@ -1,6 +1,6 @@
 -- runsink on PostgreSQL, schema v3: SQLite's v2 (sql/002_catch_all_search.sql) for a fleet.
 -- Caught mail kept with its body, one listing of all captured mail (evidence and caught,
--- newest first), and the search text of each message (sink/storage/postgres_mail.py).
+-- newest first), and the search text of each message (sink/storage/postgres/mail.py).
 
 -- message_pk orders messages (a list cursor's first half; the indexer's order); has_attachment
 -- and the search text are filled after the commit by an indexer, so the 250 waits for neither.

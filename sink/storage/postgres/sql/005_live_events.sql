@@ -3,7 +3,7 @@
 -- events NOTIFYs their ids once it commits (``db v <id,id,...>``, or ``db v *`` when the list
 -- would not fit a payload of 8000 bytes); notifications arrive in commit order, and each
 -- replica reads those rows (never mail content in a payload: subjects come from the rows) and
--- publishes them. On a reconnect it catches up from the table by id (sink/storage/pg_events.py).
+-- publishes them. On a reconnect it catches up from the table by id (sink/storage/postgres/feed.py).
 -- A trigger leaves every INSERT INTO events as it was.
 CREATE FUNCTION runsink_events_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE

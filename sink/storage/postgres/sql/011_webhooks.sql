@@ -3,7 +3,7 @@
 -- carry, whichever statement inserts events, reading the webhooks as that transaction sees
 -- them (a webhook another replica created is matched at once). Rows name their event's row
 -- and kind; the worker that first takes a delivery makes its body and id from that row
--- (sink/storage/pg_webhooks.py) and keeps them, so every retry sends the same bytes.
+-- (sink/storage/postgres/webhooks.py) and keeps them, so every retry sends the same bytes.
 CREATE TABLE webhooks (
     webhook_id       TEXT PRIMARY KEY,
     url              TEXT NOT NULL,

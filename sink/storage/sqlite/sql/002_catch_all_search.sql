@@ -40,7 +40,7 @@ CREATE VIRTUAL TABLE message_text USING fts5 (
 );
 
 -- v1's messages (indexed = 0) get their listing entries and index text when the store
--- opens, as all mail does after its commit (sink/storage/sqlite.py: _index_pending).
+-- opens, as all mail does after its commit (sink/storage/sqlite/fts.py).
 
 -- v1 kept metadata only for unrouted mail: not carried over (no body to show). The table stays
 -- (the readiness probe writes a row in it and takes it out again).
