@@ -77,8 +77,9 @@ from sink.storage.postgres.driver import (
 )
 from sink.storage.postgres.feed import EventFeed
 from sink.storage.postgres.listener import Ends, Listener
-from sink.storage.postgres.mail import PostgresMail, lock_messages
+from sink.storage.postgres.mail import PostgresMail
 from sink.storage.postgres.migrate import migrate
+from sink.storage.postgres.retention import persist_expiry, release
 from sink.storage.postgres.runs import PostgresRuns
 from sink.storage.postgres.slots import PostgresPollSlots
 from sink.storage.postgres.space import SpaceGate, probe
@@ -522,7 +523,7 @@ class PostgresStore:
 
     async def expire(self, inbox: Inbox, retention_s: int) -> None:
         async def work(db: Connection) -> None:
-            if await _persist_expiry(db, inbox, retention_s):
+            if await persist_expiry(db, inbox, retention_s):
                 await self._notify(db, "e", [inbox.inbox_id])
 
         await self.transaction("expire", work)
@@ -693,11 +694,11 @@ class PostgresStore:
             inboxes = [inbox_from_row(row) for row in rows]
             for inbox in inboxes:
                 if inbox.effective(now).state is not State.EXPIRED:
-                    await _persist_expiry(db, inbox.expire(Reason.LEASE, now), 0, cause="released")
+                    await persist_expiry(db, inbox.expire(Reason.LEASE, now), 0, cause="released")
                 else:
-                    await _persist_expiry(db, inbox.effective(now), 0)
+                    await persist_expiry(db, inbox.effective(now), 0)
             ids = [i.inbox_id for i in inboxes]
-            await _release(db, ids, now, {i: run_id for i in ids})
+            await release(db, ids, now, {i: run_id for i in ids})
             await self._notify(db, "e", ids)
             return ids
 
@@ -728,9 +729,9 @@ class PostgresStore:
             )
             inboxes = [inbox_from_row(row) for row in rows]
             for inbox in inboxes:
-                await _persist_expiry(db, inbox.effective(now), 0)
+                await persist_expiry(db, inbox.effective(now), 0)
             ids = [i.inbox_id for i in inboxes]
-            await _release(db, ids, now, {i.inbox_id: i.run_id for i in inboxes})
+            await release(db, ids, now, {i.inbox_id: i.run_id for i in inboxes})
             await self._notify(db, "e", ids)
             return ids
 
@@ -838,62 +839,3 @@ def _live(inbox: Inbox) -> LiveAddress:
 async def _load_inbox(db: Connection, inbox_id: str) -> Inbox | None:
     row = await db.fetchrow(_INBOX_SELECT + " WHERE i.inbox_id = $1", inbox_id)
     return inbox_from_row(row) if row is not None else None
-
-
-async def _persist_expiry(
-    db: Connection, inbox: Inbox, retention_s: int, cause: str | None = None
-) -> bool:
-    if inbox.state is not State.EXPIRED:
-        return False
-    at = inbox.expired_at if inbox.expired_at is not None else inbox.expires_at
-    status = await db.execute(
-        """UPDATE inboxes SET state = 'expired', reason = $1, expired_at = $2,
-               evidence_release_at = LEAST(evidence_release_at, $3),
-               last_change_reason = $4
-           WHERE inbox_id = $5 AND state <> 'expired'""",
-        inbox.reason,
-        at,
-        at + retention_s if retention_s else 1e18,
-        cause or inbox.reason,
-        inbox.inbox_id,
-    )
-    if status != "UPDATE 1":
-        return False
-    await insert_events(db, [expired_event(inbox, cause)])
-    return True
-
-
-async def _release(db: Connection, inbox_ids: list[str], now: float, runs: dict[str, str]) -> None:
-    if not inbox_ids:
-        return
-    await db.execute(
-        "UPDATE inboxes SET released_at = $1, evidence_release_at = $1 "
-        "WHERE inbox_id = ANY($2::text[]) AND released_at IS NULL",
-        now,
-        inbox_ids,
-    )
-    # A message stored once for several inboxes (and caught mail) keeps its body until every
-    # one is released; a delivery deleted from the listing needs it no more. Its rows are
-    # locked first, in the one order deletes and the indexers use (no deadlock with them),
-    # so the UPDATE below sees a concurrent delete's outcome, not a snapshot from before it.
-    held = (
-        "raw IS NOT NULL AND message_key IN (SELECT message_key FROM deliveries"
-        " WHERE inbox_id = ANY($1::text[]))"
-    )
-    await lock_messages(db, held, inbox_ids)
-    await db.execute(
-        """UPDATE messages SET raw = NULL, analysis = NULL, released_at = $1
-           WHERE raw IS NOT NULL
-             AND message_key IN (SELECT message_key FROM deliveries
-                                 WHERE inbox_id = ANY($2::text[]))
-             AND NOT EXISTS (SELECT 1 FROM caught c WHERE c.message_key = messages.message_key)
-             AND NOT EXISTS (SELECT 1 FROM deliveries d JOIN inboxes i ON i.inbox_id = d.inbox_id
-                             JOIN listing v ON v.id = d.message_id
-                             WHERE d.message_key = messages.message_key
-                               AND i.released_at IS NULL)""",
-        now,
-        inbox_ids,
-    )
-    await insert_events(
-        db, [Event(run_id=runs[i], type="released", at=now, inbox_id=i) for i in inbox_ids]
-    )

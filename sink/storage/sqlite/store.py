@@ -13,7 +13,7 @@ import json
 import secrets
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -49,8 +49,9 @@ from sink.storage.rows import (
     near_miss_event,
 )
 from sink.storage.sqlite.fts import INDEXED_UPTO, Indexer
-from sink.storage.sqlite.mail import SQLiteMail, drop_unneeded_bodies
+from sink.storage.sqlite.mail import SQLiteMail
 from sink.storage.sqlite.migrate import prepare
+from sink.storage.sqlite.retention import persist_expiry, release
 from sink.storage.sqlite.runs import DELIVERY_SELECT, SQLiteRuns
 from sink.storage.sqlite.webhooks import SQLiteWebhooks
 from sink.storage.sqlite.writer import (
@@ -59,7 +60,7 @@ from sink.storage.sqlite.writer import (
     Row,
     Writer,
     all_rows,
-    note,
+    insert_events,
 )
 from sink.vocabulary import Reason, State
 
@@ -111,7 +112,7 @@ class SQLiteStore:
         self.mail = SQLiteMail(self._read, self._writer, self.indexer)
         self.runs = SQLiteRuns(self._read)
         # Webhooks and their outbox, written in the transactions of the events they carry.
-        self.webhooks = SQLiteWebhooks(self._writer.transaction, self._read, _insert_events)
+        self.webhooks = SQLiteWebhooks(self._writer.transaction, self._read, insert_events)
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -220,7 +221,7 @@ class SQLiteStore:
                        request_json = excluded.request_json""",
                 (new.idempotency_key, new.request_json, inbox.inbox_id),
             )
-            _insert_events(db, [event])
+            insert_events(db, [event])
             return CreateResult(CreateOutcome.CREATED, inbox)
 
         result = await self._writer.transaction(work)
@@ -297,7 +298,7 @@ class SQLiteStore:
             events = [event]
             if after.state is State.EXPIRED:
                 events.append(expired_event(after))
-            _insert_events(db, events)
+            insert_events(db, events)
             return True
 
         saved = await self._writer.transaction(work)
@@ -307,7 +308,7 @@ class SQLiteStore:
 
     async def expire(self, inbox: Inbox, retention_s: int) -> None:
         def work(db: sqlite3.Connection) -> None:
-            _persist_expiry(db, inbox, retention_s)
+            persist_expiry(db, inbox, retention_s)
 
         await self._writer.transaction(work)
         self._ended([inbox.inbox_id])
@@ -440,7 +441,7 @@ class SQLiteStore:
                    WHERE inbox_id = ? AND state != 'expired'""",
                 (claim.message_id, delivery.seq, delivery.inbox_id),
             )
-            _insert_events(
+            insert_events(
                 db,
                 [claimed_event(claim, delivery.inbox_id)],
             )
@@ -460,10 +461,10 @@ class SQLiteStore:
             inboxes = [inbox_from_row(row) for row in rows]
             for inbox in inboxes:
                 if inbox.effective(now).state is not State.EXPIRED:
-                    _persist_expiry(db, inbox.expire(Reason.LEASE, now), 0, cause="released")
+                    persist_expiry(db, inbox.expire(Reason.LEASE, now), 0, cause="released")
                 else:
-                    _persist_expiry(db, inbox.effective(now), 0)
-            _release(db, [i.inbox_id for i in inboxes], now, {i.inbox_id: run_id for i in inboxes})
+                    persist_expiry(db, inbox.effective(now), 0)
+            release(db, [i.inbox_id for i in inboxes], now, {i.inbox_id: run_id for i in inboxes})
             return [i.inbox_id for i in inboxes]
 
         released = await self._writer.transaction(work)
@@ -498,10 +499,8 @@ class SQLiteStore:
             )
             inboxes = [inbox_from_row(row) for row in rows]
             for inbox in inboxes:
-                _persist_expiry(db, inbox.effective(now), 0)
-            _release(
-                db, [i.inbox_id for i in inboxes], now, {i.inbox_id: i.run_id for i in inboxes}
-            )
+                persist_expiry(db, inbox.effective(now), 0)
+            release(db, [i.inbox_id for i in inboxes], now, {i.inbox_id: i.run_id for i in inboxes})
             return [i.inbox_id for i in inboxes]
 
         released = await self._writer.transaction(work)
@@ -523,7 +522,7 @@ class SQLiteStore:
 
     async def add_events(self, events: list[Event]) -> None:
         def work(db: sqlite3.Connection) -> None:
-            _insert_events(db, events)
+            insert_events(db, events)
 
         await self._writer.transaction(work)
 
@@ -584,75 +583,6 @@ def _count(db: sqlite3.Connection, run_id: str, purpose: str) -> int:
         )
     )
     return int(rows[0][0])
-
-
-def _persist_expiry(
-    db: sqlite3.Connection, inbox: Inbox, retention_s: int, cause: str | None = None
-) -> None:
-    if inbox.state is not State.EXPIRED:
-        return
-    at = inbox.expired_at if inbox.expired_at is not None else inbox.expires_at
-    cur = db.execute(
-        """UPDATE inboxes SET state = 'expired', reason = ?, expired_at = ?,
-               evidence_release_at = MIN(evidence_release_at, ?),
-               last_change_reason = ?
-           WHERE inbox_id = ? AND state != 'expired'""",
-        (
-            inbox.reason,
-            at,
-            at + retention_s if retention_s else 1e18,
-            cause or inbox.reason,
-            inbox.inbox_id,
-        ),
-    )
-    if cur.rowcount == 1:
-        _insert_events(db, [expired_event(inbox, cause)])
-
-
-def _release(
-    db: sqlite3.Connection, inbox_ids: list[str], now: float, runs: dict[str, str]
-) -> None:
-    if not inbox_ids:
-        return
-    db.executemany(
-        "UPDATE inboxes SET released_at = ?, evidence_release_at = ? "
-        "WHERE inbox_id = ? AND released_at IS NULL",
-        [(now, now, inbox_id) for inbox_id in inbox_ids],
-    )
-    # A message stored once for several inboxes (and caught mail) keeps its body until every
-    # one is released.
-    pks: set[int] = set()
-    for inbox_id in inbox_ids:
-        pks.update(
-            row[0]
-            for row in db.execute(
-                "SELECT message_pk FROM deliveries WHERE inbox_id = ?", (inbox_id,)
-            ).fetchall()
-        )
-    drop_unneeded_bodies(db, sorted(pks), now)
-    _insert_events(
-        db, [Event(run_id=runs[i], type="released", at=now, inbox_id=i) for i in inbox_ids]
-    )
-
-
-def _insert_events(db: sqlite3.Connection, events: Iterable[Event]) -> None:
-    recorded = list(events)
-    db.executemany(
-        "INSERT INTO events (run_id, inbox_id, message_id, at, type, detail_json) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        [
-            (e.run_id, e.inbox_id, e.message_id, e.at, e.type, json.dumps(e.detail))
-            for e in recorded
-        ],
-    )
-    # One writer connection: the rows just inserted took consecutive ids up to the last one.
-    last = int(db.execute("SELECT last_insert_rowid()").fetchone()[0])
-    first = last - len(recorded) + 1
-    stored = [replace(e, seq=first + n) for n, e in enumerate(recorded)]
-    note(db, stored)
-    outbox: SQLiteWebhooks | None = getattr(db, "outbox", None)
-    if outbox is not None:
-        outbox.queue_events(db, stored)
 
 
 def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
@@ -720,7 +650,7 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
             near,
         )
     if events:
-        _insert_events(db, events)
+        insert_events(db, events)
     outbox: SQLiteWebhooks | None = getattr(db, "outbox", None)
     if outbox is not None:
         outbox.queue_mail(db, items)

@@ -19,15 +19,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import json
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sink.errors import StorageError, StoreFull
 from sink.logs import warn
+from sink.storage.base import Event
+
+if TYPE_CHECKING:
+    from sink.storage.sqlite.webhooks import SQLiteWebhooks
 
 T = TypeVar("T")
 
@@ -353,3 +359,24 @@ Row = sqlite3.Row
 
 def all_rows(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Row]:
     return list(db.execute(sql, params).fetchall())
+
+
+def insert_events(db: sqlite3.Connection, events: Iterable[Event]) -> None:
+    """Inside a write: store ``events`` (noted for after the commit) and their webhook mail."""
+    recorded = list(events)
+    db.executemany(
+        "INSERT INTO events (run_id, inbox_id, message_id, at, type, detail_json) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        [
+            (e.run_id, e.inbox_id, e.message_id, e.at, e.type, json.dumps(e.detail))
+            for e in recorded
+        ],
+    )
+    # One writer connection: the rows just inserted took consecutive ids up to the last one.
+    last = int(db.execute("SELECT last_insert_rowid()").fetchone()[0])
+    first = last - len(recorded) + 1
+    stored = [replace(e, seq=first + n) for n, e in enumerate(recorded)]
+    note(db, stored)
+    outbox: SQLiteWebhooks | None = getattr(db, "outbox", None)
+    if outbox is not None:
+        outbox.queue_events(db, stored)
