@@ -359,3 +359,24 @@ def test_run_globs_match_as_fnmatchcase_does(backend: Callable[..., Any]) -> Non
 
     got = backend(scenario)
     assert got == {glob: {r for r in RUNS if fnmatchcase(r, glob)} for glob in GLOBS}
+
+
+def test_settled_deliveries_are_forgotten_after_their_history_pending_ones_never(
+    backend: Callable[..., Any],
+) -> None:
+    """prune drops delivered and failed deliveries (and their attempts) older than its bound."""
+
+    async def scenario(store: Any) -> None:
+        hook = _hook(events=("run_event",))
+        await store.webhooks.create_webhook(hook)
+        await store.add_events([Event("r", "breaker_opened", clock.now(), "ib_x")] * 3)
+        done, failed, _ = await store.webhooks.take_due(NOW, 10)
+        for due, state in ((done, DeliveryState.DELIVERED), (failed, DeliveryState.FAILED)):
+            await store.webhooks.settle(Outcome(due.delivery_id, 1, NOW, 200, None, state))
+        assert await store.webhooks.prune(clock.now() - 3600) == 0  # not old enough
+        assert await store.webhooks.prune(NOW) == 2
+        rows = await store.webhooks.deliveries(hook.webhook_id, None, 10)
+        assert [r.state for r in rows] == [DeliveryState.PENDING]
+        assert await store.webhooks.pending_count() == 1
+
+    backend(scenario)

@@ -192,6 +192,18 @@ class MemoryWebhooks:
     async def pending_count(self) -> int:
         return sum(r.state is DeliveryState.PENDING for r in self._rows.values())
 
+    async def prune(self, before: float) -> int:
+        old = {
+            k
+            for k, r in self._rows.items()
+            if r.state is not DeliveryState.PENDING and r.delivery.created_at < before
+        }
+        for key in old:
+            del self._rows[key]
+        for hook_id, attempts in self._attempts.items():
+            self._attempts[hook_id] = [a for a in attempts if a.delivery_id not in old]
+        return len(old)
+
 
 def _queued(r: _Row) -> Attempt:
     d = r.delivery

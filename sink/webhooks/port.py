@@ -57,3 +57,7 @@ class WebhookStore(Protocol):
         """When the earliest pending delivery is due (leased ones: when their lease ends)."""
 
     async def pending_count(self) -> int: ...
+
+    async def prune(self, before: float) -> int:
+        """Forget delivered and failed deliveries (with their attempts) of events older
+        than ``before``; how many went."""

@@ -40,6 +40,8 @@ ATTEMPT_S = 5.0  # a 2xx within this is delivered; after it the attempt is a tim
 LOOK_S = 2.0  # the longest sleep: others' deliveries (replicas, a restart) go out within this
 IN_FLIGHT = 64  # attempts in flight in this process, all webhooks together
 _IDLE_S = 0.25  # due deliveries exist but none could be taken (caps, leases): look again
+HISTORY_S = 7 * 86400  # settled deliveries (and their attempts) are listed for a week
+_PRUNE_EVERY_S = 3600.0
 
 
 class Worker:
@@ -59,6 +61,7 @@ class Worker:
         self._wakeup = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()  # attempts in flight (kept: not GC'd)
         self._due_at: float | None = None  # when the next delivery is due, at the last look
+        self._pruned_at = -_PRUNE_EVERY_S  # monotonic: the first round prunes
 
     def wake(self) -> None:
         """Deliveries were queued (or an attempt ended): look now."""
@@ -97,6 +100,9 @@ class Worker:
         write) unless woken or something was due by now at the last look."""
         try:
             now = self._clock.now()
+            if time.monotonic() - self._pruned_at >= _PRUNE_EVERY_S:
+                self._pruned_at = time.monotonic()
+                await self._store.prune(now - HISTORY_S)
             taken = []
             looking = woken or (self._due_at is not None and self._due_at <= now)
             if looking and len(self._tasks) < IN_FLIGHT:

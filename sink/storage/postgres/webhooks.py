@@ -99,6 +99,21 @@ ORDER BY r.next_attempt_at, r.seq
 LIMIT $3
 """
 
+# An attempt that did not fail the delivery, recorded unless settled already (its lease ran
+# out and another attempt was made): the delivery's row and the attempt's in one statement.
+_SETTLED = """
+WITH d AS (
+    UPDATE webhook_deliveries SET state = $3, attempts = $2, lease_until = 0,
+        next_attempt_at = COALESCE($4, next_attempt_at)
+    WHERE delivery_id = $1 AND state = 'pending' AND attempts = $2 - 1
+    RETURNING seq, webhook_id
+)
+INSERT INTO webhook_attempts (delivery_seq, attempt, webhook_id, state, status_code, error, at,
+                              next_attempt_at)
+SELECT seq, $2, webhook_id, $3, $5, $6, $7, $4 FROM d
+RETURNING delivery_seq
+"""
+
 _EVENT_ROWS = EVENT_SELECT + " WHERE e.id = ANY($1::bigint[])"
 
 
@@ -261,6 +276,21 @@ class PostgresWebhooks:
         return result
 
     async def settle(self, outcome: Outcome) -> None:
+        if outcome.state is not DeliveryState.FAILED and not outcome.disable:
+            # Delivered or to be retried: one statement (its own transaction, one round trip).
+            await self._fetch(
+                "settle",
+                _SETTLED,
+                outcome.delivery_id,
+                outcome.attempt,
+                outcome.state.value,
+                outcome.next_attempt_at,
+                outcome.status_code,
+                outcome.error,
+                outcome.at,
+            )
+            return
+
         async def work(db: Connection) -> None:
             row = await db.fetchrow(
                 "SELECT * FROM webhook_deliveries WHERE delivery_id = $1 FOR UPDATE",
@@ -325,6 +355,20 @@ class PostgresWebhooks:
     async def pending_count(self) -> int:
         rows = await self._fetch(
             "pending_count", "SELECT COUNT(*) FROM webhook_deliveries WHERE state = 'pending'"
+        )
+        return int(rows[0][0])
+
+    async def prune(self, before: float) -> int:
+        rows = await self._fetch(
+            "prune webhook deliveries",
+            """WITH d AS (
+                   DELETE FROM webhook_deliveries WHERE state <> 'pending' AND created_at < $1
+                   RETURNING seq
+               ), a AS (
+                   DELETE FROM webhook_attempts WHERE delivery_seq IN (SELECT seq FROM d)
+               )
+               SELECT COUNT(*) FROM d""",
+            before,
         )
         return int(rows[0][0])
 

@@ -257,6 +257,19 @@ class SQLiteWebhooks:
         )
         return int(rows[0][0])
 
+    async def prune(self, before: float) -> int:
+        def work(db: sqlite3.Connection) -> int:
+            old = "SELECT seq FROM webhook_deliveries WHERE state <> 'pending' AND created_at < ?"
+            db.execute(f"DELETE FROM webhook_attempts WHERE delivery_seq IN ({old})", (before,))
+            gone = db.execute(
+                "DELETE FROM webhook_deliveries WHERE state <> 'pending' AND created_at < ?",
+                (before,),
+            ).rowcount
+            return int(gone)
+
+        result: int = await self._transaction(work)
+        return result
+
 
 def _insert_deliveries(db: sqlite3.Connection, deliveries: list[Delivery]) -> None:
     db.executemany(
