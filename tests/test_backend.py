@@ -41,7 +41,7 @@ def test_a_postgresql_url_offers_what_replicas_share() -> None:
     assert backend.name == "postgresql"
     assert backend.poll_slots is not None and backend.fleet_breakers is not None
     assert backend.feed is not None and backend.feed_announces_commits
-    assert backend.runs is not None
+    assert backend.runs is not backend.store  # an object of its own, as mail is
 
 
 def test_the_runtime_runs_over_the_memory_backend() -> None:

@@ -62,7 +62,7 @@ class Backend:
     store: Storage  # the domain's port and the sweeper's
     mail: MailStore  # caught mail, search and the Mailpit subset (the v2 mail ports)
     webhooks: WebhookStore  # webhooks and their outbox (written with the events it carries)
-    runs: RunIndex | None = None  # views across runs, for the web UI (not kept in memory)
+    runs: RunIndex  # views across runs, for the web UI
     poll_slots: PollSlots | None = None
     fleet_breakers: FleetBreakers | None = None
     feed: Feed | None = None
