@@ -5,6 +5,7 @@ from __future__ import annotations
 import smtplib
 import time
 import uuid
+from collections.abc import Iterator
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
@@ -12,15 +13,24 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support import Server, create_inbox, new_run_id, on_each_backend, start_server, wait
+from tests.inproc import InProcess, Served
+from tests.support import app_on_each_backend, create_inbox, new_run_id, wait
 
 SENDER = "app@example.test"
 
 
 @pytest.fixture(scope="session", params=["sqlite", "postgres"])
-def server(request: pytest.FixtureRequest, server: Server) -> Server:
-    """Every test here runs against a server on each persistent backend."""
-    return on_each_backend(request, server)
+def app(request: pytest.FixtureRequest) -> InProcess:
+    """Each check runs against the app on each persistent backend, in this process."""
+    result: InProcess = app_on_each_backend(request)
+    return result
+
+
+@pytest.fixture
+def http(app: InProcess) -> Iterator[httpx.Client]:
+    """A client of the test's app."""
+    with app.http() as client:
+        yield client
 
 
 def _caught(http: httpx.Client, rcpt: str) -> list[dict[str, Any]]:
@@ -28,23 +38,23 @@ def _caught(http: httpx.Client, rcpt: str) -> list[dict[str, Any]]:
     return [item for item in listed if rcpt in item["rcpt_to"]]
 
 
-def _send(server: Server, to: list[str], subject: str, body: str = "hello") -> None:
+def _send(app: Served, to: list[str], subject: str, body: str = "hello") -> None:
     message = EmailMessage()
     message["From"], message["To"], message["Subject"] = SENDER, ", ".join(to), subject
     message.set_content(body)
-    with server.smtp() as client:
+    with app.smtp() as client:
         client.send_message(message, to_addrs=to)
 
 
 def test_mail_to_gmail_is_250_caught_readable_and_never_evidence(
-    server: Server, http: httpx.Client
+    app: InProcess, http: httpx.Client
 ) -> None:
     """someone@gmail.com gets 250, is readable as caught mail, and no inbox's wait sees it."""
     inbox = create_inbox(http)
     first = wait(http, inbox["inbox_id"]).json()
     assert first["reason"] == "evidence_not_found"
     subject = f"welcome {uuid.uuid4().hex[:8]}"
-    with server.smtp() as client:
+    with app.smtp() as client:
         client.ehlo()
         assert client.mail(SENDER)[0] == 250
         assert client.rcpt("someone@gmail.com")[0] == 250
@@ -80,13 +90,13 @@ def test_mail_to_gmail_is_250_caught_readable_and_never_evidence(
 
 
 def test_message_with_both_kinds_of_recipients_is_stored_once(
-    server: Server, http: httpx.Client
+    app: InProcess, http: httpx.Client
 ) -> None:
     """Evidence for the inbox, caught mail for the rest; the body stays while either needs it."""
     run_id = new_run_id("both")
     inbox = create_inbox(http, run_id)
     stranger = f"stranger-{uuid.uuid4().hex[:8]}@elsewhere.example"
-    _send(server, [inbox["address"], stranger], "for two", "shared body")
+    _send(app, [inbox["address"], stranger], "for two", "shared body")
     found = wait(http, inbox["inbox_id"], timeout_s=5).json()
     message_id = found["message"]["message_id"]
     read = http.get(f"/v1/messages/{message_id}").json()
@@ -104,7 +114,7 @@ def test_late_arrival_is_not_caught_mail(
     tmp_path: Path, policy_file: str, own_db: str | None
 ) -> None:
     """Mail for an expired inbox follows late_arrival (dropped, recorded), never caught mail."""
-    running = start_server(tmp_path, "--policy-file", policy_file, db=own_db)
+    running = InProcess(tmp_path, "--policy-file", policy_file, db=own_db)
     try:
         with running.http() as client:
             run_id = new_run_id("late")
@@ -120,7 +130,7 @@ def test_late_arrival_is_not_caught_mail(
 
 def test_reject_unknown_recipients_restores_the_refusal(tmp_path: Path) -> None:
     """--reject-unknown-recipients: 550 at RCPT naming the accepted domains; inboxes still work."""
-    running = start_server(
+    running = InProcess(
         tmp_path,
         "--reject-unknown-recipients",
         "--domain",
@@ -145,9 +155,7 @@ def test_reject_unknown_recipients_restores_the_refusal(tmp_path: Path) -> None:
 
 def test_several_domains_and_wildcards_route_to_inboxes(tmp_path: Path, own_db: str | None) -> None:
     """--domain is repeatable, with *.example.test wildcards; addresses use the first one."""
-    running = start_server(
-        tmp_path, "--domain", "mail.test", "--domain", "*.example.test", db=own_db
-    )
+    running = InProcess(tmp_path, "--domain", "mail.test", "--domain", "*.example.test", db=own_db)
     try:
         with running.http() as client:
             inbox = create_inbox(client)
@@ -168,7 +176,7 @@ def test_caught_mail_is_deleted_after_its_retention(tmp_path: Path, own_db: str 
     """catch_all_retention_s of the default policy: caught mail goes when it ends."""
     policies = tmp_path / "p.toml"
     policies.write_text("[policy.ci]\ncatch_all_retention_s = 1\n")
-    running = start_server(tmp_path, "--policy-file", str(policies), db=own_db)
+    running = InProcess(tmp_path, "--policy-file", str(policies), db=own_db)
     try:
         with running.http() as client:
             _send(running, ["short@gmail.com"], "short-lived")
@@ -183,11 +191,11 @@ def test_caught_mail_is_deleted_after_its_retention(tmp_path: Path, own_db: str 
         running.stop()
 
 
-def test_caught_mail_pages_newest_first_with_a_cursor(server: Server, http: httpx.Client) -> None:
+def test_caught_mail_pages_newest_first_with_a_cursor(app: InProcess, http: httpx.Client) -> None:
     """limit and cursor page through caught mail, newest first; a foreign cursor is 400."""
     tag = uuid.uuid4().hex[:8]
     for n in range(3):
-        _send(server, [f"page-{tag}@gmail.com"], f"page {n}")
+        _send(app, [f"page-{tag}@gmail.com"], f"page {n}")
     first = http.get("/v1/unrouted", params={"limit": 2}).json()
     assert first["has_more"] is True
     assert [m["subject"] for m in first["messages"]] == ["page 2", "page 1"]
@@ -199,14 +207,14 @@ def test_caught_mail_pages_newest_first_with_a_cursor(server: Server, http: http
     assert http.get("/v1/unrouted/cm_nope").status_code == 404
 
 
-def test_an_app_sending_to_any_domain_sees_no_refusal(server: Server) -> None:
+def test_an_app_sending_to_any_domain_sees_no_refusal(app: InProcess) -> None:
     """smtplib sending to any domain raises nothing (only a malformed address is refused)."""
-    with server.smtp() as client:
+    with app.smtp() as client:
         refused = client.sendmail(
             SENDER, ["a@gmail.com", "b@yahoo.example"], b"Subject: x\r\n\r\nx"
         )
     assert refused == {}
-    with pytest.raises(smtplib.SMTPRecipientsRefused), server.smtp() as client:
+    with pytest.raises(smtplib.SMTPRecipientsRefused), app.smtp() as client:
         client.sendmail(SENDER, ["bad address@x"], b"Subject: x\r\n\r\nx")
 
 
@@ -214,7 +222,7 @@ def test_over_the_size_cap_the_oldest_caught_mail_goes_first(
     tmp_path: Path, own_db: str | None
 ) -> None:
     """--max-store-mb counts caught mail: the oldest goes first; live evidence stays."""
-    running = start_server(tmp_path, "--max-store-mb", "1", db=own_db)
+    running = InProcess(tmp_path, "--max-store-mb", "1", db=own_db)
     try:
         with running.http() as client:
             inbox = create_inbox(client)
