@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Scope
 
-from api.auth import grant_of, implied_run, visibility_of
+from api.auth import grant_of, implied_run, is_agent, visibility_of
 from api.context import context_of
 from api.routes import (
     _attachment_index,
@@ -20,8 +20,12 @@ from api.routes import (
     _runtime,
     attachment_response,
 )
+from sink.errors import ForbiddenScope
 from sink.mailbox import Mailbox, Page
+from sink.runtime import Runtime
 from sink.scopes import Kind
+from sink.storage.base import Listed
+from sink.tokens import Grant
 
 
 def _mailbox(request: Request) -> Mailbox:
@@ -46,11 +50,27 @@ async def read_caught(request: Request) -> Response:
     from api.views import caught_message_out
 
     read = await _mailbox(request).caught(_caught_id(request))
-    return _model_response(caught_message_out(read))
+    return _model_response(caught_message_out(read, withheld_from(request)))
+
+
+def withheld_from(request: Request) -> bool:
+    """Does this caller get caught mail without its bodies? (an agent, under a default policy
+    with ``agent_body = "never"``)"""
+    return is_agent(request) and _runtime(request).settings.caught_withheld_from_agents
+
+
+def _refuse_bytes_to_agents(request: Request) -> None:
+    if withheld_from(request):
+        raise ForbiddenScope(
+            "the default policy gives agents the extracted evidence only (agent_body = "
+            "never): caught mail's bytes need a read or admin token",
+            "read",
+        )
 
 
 async def raw_caught(request: Request) -> Response:
     caught_id = _caught_id(request)
+    _refuse_bytes_to_agents(request)
     raw = await _mailbox(request).caught_raw(caught_id)
     return Response(
         raw,
@@ -61,6 +81,7 @@ async def raw_caught(request: Request) -> Response:
 
 async def caught_attachment(request: Request) -> Response:
     index = _attachment_index(request)
+    _refuse_bytes_to_agents(request)
     raw = await _mailbox(request).caught_raw(_caught_id(request))
     return await attachment_response(raw, index)
 
@@ -72,24 +93,59 @@ async def search(request: Request) -> Response:
     query = request.query_params.get("query")
     cursor = request.query_params.get("cursor")
     run_id = _caller_run(request)
-    page = await search_in_scope(request.scope, _mailbox(request), query, run_id, cursor, limit)
+    page = await search_in_scope(
+        request.scope, _runtime(request), query, run_id, cursor, limit, agent=is_agent(request)
+    )
     return _model_response(search_out(page))
 
 
 async def search_in_scope(
     scope: Scope,
-    mailbox: Mailbox,
+    runtime: Runtime,
     query: str | None,
     run_id: str | None,
     cursor: str | None,
     limit: int,
+    *,
+    agent: bool,
 ) -> Page:
     """The search as the caller may make it (the route and MCP's find_mail): a named run
-    (already checked against the token), else what the token sees."""
+    (already checked against the token), else what the token sees. An ``agent`` (an MCP
+    caller, a run token) matches no body its policy withholds from agents."""
     grant = grant_of(scope)
+    mailbox = runtime.mailbox
+    if agent:
+        run_scope = run_id if run_id is not None else _run_of(grant)
+        withheld = _WithheldBodies(runtime)
+        visible = visibility_of(scope)
+        return await mailbox.search_for_agent(query, run_scope, visible, cursor, limit, withheld.of)
     if run_id is None and grant.scope.kind is Kind.RUNS:
         # A runs: token naming no run searches all of its runs, never caught mail.
         return await mailbox.search_visible(query, visibility_of(scope), cursor, limit)
     if run_id is None:
         run_id = implied_run(grant)  # a run token searches its run
     return await mailbox.search(query, run_id, cursor, limit)
+
+
+def _run_of(grant: Grant) -> str | None:
+    """The one run a grant is limited to (a run token's), else None."""
+    return grant.scope.glob if grant.scope.kind is Kind.RUN else None
+
+
+class _WithheldBodies:
+    """Which entries' bodies agents may not have (``agent_body = "never"``): an inbox's
+    policy says, caught mail follows the default policy. Inboxes are looked up once a search."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self._policies: dict[str, str | None] = {}
+
+    async def of(self, row: Listed) -> bool:
+        settings = self._runtime.settings
+        if row.inbox_id is None:
+            return settings.caught_withheld_from_agents
+        if row.inbox_id not in self._policies:
+            inbox = await self._runtime.store.load_inbox(row.inbox_id)
+            self._policies[row.inbox_id] = None if inbox is None else inbox.policy_name
+        name = self._policies[row.inbox_id]
+        return name is None or settings.policy(name).agent_body == "never"

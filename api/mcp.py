@@ -34,6 +34,7 @@ from api.mailbox import search_in_scope
 from api.schemas import ClaimIn, CreateInboxIn, WaitIn
 from api.state import state_of
 from api.views import (
+    caught_message_out,
     create_request,
     created_out,
     envelope_out,
@@ -153,6 +154,18 @@ class AgentBackend:
 
         return await self._answer(read())
 
+    async def read_caught(self, caught_id: str) -> Json:
+        self._context.call = Call(Tool.READ_MESSAGE, {"message_id": caught_id})
+
+        async def read() -> Json:
+            # As GET /v1/unrouted/{id}: caught mail needs the read scope.
+            await self._authority.check_route(self._grant, "GET", f"/v1/unrouted/{caught_id}", None)
+            caught = await state_of(self._request).runtime.mailbox.caught(caught_id)
+            withheld = state_of(self._request).runtime.settings.caught_withheld_from_agents
+            return caught_message_out(caught, withheld).model_dump(mode="json")
+
+        return await self._answer(read())
+
     async def claim_message(self, message_id: str, body: Json) -> Json:
         self._context.call = Call(Tool.CLAIM_MESSAGE, {"message_id": message_id, **body})
 
@@ -193,9 +206,9 @@ class AgentBackend:
             await self._authority.check_route(self._grant, "GET", "/v1/messages", run_id)
             if run_id is not None:
                 self._authority.check_run(self._grant, scopes.SEARCH, run_id)
-            mailbox = state_of(self._request).runtime.mailbox
+            runtime = state_of(self._request).runtime
             scope = self._request.scope
-            page = await search_in_scope(scope, mailbox, query, run_id, cursor, limit)
+            page = await search_in_scope(scope, runtime, query, run_id, cursor, limit, agent=True)
             return search_out(page).model_dump(mode="json")
 
         return await self._answer(find())

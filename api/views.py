@@ -278,7 +278,7 @@ def unrouted_out(page: Page) -> UnroutedOut:
     )
 
 
-def caught_message_out(read: CaughtRead) -> CaughtMessageOut:
+def caught_message_out(read: CaughtRead, withheld: bool = False) -> CaughtMessageOut:
     caught = read.caught
     listed = caught.listed
     parsed = read.parsed
@@ -290,7 +290,7 @@ def caught_message_out(read: CaughtRead) -> CaughtMessageOut:
         cc=list(listed.cc),
         subject=listed.subject,
         date=caught.date,
-        **_parsed_fields(parsed),
+        **_parsed_fields(parsed, withheld),
         envelope=SmtpEnvelopeOut(
             mail_from=listed.mail_from, rcpt_to=list(listed.rcpts), auth_user=caught.auth_user
         ),

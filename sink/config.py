@@ -112,6 +112,12 @@ class Settings:
         return self.policy(self.default_policy).catch_all_retention_s
 
     @property
+    def caught_withheld_from_agents(self) -> bool:
+        """Whether agents get caught mail without bodies: it belongs to no inbox, so the
+        default policy's ``agent_body`` applies (as its ``catch_all_retention_s`` does)."""
+        return self.policy(self.default_policy).agent_body == "never"
+
+    @property
     def largest_message_bytes(self) -> int:
         return max(p.max_message_bytes for p in self.policies.values())
 

@@ -8,6 +8,7 @@ searchable, and deletable where deleting cannot take evidence from a live inbox.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -16,7 +17,16 @@ from sink.errors import EvidenceReleased, InvalidRequest, LiveEvidence, NotFound
 from sink.logs import log
 from sink.message import ParsedMessage, parse
 from sink.scopes import Visibility
-from sink.search import Filter, Query, SearchSyntaxError, parse_query
+from sink.search import (
+    BODY,
+    SUBJECT,
+    Filter,
+    Query,
+    SearchSyntaxError,
+    Text,
+    parse_query,
+    texts_match,
+)
 from sink.storage.base import CaughtMail, CaughtMessage, Deleted, Listed, SearchIndex
 
 COUNT_CAP = 10_000  # Mailpit-style totals count matches up to this many
@@ -102,21 +112,75 @@ class Mailbox:
         self, text: str | None, visible: Visibility, cursor: str | None, limit: int
     ) -> Page:
         """``search`` limited to what a scope may see: for a ``runs:`` glob, the runs it
-        matches and never caught mail. Stores filter by one run, so the glob is applied to
-        the rows as they come, at most ``_SCAN_BATCHES`` batches a page; a page cut short
-        there says ``has_more`` with a cursor past what was looked at."""
+        matches and never caught mail."""
         query = query_of(text)
         if visible.run_glob is None:
             return await self.search_query(query, None, cursor, limit)
         no_caught = (Filter("is", "caught", negated=True),)
         query = Query(query.texts, (*query.filters, *no_caught))
+
+        async def sees(row: Listed) -> bool:
+            return visible.sees(row.run_id)
+
+        return await self._scan(query, None, cursor, limit, sees)
+
+    async def search_for_agent(
+        self,
+        text: str | None,
+        run_scope: str | None,
+        visible: Visibility,
+        cursor: str | None,
+        limit: int,
+        withheld: Callable[[Listed], Awaitable[bool]],
+    ) -> Page:
+        """An agent's search: a word or phrase matches a body only where the agent may be
+        given that body (``withheld`` says where it may not: ``agent_body = "never"``), so
+        that searching never reads a withheld body word by word.
+
+        Words and phrases (``SUBJECT_AND_TEXT``) match the subject or the body; an entry
+        they match only in its body is kept unless its body is withheld. A negated word or
+        phrase looks at the subject only (what it excludes would tell a withheld body's
+        words too)."""
+        query = query_of(text)
+        texts = tuple(
+            Text(SUBJECT, t.value, True) if t.negated and BODY in t.columns else t
+            for t in query.texts
+        )
+        in_body = tuple(t for t in texts if BODY in t.columns)
+        filters = query.filters
+        if not visible.caught_mail:
+            filters = (*filters, Filter("is", "caught", negated=True))
+        query = Query(texts, filters)
+
+        async def keep(row: Listed) -> bool:
+            if not visible.sees(row.run_id):
+                return False
+            if texts_match(in_body, {SUBJECT[0]: row.subject}):
+                return True  # the subject alone matches: no body was needed
+            return not await withheld(row)
+
+        return await self._scan(query, run_scope, cursor, limit, keep)
+
+    async def _scan(
+        self,
+        query: Query,
+        run_scope: str | None,
+        cursor: str | None,
+        limit: int,
+        keep: Callable[[Listed], Awaitable[bool]],
+    ) -> Page:
+        """A search whose rows ``keep`` filters as they come, at most ``_SCAN_BATCHES``
+        batches a page; a page cut short there says ``has_more`` with a cursor past what was
+        looked at."""
         before = _position(cursor, "search")
         kept: list[Listed] = []
         for _ in range(_SCAN_BATCHES):
-            rows = await self._store.search(query, None, before, _SCAN_BATCH)
-            kept += [row for row in rows if visible.sees(row.run_id)]
-            if len(kept) > limit:
-                return _page(kept, limit, "search")
+            rows = await self._store.search(query, run_scope, before, _SCAN_BATCH)
+            for row in rows:
+                if await keep(row):
+                    kept.append(row)
+                    if len(kept) > limit:
+                        return _page(kept, limit, "search")
             if len(rows) < _SCAN_BATCH:
                 return Page(kept, None, False)
             before = rows[-1].position

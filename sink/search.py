@@ -41,7 +41,8 @@ class ShortTextTerm(SearchSyntaxError):
 
 
 # Where a text term looks (the columns of the full-text index).
-SUBJECT_AND_TEXT = ("subject", "body")
+BODY = "body"
+SUBJECT_AND_TEXT = ("subject", BODY)
 SUBJECT = ("subject",)
 SENDER = ("sender",)
 RECIPIENTS = ("rcpts",)

@@ -375,6 +375,45 @@ def test_find_mail_answers_summaries_in_the_callers_scope(server: Server, transp
     assert other["messages"] == []
 
 
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+def test_caught_mail_that_find_mail_lists_is_read_by_read_message(
+    server: Server, transport: str
+) -> None:
+    """A cm_ id from find_mail reads with read_message (the evidence, the sender's words under
+    untrusted); naming a run is fix_arguments; a run token, which never sees caught mail, is
+    refused."""
+    address = f"{new_run_id('caught')}@elsewhere.test"
+    server.send(address, subject="Caught note", body="Your code is 604213.")
+    with server.http() as http:
+        token = http.post(f"/v1/runs/{new_run_id('caught')}/token", json={}).json()["token"]
+        deadline = time.monotonic() + 10
+        while not http.get("/v1/messages", params={"query": f"to:{address}"}).json()["messages"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+    async def scenario() -> tuple[Answer, tuple[bool, Answer], tuple[bool, Answer], Answer]:
+        async with connect(transport, server.url) as client:
+            _, found = await raw_call(client, "find_mail", {"query": f"to:{address}"})
+            caught_id = found["messages"][0]["message_id"]
+            read = await raw_call(client, "read_message", {"message_id": caught_id})
+            named = await raw_call(
+                client, "read_message", {"message_id": caught_id, "run_id": new_run_id("x")}
+            )
+        async with connect(transport, server.url, token=token) as scoped:
+            _, refused = await raw_call(scoped, "read_message", {"message_id": caught_id})
+        return found, read, named, refused
+
+    found, (failed, read), (named_failed, named), refused = asyncio.run(scenario())
+    assert found["messages"][0]["caught"] is True
+    assert not failed, read
+    assert read["message_id"] == found["messages"][0]["message_id"]
+    assert read["codes"] == ["604213"] and read["untrusted"]["subject"] == "Caught note"
+    assert named_failed and named["error"]["code"] == "invalid_request"
+    assert (named["next_action"], named["next_tool"]) == ("fix_arguments", "read_message")
+    assert "without run_id" in named["error"]["message"]
+    assert refused["error"]["code"] == "forbidden_scope"
+
+
 def test_the_run_report_is_compact_unless_full(server: Server) -> None:
     """get_run_report: one short object per inbox and the last 20 events; full: every event."""
     run = new_run_id("report")

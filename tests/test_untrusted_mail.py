@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from email.message import EmailMessage
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from api.auth import AGENT_HEADER
 from sink.fake import FakeSink
-from tests.support import Server, create_inbox, new_run_id, psql, wait
+from tests.support import Server, create_inbox, new_run_id, psql, start_server, wait
 from tests.test_mcp import call, connect
 
 DECOY_SUBJECT = (
@@ -222,6 +225,81 @@ def test_agent_body_never_keeps_bodies_from_agents(
     assert answer["codes"] == ["482913"]
     assert answer["untrusted"]["text"] is None and answer["untrusted"]["html"] is None
     assert answer["untrusted"]["subject"] == "Your invoice"
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+def test_agent_body_never_keeps_body_words_out_of_an_agents_search(
+    server: Server, transport: str
+) -> None:
+    """Under production, a run token's search and find_mail match no word found only in the
+    body (nor exclude by one); subject words still match, and ci mail's body words match; an
+    operator's search matches the body."""
+    run_id, ci_run = new_run_id("never-search"), new_run_id("ci-search")
+    with server.http() as http:
+        never = _received(
+            server, http, run_id, policy="production", subject="Welcome aboard",
+            body="the word zebrafish is in the body",
+        )  # fmt: skip
+        ci = _received(server, http, ci_run, subject="Hello", body="ci body has zebrafish too")
+        token = http.post(f"/v1/runs/{run_id}/token", json={}).json()["token"]
+        agent = {"Authorization": f"Bearer {token}"}
+
+        def found(query: str, headers: dict[str, str] | None = None) -> list[str]:
+            answer = http.get("/v1/messages", params={"query": query}, headers=headers or {})
+            assert answer.status_code == 200, answer.text
+            return [m["message_id"] for m in answer.json()["messages"]]
+
+        never_id, ci_id = never["message"]["message_id"], ci["message"]["message_id"]
+        assert never_id in found("zebrafish")  # the operator
+        assert found("zebrafish", agent) == []
+        assert found('"word zebrafish"', agent) == []
+        assert found("welcome", agent) == [never_id]
+        assert found("welcome -zebrafish", agent) == [never_id]
+
+    async def over_mcp() -> tuple[list[str], list[str]]:
+        async with connect(transport, server.url) as client:
+            body_word = await call(client, "find_mail", query="zebrafish")
+            subject_word = await call(client, "find_mail", query="welcome aboard")
+        return (
+            [m["message_id"] for m in body_word["messages"]],
+            [m["message_id"] for m in subject_word["messages"]],
+        )
+
+    body_hits, subject_hits = asyncio.run(over_mcp())
+    assert never_id not in body_hits and ci_id in body_hits
+    assert never_id in subject_hits
+
+
+def test_agent_body_never_of_the_default_policy_keeps_caught_bodies_from_agents(
+    tmp_path: Path,
+) -> None:
+    """Caught mail follows the default policy: under production, read_message of a cm_ id gives
+    the evidence without its body, and an agent's GET of its raw bytes is 403."""
+    running = start_server(tmp_path, "--default-policy", "production")
+    try:
+        address = f"{new_run_id('caught')}@elsewhere.test"
+        running.send(address, subject="Caught", body="Your code is 604213, zebrafish.")
+        with running.http() as http:
+            deadline = time.monotonic() + 10
+            while not (listed := http.get("/v1/unrouted").json()["messages"]):
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            caught_id = listed[0]["id"]
+            assert "zebrafish" in http.get(f"/v1/unrouted/{caught_id}").json()["text"]
+            agent = {AGENT_HEADER: "1"}  # as `runsink mcp` sends
+            read = http.get(f"/v1/unrouted/{caught_id}", headers=agent).json()
+            assert (read["text"], read["html"], read["headers"]) == (None, None, None)
+            refused = http.get(f"/v1/unrouted/{caught_id}/raw", headers=agent)
+            assert refused.status_code == 403 and "agent_body" in refused.text
+
+        async def over_mcp() -> dict[str, Any]:
+            async with connect("http", running.url) as client:
+                return await call(client, "read_message", message_id=caught_id, include_body=True)
+
+        answer = asyncio.run(over_mcp())
+        assert answer["codes"] == ["604213"] and answer["untrusted"]["text"] is None
+    finally:
+        running.stop()
 
 
 def test_agent_body_on_request_gives_a_run_token_the_body(server: Server) -> None:

@@ -64,6 +64,10 @@ class Backend(Protocol):
 
     async def read_message(self, message_id: str, run_id: str | None) -> Json: ...
 
+    async def read_caught(self, caught_id: str) -> Json:
+        """Caught mail (a ``cm_`` id that ``find_mail`` found), as ``GET /v1/unrouted/{id}``."""
+        ...
+
     async def claim_message(self, message_id: str, body: Json) -> Json: ...
 
     async def get_run_report(self, run_id: str) -> Json: ...
@@ -299,6 +303,8 @@ def _check_url_arg(name: str, value: object, call: Call | None) -> Json | None:
     pattern, noun = _IDS[name]
     if pattern.fullmatch(value):
         return None
+    if call is not None and call.tool is Tool.READ_MESSAGE and ids.CAUGHT_ID.fullmatch(value):
+        return None  # caught mail, which find_mail lists: read_message reads it too
     return error_body("not_found", f"no {noun} {value[:64]!r}", None, call, 404)
 
 
@@ -319,6 +325,8 @@ async def _dispatch(backend: Backend, tool: str, arguments: Json) -> Json:
         inbox_id = args.pop("inbox_id")
         return await backend.wait_for_message(inbox_id, args)
     if tool == "read_message":
+        if ids.CAUGHT_ID.fullmatch(args["message_id"]):
+            return await _read_caught(backend, args)
         return await backend.read_message(args["message_id"], args.get("run_id"))
     if tool == "claim_message":
         message_id = args.pop("message_id")
@@ -333,6 +341,19 @@ async def _dispatch(backend: Backend, tool: str, arguments: Json) -> Json:
         )
         return summaries(found)
     raise AssertionError(f"no dispatch for tool {tool!r}")  # TOOLS and this list disagree
+
+
+async def _read_caught(backend: Backend, args: Json) -> Json:
+    """Caught mail belongs to no run: naming one is a mistake the caller can fix."""
+    if "run_id" in args:
+        return error_body(
+            "invalid_request",
+            "run_id: caught mail (a cm_ id) belongs to no run; read it without run_id",
+            {"field": "run_id"},
+            Call(Tool.READ_MESSAGE, args),
+            422,
+        )
+    return await backend.read_caught(args["message_id"])
 
 
 def compact_report(report: Json) -> Json:

@@ -47,6 +47,10 @@ class HttpBackend:
         path = f"/v1/messages/{_segment(message_id)}"
         return await self._call(call, "GET", path, params=params)
 
+    async def read_caught(self, caught_id: str) -> Json:
+        call = Call(Tool.READ_MESSAGE, {"message_id": caught_id})
+        return await self._call(call, "GET", f"/v1/unrouted/{_segment(caught_id)}")
+
     async def claim_message(self, message_id: str, body: Json) -> Json:
         call = Call(Tool.CLAIM_MESSAGE, {"message_id": message_id, **body})
         path = f"/v1/messages/{_segment(message_id)}/claim"

@@ -100,7 +100,8 @@ READ_MESSAGE = (
     "A message's evidence: codes (likeliest first), links (action links first), attachment "
     "metadata, content_flags (facts, not verdicts) and, under untrusted, the sender's from "
     "(not verified), from_name and subject. include_body / include_html add the text / "
-    "HTML, cut to max_body_chars (default 4000); none by default. Consumes nothing. Errors: "
+    "HTML, cut to max_body_chars (default 4000); none by default. Consumes nothing. Also "
+    "reads caught mail (a cm_ id from find_mail; no run_id). Errors: "
     f"not_found, invalid_request, wrong_run, forbidden_scope, {_AFTER_TROUBLE}."
 )
 
