@@ -8,13 +8,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import Server, create_inbox, new_run_id, on_each_backend, start_server
+from tests.inproc import InProcess
+from tests.support import app_on_each_backend, create_inbox, new_run_id
 
 
 @pytest.fixture(scope="session", params=["sqlite", "postgres"])
-def server(request: pytest.FixtureRequest, server: Server) -> Server:
-    """Retention runs on each persistent backend (on PostgreSQL, by one replica's sweeper)."""
-    return on_each_backend(request, server)
+def app(request: pytest.FixtureRequest) -> InProcess:
+    """Retention runs on each persistent backend (on PostgreSQL, by one replica's sweeper), in
+    this process."""
+    result: InProcess = app_on_each_backend(request)
+    return result
 
 
 def _message_id(client: httpx.Client, inbox: dict) -> str:
@@ -42,12 +45,12 @@ def _until(predicate: object, seconds: float = 15.0) -> None:
         time.sleep(0.1)
 
 
-def test_evidence_is_released_after_lease_plus_retention(server: Server) -> None:
+def test_evidence_is_released_after_lease_plus_retention(app: InProcess) -> None:
     """A body is released retention_s after the lease ends; metadata and the report stay."""
     run_id = new_run_id("ret")
-    with server.http() as client:
+    with app.http() as client:
         inbox = create_inbox(client, run_id, policy="brief")
-        server.send(inbox["address"], subject="Reset", body="secret body")
+        app.send(inbox["address"], subject="Reset", body="secret body")
         message_id = _message_id(client, inbox)
         assert client.get(f"/v1/messages/{message_id}").json()["text"] is not None
         _until(lambda: _released(client, message_id))
@@ -71,7 +74,7 @@ def test_size_cap_releases_the_oldest_expired_evidence_first(
     if backend == "postgres":
         cluster = request.getfixturevalue("pg_cluster")
         db = cluster.dsn(cluster.new_database("runsink_template"))
-    capped = start_server(tmp_path, "--policy-file", policy_file, "--max-store-mb", "1", db=db)
+    capped = InProcess(tmp_path, "--policy-file", policy_file, "--max-store-mb", "1", db=db)
     run_id = new_run_id("cap")
     try:
         with capped.http() as client:
