@@ -118,7 +118,7 @@ async def insert_batch(db: Connection, items: Sequence[Incoming], replica_id: st
             rcpts = json_strings(item.unrouted)
             caught.append((item.caught_id, key, rcpts, item.caught_until))
             listing.append((item.caught_id, key, None, None))
-            # No run's event: the live feed's row for caught mail (pg_events.py).
+            # No run's event: the live feed's row for caught mail (feed.py).
             detail = json.dumps({"size": size})
             event_rows.append((None, None, item.caught_id, item.received_at, CAUGHT, detail))
         for found in item.near_misses:
@@ -171,7 +171,7 @@ WITH m AS (
     SELECT * FROM unnest($17::text[], $18::text[], $19::text[], $20::float8[])
 ), v AS (
     -- The listing (search, the Mailpit subset): cheap rows, numbered in arrival order; the
-    -- search text comes later (postgres_mail.py's indexer), off the 250's path.
+    -- search text comes later (mail.py's indexer), off the 250's path.
     INSERT INTO listing (id, message_key, inbox_id, run_id)
     SELECT id, k, i, r FROM unnest($21::text[], $22::text[], $23::text[], $24::text[])
         WITH ORDINALITY AS l(id, k, i, r, n) ORDER BY n

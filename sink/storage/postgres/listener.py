@@ -111,7 +111,7 @@ class Listener:
     def _on_notify(self, _connection: Any, _pid: int, _channel: str, payload: object) -> None:
         sender, _, rest = str(payload).partition(" ")
         kind, _, ids = rest.partition(" ")
-        if kind == "v":  # event rows committed, by any replica (pg_events.py)
+        if kind == "v":  # event rows committed, by any replica (feed.py)
             if self._feed is not None:
                 self._feed.announced(ids)
             return
