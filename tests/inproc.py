@@ -100,9 +100,17 @@ class InProcess(Mailer):
 
     def stop(self) -> None:
         try:
-            self.call(self._stack.aclose(), _STOP_S)
+            self.call(self._close(), _STOP_S)
         finally:
             self._end_loop()
+
+    async def _close(self) -> None:
+        await self._stack.aclose()
+        # What still runs (a request whose client never hung up) ends as asyncio.run ends it.
+        rest = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in rest:
+            task.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
 
     async def _open(self) -> tuple[Runtime, Any]:
         from api.app import create_app
@@ -135,7 +143,7 @@ class _Bridge(httpx.BaseTransport):
         self._loop = loop
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        exchange = _Exchange(self._app, request, request.read())
+        exchange = _Exchange(self._app, self._loop, request, request.read())
         timeout = request.extensions.get("timeout", {}).get("read")
         asyncio.run_coroutine_threadsafe(exchange.run(), self._loop)
         head = exchange.next(timeout, request)
@@ -145,7 +153,7 @@ class _Bridge(httpx.BaseTransport):
         return httpx.Response(
             status,
             headers=headers,
-            stream=_Body(exchange, self._loop, timeout, request),
+            stream=_Body(exchange, timeout, request),
             request=request,
         )
 
@@ -153,11 +161,14 @@ class _Bridge(httpx.BaseTransport):
 class _Exchange:
     """One request's run through the app; what it sends goes to a queue the client reads."""
 
-    def __init__(self, app: Any, request: httpx.Request, body: bytes) -> None:
+    def __init__(
+        self, app: Any, loop: asyncio.AbstractEventLoop, request: httpx.Request, body: bytes
+    ) -> None:
         self._app = app
+        self._loop = loop
         self._body: bytes | None = body
         self._outbox: queue.Queue[Any] = queue.Queue()
-        self.gone: asyncio.Event | None = None  # the client closed the response
+        self._gone = asyncio.Event()  # the client hung up (binds to the loop at its first wait)
         self.scope: Scope = {
             "type": "http",
             "asgi": {"version": "3.0"},
@@ -174,15 +185,13 @@ class _Exchange:
         }
 
     async def run(self) -> None:
-        self.gone = asyncio.Event()
         started = False
 
         async def receive() -> Message:
             if self._body is not None:
                 body, self._body = self._body, None
                 return {"type": "http.request", "body": body, "more_body": False}
-            assert self.gone is not None
-            await self.gone.wait()
+            await self._gone.wait()
             return {"type": "http.disconnect"}
 
         async def send(message: Message) -> None:
@@ -206,24 +215,24 @@ class _Exchange:
             self._outbox.put(_END)
 
     def next(self, timeout: float | None, request: httpx.Request) -> Any:
+        """What the app sent next; past the read timeout the client gives up and hangs up."""
         try:
             return self._outbox.get(timeout=timeout)
         except queue.Empty:
+            self.hang_up()
             raise httpx.ReadTimeout("the app did not answer in time", request=request) from None
+
+    def hang_up(self) -> None:
+        """The client is gone: the app's ``receive()`` answers ``http.disconnect``."""
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._gone.set)
 
 
 class _Body(httpx.SyncByteStream):
     """The response body as the app sends it; closing it is the client hanging up."""
 
-    def __init__(
-        self,
-        exchange: _Exchange,
-        loop: asyncio.AbstractEventLoop,
-        timeout: float | None,
-        request: httpx.Request,
-    ) -> None:
+    def __init__(self, exchange: _Exchange, timeout: float | None, request: httpx.Request) -> None:
         self._exchange = exchange
-        self._loop = loop
         self._timeout = timeout
         self._request = request
 
@@ -232,6 +241,4 @@ class _Body(httpx.SyncByteStream):
             yield chunk
 
     def close(self) -> None:
-        gone = self._exchange.gone
-        if gone is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(gone.set)
+        self._exchange.hang_up()
