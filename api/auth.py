@@ -23,6 +23,7 @@ scope covers the owner but who named another run, as before.
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -32,18 +33,21 @@ from starlette.requests import HTTPConnection
 
 from api import endpoints
 from api.context import context_of
+from api.throttle import FailureThrottle
 from sink import run_tokens, scopes
 from sink.errors import ForbiddenScope, NotFound, ProviderTimeout
 from sink.ids import RUN_ID
 from sink.scopes import Kind, Op
 from sink.storage.base import Store
-from sink.tokens import OPEN, Grant, Keyring
+from sink.tokens import OPEN, Grant, Keyring, digest
 
 T = TypeVar("T")
 
 # The owner of an inbox or message is looked up for runs: and run tokens; as long at most
 # as the default policy's provider deadline.
 _LOOKUP_DEADLINE_S = 2.0
+
+_MALFORMED = "malformed bearer token (expected: Authorization: Bearer <token>)"
 
 # Paths that need no token at all.
 OPEN_PATHS = endpoints.OPEN_PATHS
@@ -134,26 +138,66 @@ def route_op(method: str, path: str) -> tuple[Op, str | None, str | None]:
 # -- the authority ---------------------------------------------------------------------
 
 
+API_FAILURES_PER_MINUTE = 100
+"""Wrong bearer tokens one client address may present a minute before it waits (429 with
+Retry-After): enough for any honest client, a few hundred thousand guesses a day at most
+against tokens of 16+ characters. Signed run tokens never count (they cannot be guessed)."""
+_KNOWN_GOOD = 4096  # digests of tokens that worked, remembered at most
+
+
+@dataclass(frozen=True, slots=True)
+class Throttled:
+    """Too many wrong tokens from this address (a 429 after ``retry_after_s``)."""
+
+    retry_after_s: float
+
+
 class Authority:
     """Authentication (the keyring) and authorisation (scopes, and the store for owners)."""
 
     def __init__(self, keyring: Keyring, store: Store) -> None:
         self.keyring = keyring
         self._store = store
+        self.throttle = FailureThrottle(API_FAILURES_PER_MINUTE)
+        self._worked: OrderedDict[bytes, None] = OrderedDict()
 
-    def grant_for(self, headers: Headers, now: float) -> Grant | Refused:
+    def grant_for(self, headers: Headers, now: float, address: str) -> Grant | Refused | Throttled:
         """The request's grant; without any token configured, a request without one is admin.
 
         A token, when one is given, is always checked (also on a server without configured
         tokens, where only run tokens it minted can pass): an expired or unknown token never
-        falls back to the open grant.
-        """
-        if headers.get("authorization") is None and not self.keyring.configured:
-            return OPEN
+        falls back to the open grant. A wrong token counts against the client's ``address``;
+        past ``API_FAILURES_PER_MINUTE`` it is ``Throttled``, and so is any token from there
+        but one that has worked before (so a guess is never confirmed while it waits)."""
+        given = headers.get("authorization")
+        if given is None:
+            if not self.keyring.configured:
+                return OPEN
+            return Refused("missing bearer token (expected: Authorization: Bearer <token>)")
         token = bearer_token(headers)
+        if token is not None and self.keyring.signed(token):
+            return self.verify(token, now)  # a run token we signed: never a guess
+        wait_s = self.throttle.retry_after(address, now)
+        grant = Refused(_MALFORMED) if token is None else self.verify(token, now)
+        if wait_s is not None and not (isinstance(grant, Grant) and self._has_worked(token)):
+            return Throttled(wait_s)
+        if isinstance(grant, Refused):
+            self.throttle.failed(address, now)
+        else:
+            self._note_worked(token)
+        return grant
+
+    def _has_worked(self, token: str | None) -> bool:
+        return token is not None and digest(token) in self._worked
+
+    def _note_worked(self, token: str | None) -> None:
         if token is None:
-            return Refused("missing or malformed bearer token (expected: Bearer <token>)")
-        return self.verify(token, now)
+            return
+        key = digest(token)
+        self._worked[key] = None
+        self._worked.move_to_end(key)
+        while len(self._worked) > _KNOWN_GOOD:
+            self._worked.popitem(last=False)
 
     def verify(self, token: str, now: float) -> Grant | Refused:
         """The grant of a token however it came (a Bearer header, a sign-in form, a cookie)."""

@@ -8,6 +8,7 @@ ASGI rather than ``BaseHTTPMiddleware``, so long-polls stream and cancel cleanly
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from typing import Any
@@ -17,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.auth import OPEN_PATHS, Authority, Refused
+from api.auth import API_FAILURES_PER_MINUTE, OPEN_PATHS, Authority, Refused, Throttled
 from api.calls import route_call
 from api.connections import MAX_HEAD_BYTES, MAX_TARGET_BYTES, OVERFLOW_SCOPE_KEY
 from api.context import KEY as CONTEXT
@@ -222,9 +223,19 @@ async def authorise(
 ) -> Response | None:
     """The refusal (401, 403) for a request its token does not allow, else None (and the
     request's grant noted in its context)."""
-    grant = authority.grant_for(headers, clock.now())
+    client = scope.get("client")
+    grant = authority.grant_for(headers, clock.now(), client[0] if client else "")
     if isinstance(grant, Refused):
         return _unauthorized(grant)
+    if isinstance(grant, Throttled):
+        wait_s = max(1, math.ceil(grant.retry_after_s))
+        message = (
+            f"more than {API_FAILURES_PER_MINUTE} wrong bearer tokens a minute came from this "
+            f"address; retry in {wait_s} s with a valid token"
+        )
+        return error_response(
+            429, "too_many_failures", message, headers={"Retry-After": str(wait_s)}
+        )
     query_run = QueryParams(scope.get("query_string", b"")).get("run_id")
     try:
         ended = await authority.released(grant)

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from api.auth import Authority
     from api.connections import LongPollGate
     from api.streams import StreamGate
-    from api.ui.access import Sessions, SignInThrottle, Tokens
+    from api.throttle import FailureThrottle
+    from api.ui.access import Sessions, Tokens
     from api.waitpath import WaitEndpoint
     from sink.agent import Agent
     from sink.runtime import Runtime
@@ -34,7 +35,7 @@ class UiState:
 
     sessions: Sessions
     tokens: Tokens
-    throttle: SignInThrottle
+    throttle: FailureThrottle
     csrf: str
 
 

@@ -352,6 +352,7 @@ _ERRORS: dict[str, tuple[Status, NextAction]] = {
     "internal_error": _RETRY,
     "server_unreachable": _RETRY,
     "circuit_open": (Status.BLOCKED, NextAction.WAIT_THEN_RETRY),
+    "too_many_failures": (Status.BLOCKED, NextAction.WAIT_THEN_RETRY),
 }
 
 _Hint = Callable[[Call, str, Mapping[str, Any]], str]
@@ -424,6 +425,10 @@ _ERROR_HINTS: dict[str, str | _Hint] = {
         "seconds."
     ),
     "internal_error": "The server failed on this call: repeat it after retry_after seconds.",
+    "too_many_failures": (
+        "Too many calls from this address gave a wrong API token: wait retry_after seconds, "
+        "then call again with a valid token."
+    ),
     "server_unreachable": (
         "The runsink server did not answer: repeat this call after retry_after seconds."
     ),

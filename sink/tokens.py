@@ -192,6 +192,10 @@ class Keyring:
         signature = self._sign("rt2", run_id, issued_ms, expires_ms)
         return f"rt2.{encoded}.{issued_ms}.{expires_ms}.{signature}"
 
+    def signed(self, token: str) -> bool:
+        """Is this a run token we signed (valid, expired or released alike)?"""
+        return self._run_token(token) is not None
+
     def expired(self, token: str, now: float) -> bool:
         """Is this one of our run tokens whose time is over? (to say so, rather than "wrong")"""
         grant = self._run_token(token)

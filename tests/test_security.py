@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from api.auth import API_FAILURES_PER_MINUTE
 from tests.inproc import InProcess
 from tests.support import create_inbox, new_run_id, wait
 
 TOKEN = "s3cret-token-for-tests-0123456789"
+LATER = "later-token-for-tests-0123456789"
 
 
 @pytest.fixture(scope="module")
@@ -151,3 +153,41 @@ def test_token_from_flag_is_constant_time_compared(tmp_path: Path, policy_file: 
             assert client.get("/v1/unrouted").status_code == 401
     finally:
         running.stop()
+
+
+def test_wrong_bearer_tokens_from_one_address_are_throttled(tmp_path: Path) -> None:
+    """Past 100 wrong tokens a minute from one address: 429 with Retry-After (a guess is not
+    checked); a token that worked before and a signed run token still work; no token is no
+    guess."""
+    folder = tmp_path / "throttled"
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(f'[tokens.later]\ntoken = "{LATER}"\nscope = "admin"\n')
+    running = InProcess(folder, "--api-token", TOKEN, "--tokens-file", str(tokens))
+    try:
+        admin = {"Authorization": f"Bearer {TOKEN}"}
+        run_id = new_run_id("throttle")
+        with running.http(headers=admin) as client:
+            create_inbox(client, run_id)
+        with running.http() as client:
+            assert client.get("/v1/unrouted", headers=admin).status_code == 200
+            run_token = client.post(f"/v1/runs/{run_id}/token", json={}, headers=admin)
+            minted = {"Authorization": f"Bearer {run_token.json()['token']}"}
+            for _ in range(150):
+                assert client.get("/v1/unrouted").status_code == 401  # no token: no guess
+            for n in range(API_FAILURES_PER_MINUTE):
+                wrong = {"Authorization": f"Bearer wrong-token-{n:06d}-abcdef"}
+                assert client.get("/v1/unrouted", headers=wrong).status_code == 401
+            throttled = client.get("/v1/unrouted", headers={"Authorization": "Bearer guess"})
+            never_used = client.get("/v1/unrouted", headers={"Authorization": f"Bearer {LATER}"})
+            still = client.get("/v1/unrouted", headers=admin)
+            run = client.get(f"/v1/runs/{run_id}", headers=minted)
+    finally:
+        running.stop()
+    for refused in (throttled, never_used):
+        assert refused.status_code == 429, refused.text
+        assert 1 <= int(refused.headers["Retry-After"]) <= 60
+        body = refused.json()
+        assert body["error"]["code"] == "too_many_failures"
+        assert (body["status"], body["next_action"]) == ("blocked", "wait_then_retry")
+        assert body["retry_after"] == float(refused.headers["Retry-After"]) and body["hint"]
+    assert still.status_code == 200 and run.status_code == 200

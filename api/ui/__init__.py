@@ -17,7 +17,7 @@ def ui_state(authority: Authority) -> UiState:
     return UiState(
         sessions=access.Sessions(),
         tokens=access.Tokens(authority),
-        throttle=access.SignInThrottle(),
+        throttle=access.sign_in_throttle(),
         csrf=pages.new_csrf(),
     )
 

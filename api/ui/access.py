@@ -15,7 +15,7 @@ from __future__ import annotations
 import hmac
 import secrets
 import time
-from collections import Counter, OrderedDict, deque
+from collections import Counter
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from api import endpoints
 from api.auth import Authority
 from api.errors import error_response
+from api.throttle import FailureThrottle
 from sink.scopes import Kind
 from sink.tokens import Grant
 
@@ -37,8 +38,6 @@ session evicted. With the configured tokens this bounds memory: sessions end at 
 expiry or sign-out, and expired ones are swept."""
 SWEEP_S = 60.0
 FAILED_SIGNINS_PER_MINUTE = 10
-_THROTTLE_WINDOW_S = 60.0
-_THROTTLE_ADDRESSES = 10_000  # client addresses remembered at most (the oldest go first)
 _SAFE_METHODS = ("GET", "HEAD")
 SIGNIN = "/signin"  # the sign-in page: served to anyone (with the static files)
 
@@ -127,40 +126,10 @@ class Sessions:
             self.close(session.session_id)
 
 
-class SignInThrottle:
+def sign_in_throttle() -> FailureThrottle:
     """Failed sign-ins per client address: past ``FAILED_SIGNINS_PER_MINUTE`` in a minute,
-    every sign-in from it is refused until the oldest failure is a minute old (a token is
-    not guessed one try after another)."""
-
-    def __init__(self) -> None:
-        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
-
-    def retry_after(self, address: str, now: float) -> float | None:
-        """Seconds until ``address`` may try again, or None when it may now."""
-        failures = self._recent(address, now)
-        if failures is None or len(failures) < FAILED_SIGNINS_PER_MINUTE:
-            return None
-        return failures[0] + _THROTTLE_WINDOW_S - now
-
-    def failed(self, address: str, now: float) -> None:
-        failures = self._recent(address, now)
-        if failures is None:
-            failures = self._failures[address] = deque(maxlen=FAILED_SIGNINS_PER_MINUTE)
-            while len(self._failures) > _THROTTLE_ADDRESSES:
-                self._failures.popitem(last=False)
-        failures.append(now)
-        self._failures.move_to_end(address)
-
-    def _recent(self, address: str, now: float) -> deque[float] | None:
-        failures = self._failures.get(address)
-        if failures is None:
-            return None
-        while failures and failures[0] <= now - _THROTTLE_WINDOW_S:
-            failures.popleft()
-        if not failures:
-            del self._failures[address]
-            return None
-        return failures
+    every sign-in from it is refused until the oldest failure is a minute old."""
+    return FailureThrottle(FAILED_SIGNINS_PER_MINUTE)
 
 
 def cookie_header(session: Session | None, secure: bool) -> str:
