@@ -9,7 +9,8 @@ replicas on PostgreSQL), posts each delivery in a task of its own, and sleeps un
 next is due, a wake-up (a commit queued one, an attempt ended), or ``LOOK_S`` at the most:
 deliveries queued by another replica, or left pending by a process that died, go out within
 that. An attempt is one POST of the delivery's stored body with fresh Standard Webhooks
-headers (the timestamp is the attempt's), no redirects followed, 5 s in all; a 2xx is
+headers (the timestamp is the attempt's), on ``http.py``'s kept-alive connections (64 at
+most), no redirects followed, 5 s in all; a 2xx is
 delivered, a 410 disables the webhook, anything else is retried on the schedule
 (``schedule.py``) until the last attempt, which fails the delivery. A settle that cannot
 be written is left to the lease: the delivery is tried again (at least once, never lost).
@@ -21,8 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
-from typing import TYPE_CHECKING
 
 from sink.clock import Clock
 from sink.errors import StorageError
@@ -30,11 +31,9 @@ from sink.logs import log, warn
 from sink.metrics import Metrics
 from sink.webhook_signature import signed_headers
 from sink.webhooks import schedule
+from sink.webhooks.http import Http1, ProtocolError
 from sink.webhooks.model import DeliveryState, Due, Outcome
 from sink.webhooks.port import WebhookStore
-
-if TYPE_CHECKING:  # imported at the first delivery: ~0.1 s that start-up need not pay
-    import httpx
 
 ATTEMPT_S = 5.0  # a 2xx within this is delivered; after it the attempt is a timeout
 LOOK_S = 2.0  # the longest sleep: others' deliveries (replicas, a restart) go out within this
@@ -51,13 +50,12 @@ class Worker:
         metrics: Metrics,
         clock: Clock,
         delays: tuple[float, ...] = schedule.DELAYS_S,
-        client: httpx.AsyncClient | None = None,
     ) -> None:
         self._store = store
         self._metrics = metrics
         self._clock = clock
         self._delays = delays
-        self._client = client  # made at the first attempt (_http)
+        self._http = Http1(IN_FLIGHT)
         self._wakeup = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()  # attempts in flight (kept: not GC'd)
         self._due_at: float | None = None  # when the next delivery is due, at the last look
@@ -80,20 +78,7 @@ class Worker:
             for task in list(self._tasks):
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
-            if self._client is not None:
-                await self._client.aclose()
-
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            import httpx
-
-            self._client = httpx.AsyncClient(
-                follow_redirects=False,
-                timeout=httpx.Timeout(ATTEMPT_S),
-                limits=httpx.Limits(max_connections=IN_FLIGHT, max_keepalive_connections=16),
-                trust_env=False,  # a receiver is usually local: never through a proxy
-            )
-        return self._client
+            await self._http.close()
 
     async def _round(self, woken: bool) -> float:
         """Start what is due; how long to sleep before the next round. Nothing is taken (no
@@ -128,27 +113,26 @@ class Worker:
         self.wake()
 
     async def _attempt(self, due: Due) -> None:
-        import httpx
-
-        client = self._http()
         body = due.body.encode()
         headers = signed_headers(due.secret, due.event_id, int(self._clock.now()), body)
+        headers["user-agent"] = "runsink-webhooks"
         started = time.monotonic()
         status: int | None = None
         error: str | None = None
         try:
             async with asyncio.timeout(ATTEMPT_S):
-                response = await client.post(due.url, content=body, headers=headers)
-            status = response.status_code
+                status = await self._http.post(due.url, body, headers)
             if not 200 <= status < 300:
                 error = "gone" if status == 410 else f"http_{status}"
-        except (TimeoutError, httpx.TimeoutException):
+        except TimeoutError:
             error = "timeout"
-        except httpx.ConnectError:
+        except (ConnectionRefusedError, socket.gaierror):
             error = "connect"
-        except httpx.HTTPError as exc:
-            error = type(exc).__name__.lower()
-        except Exception as exc:  # e.g. a URL httpx refuses: a failed attempt, never a crash
+        except ProtocolError:
+            error = "protocol"
+        except (OSError, asyncio.IncompleteReadError):
+            error = "network"
+        except Exception as exc:  # never a crash: a failed attempt, retried
             error = type(exc).__name__.lower()
         outcome = self._outcome(due, status, error)
         self._metrics.webhook_deliveries.labels(_result(outcome)).inc()
