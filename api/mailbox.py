@@ -33,7 +33,7 @@ def _mailbox(request: Request) -> Mailbox:
 
 
 async def list_caught(request: Request) -> Response:
-    from api.views import unrouted_out  # the wire models load on first use (api/routes.py)
+    from api.views import unrouted_out  # the wire models load late (api/warmup.py)
 
     limit = _int_query(request, "limit", 50, 1, 500)
     page = await _mailbox(request).caught_page(request.query_params.get("cursor"), limit)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
 # The wire models (pydantic, api/schemas.py, api/views.py: ~90 ms of imports) load in the
-# handlers, not at start-up; api/serve.py loads them right after the first answer.
+# handlers, not at start-up; api/warmup.py loads them right after the first answer.
 
 
 _INBOX_ID = ids.INBOX_ID

@@ -111,7 +111,7 @@ class WaitEndpoint:
     ) -> WaitRequest:
         """The wait asked for (in a function of its own: the body, its JSON and the wire
         model are garbage before the wait parks)."""
-        from api.schemas import WaitIn  # the wire models load on first use (api/routes.py)
+        from api.schemas import WaitIn  # the wire models load late (api/warmup.py)
         from api.views import wait_request
 
         given = model(WaitIn, parse_json(raw, required=False))
