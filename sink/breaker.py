@@ -102,10 +102,12 @@ class Admission:
     """OPEN -> HALF_OPEN when this call became the probe, else None."""
 
 
-_ALLOWED: Final = Admission(allowed=True, probe=False, retry_after=None, transition=None)
+ALLOWED: Final = Admission(allowed=True, probe=False, retry_after=None, transition=None)
+"""Admitted, not as the probe (here and in the fleet's breakers, ``postgres/breakers.py``)."""
 
 
-def _refused(retry_after: float) -> Admission:
+def refused(retry_after: float) -> Admission:
+    """Refused: come back in ``retry_after`` seconds (at least ``MIN_RETRY_AFTER_S``)."""
     return Admission(
         allowed=False,
         probe=False,
@@ -178,19 +180,19 @@ class Breaker:
         """Decide whether a call may go to the provider now; may start the half-open probe."""
         self._touched_at = now
         if self._state is BreakerState.CLOSED:
-            return _ALLOWED
+            return ALLOWED
         if self._state is BreakerState.OPEN:
             left = self._opened_at + self._cooldown_s - now
             if left > 0:
                 # min(): a clock that stepped back must not promise more than one cooldown.
-                return _refused(min(left, self._cooldown_s))
+                return refused(min(left, self._cooldown_s))
             self._state = BreakerState.HALF_OPEN
             self._probe_in_flight = True
             transition = Transition(BreakerState.OPEN, BreakerState.HALF_OPEN)
             return Admission(allowed=True, probe=True, retry_after=None, transition=transition)
         if self._probe_in_flight:
             # The probe is a short look; the base cooldown comfortably covers it.
-            return _refused(self.settings.cooldown_s)
+            return refused(self.settings.cooldown_s)
         self._probe_in_flight = True  # the last probe was abandoned: this call takes its place
         return Admission(allowed=True, probe=True, retry_after=None, transition=None)
 

@@ -10,7 +10,16 @@ from typing import Any, Protocol
 
 from sink.inbox import Claim, Delivery, Evidence, Inbox, Match
 from sink.nearmiss import LiveAddress, NearMissFound
-from sink.storage.base import CaughtMessage, Delivered, Event, Late, Listed
+from sink.storage.base import (
+    CaughtMessage,
+    Delivered,
+    Event,
+    Late,
+    Listed,
+    Route,
+    RunSummary,
+    StoredMessage,
+)
 from sink.vocabulary import Reason, State
 
 
@@ -122,6 +131,49 @@ def delivery_from_row(row: Row) -> Delivery:
         received_at=row["received_at"],
         size=row["size"],
         claim=claim,
+    )
+
+
+def route_from_row(row: Row) -> Route:
+    """Where mail to an address goes (``inbox_id, run_id, policy, expires_at, state``)."""
+    return Route(
+        row["inbox_id"],
+        row["run_id"],
+        row["policy"],
+        row["expires_at"],
+        row["state"] == "expired",
+    )
+
+
+def stored_message_from_row(row: Row) -> StoredMessage:
+    """A delivered message from its row (the adapters' ``message`` selects the same columns;
+    ``raw`` and ``analysis`` are NULL once released)."""
+    return StoredMessage(
+        delivery=delivery_from_row(row),
+        run_id=row["run_id"],
+        raw=None if row["raw"] is None else bytes(row["raw"]),
+        mail_from=row["mail_from"],
+        rcpts=tuple(json.loads(row["rcpt_json"])),
+        to=tuple(json.loads(row["to_json"])),
+        cc=tuple(json.loads(row["cc_json"])),
+        date=row["date"],
+        released_at=row["released_at"],
+        analysis=row["analysis"],
+        auth_user=row["auth_user"],
+    )
+
+
+def run_summary_from_row(row: Row) -> RunSummary:
+    """A run of the web UI's run list from its row (``states`` a JSON object of counts)."""
+    return RunSummary(
+        run_id=row["run_id"],
+        started_at=row["started"],
+        purposes=tuple((row["purposes"] or "").split()),
+        states={str(k): int(v) for k, v in json.loads(row["states"] or "{}").items()},
+        messages=int(row["messages"]),
+        claims=int(row["claims"]),
+        last_event=row["last_event"],
+        last_event_at=row["last_event_at"],
     )
 
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sink.breaker import (
+    ALLOWED,
     MIN_RETRY_AFTER_S,
     Admission,
     BreakerKey,
     BreakerSettings,
     BreakerState,
     Transition,
+    refused,
 )
 from sink.storage.postgres.driver import Database
 
@@ -24,16 +26,6 @@ if TYPE_CHECKING:
     from sink.storage.postgres.driver import Connection
 
 _DB_NOW = "extract(epoch FROM clock_timestamp())::double precision"
-_ALLOWED = Admission(allowed=True, probe=False, retry_after=None, transition=None)
-
-
-def _refused(retry_after: float) -> Admission:
-    return Admission(
-        allowed=False,
-        probe=False,
-        retry_after=max(retry_after, MIN_RETRY_AFTER_S),
-        transition=None,
-    )
 
 
 class PostgresBreakers:
@@ -53,12 +45,12 @@ class PostgresBreakers:
             *key,
         )
         if not row or row[0]["state"] == "closed":
-            return _ALLOWED
+            return ALLOWED
         state, opened_at, cooldown_s, _, now = row[0]
         if state == "open":
             left = opened_at + cooldown_s - now
             if left > 0:
-                return _refused(min(left, cooldown_s))
+                return refused(min(left, cooldown_s))
 
         async def work(db: Connection) -> str | None:
             moved: str | None = await db.fetchval(
@@ -80,7 +72,7 @@ class PostgresBreakers:
 
         moved = await self._db.transaction("breaker_admit", work)
         if moved is None:
-            return _refused(base_cooldown_s)  # another call (on any replica) is the probe
+            return refused(base_cooldown_s)  # another call (on any replica) is the probe
         transition = (
             Transition(BreakerState.OPEN, BreakerState.HALF_OPEN) if moved == "open" else None
         )

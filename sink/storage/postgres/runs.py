@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from sink.inbox import Delivery
 from sink.storage.base import RunSummary
 from sink.storage.postgres.driver import Database
-from sink.storage.rows import delivery_from_row
+from sink.storage.rows import delivery_from_row, run_summary_from_row
 
 _DELIVERY_SELECT = """
 SELECT d.seq, d.message_id, d.inbox_id, m.subject, m.from_addr, m.received_at, m.size,
@@ -68,19 +67,7 @@ class PostgresRuns:
                 ORDER BY p.started DESC, p.run_id DESC""",
             *params,
         )
-        return [
-            RunSummary(
-                run_id=r["run_id"],
-                started_at=r["started"],
-                purposes=tuple((r["purposes"] or "").split()),
-                states={str(k): int(v) for k, v in json.loads(r["states"] or "{}").items()},
-                messages=int(r["messages"]),
-                claims=int(r["claims"]),
-                last_event=r["last_event"],
-                last_event_at=r["last_event_at"],
-            )
-            for r in rows
-        ]
+        return [run_summary_from_row(r) for r in rows]
 
     async def run_deliveries(self, run_id: str, limit: int) -> list[Delivery]:
         rows = await self._db.fetch(

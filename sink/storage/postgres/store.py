@@ -93,6 +93,8 @@ from sink.storage.rows import (
     inbox_from_row,
     live_from_row,
     match_json_or_none,
+    route_from_row,
+    stored_message_from_row,
 )
 from sink.vocabulary import Reason, State
 
@@ -473,14 +475,7 @@ class PostgresStore:
         )
         if not rows:
             return None
-        row = rows[0]
-        route = Route(
-            row["inbox_id"],
-            row["run_id"],
-            row["policy"],
-            row["expires_at"],
-            row["state"] == "expired",
-        )
+        route = route_from_row(rows[0])
         if listening and not route.expired:
             self._routes.remember(local_part, route)
         return route
@@ -616,20 +611,7 @@ class PostgresStore:
         )
         if not rows:
             return None
-        row = rows[0]
-        return StoredMessage(
-            delivery=delivery_from_row(row),
-            run_id=row["run_id"],
-            raw=None if row["raw"] is None else bytes(row["raw"]),
-            mail_from=row["mail_from"],
-            rcpts=tuple(json.loads(row["rcpt_json"])),
-            to=tuple(json.loads(row["to_json"])),
-            cc=tuple(json.loads(row["cc_json"])),
-            date=row["date"],
-            released_at=row["released_at"],
-            analysis=row["analysis"],
-            auth_user=row["auth_user"],
-        )
+        return stored_message_from_row(rows[0])
 
     async def keep_analysis(
         self, message_id: str, analysis: str, replacing: str | None = None

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from sink.inbox import Delivery
 from sink.storage.base import RunSummary
-from sink.storage.rows import delivery_from_row
+from sink.storage.rows import delivery_from_row, run_summary_from_row
 from sink.storage.sqlite.writer import Row
 
 Read = Callable[[str, Sequence[Any]], Awaitable[list[Row]]]
@@ -69,19 +68,7 @@ class SQLiteRuns:
                 ORDER BY p.started DESC, p.run_id DESC""",
             (*params, limit, now),
         )
-        return [
-            RunSummary(
-                run_id=r["run_id"],
-                started_at=r["started"],
-                purposes=tuple((r["purposes"] or "").split()),
-                states={str(k): int(v) for k, v in json.loads(r["states"] or "{}").items()},
-                messages=int(r["messages"]),
-                claims=int(r["claims"]),
-                last_event=r["last_event"],
-                last_event_at=r["last_event_at"],
-            )
-            for r in rows
-        ]
+        return [run_summary_from_row(r) for r in rows]
 
     async def run_deliveries(self, run_id: str, limit: int) -> list[Delivery]:
         rows = await self._read(

@@ -47,6 +47,8 @@ from sink.storage.rows import (
     live_from_row,
     match_json_or_none,
     near_miss_event,
+    route_from_row,
+    stored_message_from_row,
 )
 from sink.storage.sqlite.fts import INDEXED_UPTO, Indexer
 from sink.storage.sqlite.mail import SQLiteMail
@@ -254,14 +256,7 @@ class SQLiteStore:
         )
         if not rows:
             return None  # misses are not cached: an address is only ever created, not reused
-        row = rows[0]
-        route = Route(
-            row["inbox_id"],
-            row["run_id"],
-            row["policy"],
-            row["expires_at"],
-            row["state"] == "expired",
-        )
+        route = route_from_row(rows[0])
         self._routes.remember(local_part, route)
         return route
 
@@ -387,20 +382,7 @@ class SQLiteStore:
         )
         if not rows:
             return None
-        row = rows[0]
-        return StoredMessage(
-            delivery=delivery_from_row(row),
-            run_id=row["run_id"],
-            raw=None if row["raw"] is None else bytes(row["raw"]),
-            mail_from=row["mail_from"],
-            rcpts=tuple(json.loads(row["rcpt_json"])),
-            to=tuple(json.loads(row["to_json"])),
-            cc=tuple(json.loads(row["cc_json"])),
-            date=row["date"],
-            released_at=row["released_at"],
-            analysis=row["analysis"],
-            auth_user=row["auth_user"],
-        )
+        return stored_message_from_row(rows[0])
 
     async def keep_analysis(
         self, message_id: str, analysis: str, replacing: str | None = None
