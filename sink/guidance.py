@@ -122,7 +122,7 @@ def created_arguments(envelope: Envelope, known: Known) -> dict[str, Any]:
 
 
 def _hint(envelope: Envelope, known: Known) -> str:
-    near = _near_miss_hint(envelope)
+    near = _near_miss_hint(envelope, known)
     if near is not None:
         return near
     action = envelope.next_action
@@ -141,7 +141,7 @@ def _hint(envelope: Envelope, known: Known) -> str:
     return "Nothing more is allowed for this inbox: stop."
 
 
-def _near_miss_hint(envelope: Envelope) -> str | None:
+def _near_miss_hint(envelope: Envelope, known: Known) -> str | None:
     if not envelope.near_misses or envelope.message is not None:
         return None
     near = envelope.near_misses[0]
@@ -155,14 +155,26 @@ def _near_miss_hint(envelope: Envelope) -> str | None:
             "mail here did not match: check the app and your match, or wait with cursor set to "
             "rescan_cursor.",
         )
+    then = _after_the_typo(envelope, known)
     return _fit(
         f"Mail was sent to {near.address}, {edits} from this inbox's {envelope.address}: the "
-        "app has a typo in the address; fix it, trigger the app again, then wait.",
+        f"app has a typo in the address; fix it, {then}.",
         f"Mail was sent to {near.address}, {edits} from this inbox's address: the app has a "
-        "typo in the address; fix it, trigger the app again, then wait.",
+        f"typo in the address; fix it, {then}.",
         "Mail was sent to an address a few letters off this inbox's (see near_misses): fix "
-        "the app's typo, trigger the app again, then wait.",
+        f"the app's typo, {then}.",
     )
+
+
+def _after_the_typo(envelope: Envelope, known: Known) -> str:
+    """What follows fixing the typo: wait here, a new inbox (this one expired), or stop."""
+    if envelope.next_action is NextAction.CREATE_NEW_INBOX:
+        left = known.inboxes_left
+        allowed = "" if left is None else f" ({left} more allowed)"
+        return f"then create_inbox for a new inbox{allowed} and trigger the app again"
+    if envelope.next_action is NextAction.STOP:
+        return "but no more inboxes are allowed for this run and purpose: stop and report it"
+    return "trigger the app again, then wait"
 
 
 def _waiting_hint(envelope: Envelope, known: Known) -> str:

@@ -135,6 +135,26 @@ def test_a_near_miss_names_both_addresses_and_wins() -> None:
     assert "r7x2k9q4m2@sink.test" in hint and ADDRESS in hint and "1 edit" in hint
 
 
+@pytest.mark.parametrize("can_create", [True, False])
+def test_a_near_miss_on_an_expired_inbox_says_the_next_step_not_to_wait(can_create: bool) -> None:
+    """Expired with near misses: the hint names the typo and then a new inbox (how many are
+    left) or stopping, as next_action says; never "then wait" on an inbox that cannot."""
+    expired = inbox(state=State.EXPIRED, reason=Reason.TIMEOUT, polls_used=12)
+    envelope = replace(
+        view(expired, can_create),
+        near_misses=(NearMiss("r7x2k9q4m2@sink.test", T0 + 4, 1),),
+    )
+    guided = guide(envelope, WAIT_CALL, known(mail_seen=False, inboxes_left=2))
+    hint = guided.hint or ""
+    assert "r7x2k9q4m2@sink.test" in hint and "typo" in hint and "then wait" not in hint
+    if can_create:
+        assert guided.next_tool is Tool.CREATE_INBOX
+        assert "create_inbox" in hint and "2 more allowed" in hint, hint
+    else:
+        assert guided.next_tool is None and "stop" in hint, hint
+    assert len(hint) <= HINT_MAX_CHARS
+
+
 def test_a_mismatch_with_a_near_miss_says_both() -> None:
     """evidence_mismatch wins the reason over near misses, so its hint names the near miss
     and still says rescan_cursor (the contract: a mismatch's hint says both)."""
