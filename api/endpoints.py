@@ -8,7 +8,7 @@ One row per endpoint (``TABLE`` below). Everything else is derived from it:
 - the OpenAPI paths (``api/openapi.py``), as Starlette's ``SchemaGenerator`` derives its
   schema from routes; a row that is ``Unlisted`` says why it is not in the document.
 
-A handler is named (``"api.routes:create_inbox"``), not imported: the modules the handlers
+A handler is named (``"api.agent:create_inbox"``), not imported: the modules the handlers
 stand on (``api/auth.py``, ``api/calls.py``, ``api/waitpath.py``) read this table, so it
 imports no handler; a row's wire models are names too (``api/apidoc.py``), so reading it
 costs no pydantic. ``routes()`` resolves the handlers when the app is built; a test
@@ -88,7 +88,8 @@ def _delete(path: str, handler: str, op: Op | None, doc: Doc | Unlisted) -> Endp
     return Endpoint("DELETE", path, handler, op, doc)
 
 
-_R = "api.routes:"
+_AGENT = "api.agent:"
+_SERVICE = "api.service:"
 _BOX = "api.mailbox:"
 _PIT = "api.mailpit:"
 _HOOK = "api.webhooks:"
@@ -100,7 +101,7 @@ PAGE = Unlisted("a page of the web UI", ("README.md",))
 
 WAIT = _post(
     "/v1/inboxes/{inbox_id}/wait",
-    _R + "wait_for_message",
+    _AGENT + "wait_for_message",
     scopes.WAIT,
     Doc(
         "wait_for_message",
@@ -123,7 +124,7 @@ TABLE: tuple[Endpoint, ...] = (
     # -- inboxes ------------------------------------------------------------------------------
     _post(
         "/v1/inboxes",
-        _R + "create_inbox",
+        _AGENT + "create_inbox",
         scopes.CREATE,
         Doc(
             "create_inbox",
@@ -160,7 +161,7 @@ TABLE: tuple[Endpoint, ...] = (
     ),
     _get(
         "/v1/inboxes/{inbox_id}",
-        _R + "get_inbox",
+        _AGENT + "get_inbox",
         scopes.GET,
         Doc(
             "get_inbox",
@@ -175,7 +176,7 @@ TABLE: tuple[Endpoint, ...] = (
     WAIT,
     _get(
         "/v1/inboxes/{inbox_id}/messages",
-        _R + "list_messages",
+        _AGENT + "list_messages",
         scopes.LIST,
         Doc(
             "list_messages",
@@ -194,7 +195,7 @@ TABLE: tuple[Endpoint, ...] = (
     # -- messages -----------------------------------------------------------------------------
     _get(
         "/v1/messages/{message_id}",
-        _R + "read_message",
+        _AGENT + "read_message",
         scopes.READ_MESSAGE,
         Doc(
             "read_message",
@@ -210,7 +211,7 @@ TABLE: tuple[Endpoint, ...] = (
     ),
     _get(
         "/v1/messages/{message_id}/raw",
-        _R + "raw_message",
+        _AGENT + "raw_message",
         scopes.READ_MESSAGE,
         Doc(
             "raw_message",
@@ -224,7 +225,7 @@ TABLE: tuple[Endpoint, ...] = (
     ),
     _get(
         "/v1/messages/{message_id}/attachments/{index}",
-        _R + "attachment",
+        _AGENT + "attachment",
         scopes.READ_MESSAGE,
         Doc(
             "download_attachment",
@@ -239,7 +240,7 @@ TABLE: tuple[Endpoint, ...] = (
     ),
     _post(
         "/v1/messages/{message_id}/claim",
-        _R + "claim_message",
+        _AGENT + "claim_message",
         scopes.CLAIM,
         Doc(
             "claim_message",
@@ -265,7 +266,7 @@ TABLE: tuple[Endpoint, ...] = (
     # -- runs ---------------------------------------------------------------------------------
     _get(
         "/v1/runs/{run_id}",
-        _R + "run_report",
+        _AGENT + "run_report",
         scopes.REPORT,
         Doc(
             "get_run_report",
@@ -278,7 +279,7 @@ TABLE: tuple[Endpoint, ...] = (
     ),
     _delete(
         "/v1/runs/{run_id}",
-        _R + "release_run",
+        _AGENT + "release_run",
         scopes.RELEASE,
         Doc(
             "release_run",
@@ -290,7 +291,7 @@ TABLE: tuple[Endpoint, ...] = (
     ),
     _post(
         "/v1/runs/{run_id}/token",
-        _R + "mint_run_token",
+        _AGENT + "mint_run_token",
         scopes.MINT,
         Doc(
             "mint_run_token",
@@ -534,7 +535,7 @@ TABLE: tuple[Endpoint, ...] = (
     # -- faults -------------------------------------------------------------------------------
     _post(
         "/v1/faults",
-        _R + "add_fault",
+        _SERVICE + "add_fault",
         scopes.ADMINISTER,
         Doc(
             "add_fault",
@@ -548,7 +549,7 @@ TABLE: tuple[Endpoint, ...] = (
     ),
     _get(
         "/v1/faults",
-        _R + "list_faults",
+        _SERVICE + "list_faults",
         scopes.READ_ALL,
         Doc(
             "list_faults",
@@ -559,7 +560,7 @@ TABLE: tuple[Endpoint, ...] = (
     ),
     _delete(
         "/v1/faults",
-        _R + "clear_faults",
+        _SERVICE + "clear_faults",
         scopes.ADMINISTER,
         Doc(
             "clear_faults",
@@ -571,13 +572,13 @@ TABLE: tuple[Endpoint, ...] = (
     # -- the service --------------------------------------------------------------------------
     _get(
         "/healthz",
-        _R + "healthz",
+        _SERVICE + "healthz",
         None,
         Doc("healthz", "Liveness", answers={"200": d.json_reply("HealthOut", "alive")}),
     ),
     _get(
         "/readyz",
-        _R + "readyz",
+        _SERVICE + "readyz",
         None,
         Doc(
             "readyz",
@@ -592,7 +593,7 @@ TABLE: tuple[Endpoint, ...] = (
     ),
     _get(
         "/metrics",
-        _R + "metrics",
+        _SERVICE + "metrics",
         scopes.READ_ALL,
         Doc(
             "metrics",
@@ -602,7 +603,7 @@ TABLE: tuple[Endpoint, ...] = (
     ),
     _get(
         "/openapi.json",
-        _R + "openapi",
+        _SERVICE + "openapi",
         scopes.ANY,
         Doc(
             "openapi",

@@ -1,33 +1,25 @@
-"""Two endpoints the web UI needs and scripts can use too: live events and attachments.
-
-``GET /v1/events`` is a Server-Sent Events stream read from the in-process hub
-(``sink/events.py``); ``GET /v1/messages/{id}/attachments/{index}`` downloads one
-attachment, never as something a browser would run or render.
+"""Live events: ``GET /v1/events``, a Server-Sent Events stream read from the in-process hub
+(``sink/events.py``), for the web UI and for scripts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
-import unicodedata
 from collections.abc import AsyncIterator
-from urllib.parse import quote, unquote
 
 from prometheus_client import CollectorRegistry, Gauge
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from api.apidoc import DOWNLOAD_TYPES
 from api.auth import grant_of, implied_run
 from api.context import context_of
 from api.state import state_of
 from api.streams import StreamGate, holders
 from sink import clock, ids
-from sink.errors import InvalidRequest, NotFound
+from sink.errors import InvalidRequest
 from sink.events import Hub, Subscriber
-from sink.message import Part, attachment_parts
 from sink.scopes import Kind
 
 KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing an idle stream
@@ -153,47 +145,3 @@ async def _nothing() -> AsyncIterator[bytes]:
 
 async def _body(send: Send, chunk: bytes) -> None:
     await send({"type": "http.response.body", "body": chunk, "more_body": True})
-
-
-# -- attachments ----------------------------------------------------------------------------
-
-# Types a browser shows without running or rendering anything active, served as declared (the
-# OpenAPI document lists them: api/apidoc.py); all others (HTML, SVG, XML, JavaScript, and
-# whatever is unknown) download as application/octet-stream.
-_INERT_TYPES = frozenset(DOWNLOAD_TYPES)
-_ASCII_SAFE = re.compile(r"[^A-Za-z0-9._ ()+-]")
-
-
-_ESCAPES = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
-
-
-def download_type(content_type: str) -> str:
-    declared = content_type.strip().lower()
-    return declared if declared in _INERT_TYPES else "application/octet-stream"
-
-
-def download_name(name: str) -> str:
-    """No control, format (bidi, zero-width) or separator characters; never empty.
-
-    Percent-escapes in the name count as what they spell (``%E2%80%AE`` is U+202E), so that
-    none of those characters survives in encoded form either: a name that is decoded once
-    more (by a browser, a download manager, a person) stays what the list showed.
-    """
-    name = _ESCAPES.sub(lambda found: unquote(found.group(0), errors="replace"), name)
-    kept = "".join(c for c in name if unicodedata.category(c)[0] not in "CZ" or c == " ")
-    kept = kept.replace("/", "_").replace("\\", "_").strip(" .")
-    return kept or "attachment"
-
-
-def content_disposition(name: str) -> str:
-    """``attachment`` with an ASCII fallback and the RFC 6266 / 8187 UTF-8 name."""
-    safe = download_name(name)
-    fallback = _ASCII_SAFE.sub("_", safe) or "attachment"
-    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(safe, safe='')}"
-
-
-def part_at(raw: bytes, index: int) -> Part:
-    found = attachment_parts(raw)
-    if not 0 <= index < len(found):
-        raise NotFound(f"no attachment {index} (this message has {len(found)})")
-    return found[index]

@@ -12,14 +12,10 @@ from starlette.types import Scope
 
 from api.auth import grant_of, implied_run, is_agent, visibility_of
 from api.context import context_of
-from api.routes import (
-    _attachment_index,
-    _caller_run,
-    _int_query,
-    _model_response,
-    _runtime,
-    attachment_response,
-)
+from api.downloads import attachment_index, attachment_response
+from api.inputs import caller_run, int_query
+from api.replies import model_response
+from api.state import state_of
 from sink.errors import ForbiddenScope
 from sink.mailbox import Mailbox, Page
 from sink.runtime import Runtime
@@ -29,15 +25,15 @@ from sink.tokens import Grant
 
 
 def _mailbox(request: Request) -> Mailbox:
-    return _runtime(request).mailbox
+    return state_of(request).runtime.mailbox
 
 
 async def list_caught(request: Request) -> Response:
     from api.views import unrouted_out  # the wire models load late (api/warmup.py)
 
-    limit = _int_query(request, "limit", 50, 1, 500)
+    limit = int_query(request, "limit", 50, 1, 500)
     page = await _mailbox(request).caught_page(request.query_params.get("cursor"), limit)
-    return _model_response(unrouted_out(page))
+    return model_response(unrouted_out(page))
 
 
 def _caught_id(request: Request) -> str:
@@ -50,13 +46,13 @@ async def read_caught(request: Request) -> Response:
     from api.views import caught_message_out
 
     read = await _mailbox(request).caught(_caught_id(request))
-    return _model_response(caught_message_out(read, withheld_from(request)))
+    return model_response(caught_message_out(read, withheld_from(request)))
 
 
 def withheld_from(request: Request) -> bool:
     """Does this caller get caught mail without its bodies? (an agent, under a default policy
     with ``agent_body = "never"``)"""
-    return is_agent(request) and _runtime(request).settings.caught_withheld_from_agents
+    return is_agent(request) and state_of(request).runtime.settings.caught_withheld_from_agents
 
 
 def _refuse_bytes_to_agents(request: Request) -> None:
@@ -80,7 +76,7 @@ async def raw_caught(request: Request) -> Response:
 
 
 async def caught_attachment(request: Request) -> Response:
-    index = _attachment_index(request)
+    index = attachment_index(request)
     _refuse_bytes_to_agents(request)
     raw = await _mailbox(request).caught_raw(_caught_id(request))
     return await attachment_response(raw, index)
@@ -89,14 +85,20 @@ async def caught_attachment(request: Request) -> Response:
 async def search(request: Request) -> Response:
     from api.views import search_out
 
-    limit = _int_query(request, "limit", 50, 1, 500)
+    limit = int_query(request, "limit", 50, 1, 500)
     query = request.query_params.get("query")
     cursor = request.query_params.get("cursor")
-    run_id = _caller_run(request)
+    run_id = caller_run(request)
     page = await search_in_scope(
-        request.scope, _runtime(request), query, run_id, cursor, limit, agent=is_agent(request)
+        request.scope,
+        state_of(request).runtime,
+        query,
+        run_id,
+        cursor,
+        limit,
+        agent=is_agent(request),
     )
-    return _model_response(search_out(page))
+    return model_response(search_out(page))
 
 
 async def search_in_scope(

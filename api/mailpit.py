@@ -21,8 +21,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
-from api.routes import _json_body, _runtime
+from api.inputs import json_body
 from api.snippet import snippet
+from api.state import state_of
 from api.ui.render import frame_headers, inline_cids
 from sink import __version__, clock
 from sink.errors import EvidenceReleased, InvalidRequest, NotFound
@@ -38,7 +39,7 @@ _ACTIVE_TYPES = ("html", "svg", "xml", "javascript", "ecmascript", "xhtml")
 
 
 def _mailbox(request: Request) -> Mailbox:
-    return _runtime(request).mailbox
+    return state_of(request).runtime.mailbox
 
 
 def _whole(request: Request, name: str, default: int, high: int) -> int:
@@ -307,7 +308,7 @@ async def view(request: Request) -> Response:
 
 
 async def delete_messages(request: Request) -> Response:
-    body = await _json_body(request, required=False)
+    body = await json_body(request, required=False)
     if not isinstance(body, dict):
         raise InvalidRequest('the body must be a JSON object such as {"IDs": ["..."]}')
     # Field names match whatever their case, as Go's JSON decoding in Mailpit does ("ids" is
@@ -334,7 +335,7 @@ async def delete_messages(request: Request) -> Response:
 
 
 async def info(request: Request) -> Response:
-    runtime = _runtime(request)
+    runtime = state_of(request).runtime
     mailbox = runtime.mailbox
     metrics = runtime.metrics.registry
 

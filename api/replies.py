@@ -1,4 +1,5 @@
-"""The envelope as an HTTP reply: its status, ``Retry-After``, and the request's context.
+"""The envelope as an HTTP reply: its status, ``Retry-After``, and the request's context (and
+any other wire model as a JSON reply, ``model_response``).
 
 The domain's envelope says what happened (state, status, reason); which HTTP status that is
 is said here: 200, 201 for a new inbox, and 409 for an answer that refuses what was asked
@@ -9,12 +10,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.responses import JSONResponse, Response
 
 from api.context import context_of
 from sink.envelope import REFUSALS, Envelope
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 
 def envelope_response(
@@ -37,3 +41,7 @@ def envelope_response(
     body = model.model_dump(mode="json")
     status = 201 if created else 409 if envelope.reason in REFUSALS else 200
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+def model_response(model: BaseModel, status: int = 200) -> JSONResponse:
+    return JSONResponse(model.model_dump(mode="json"), status_code=status)

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from api import live
+from api import downloads
 from tests.inproc import InProcess, Served
 from tests.support import Server, create_inbox, new_run_id, start_server, wait
 from tests.support_ui import hostile_message, send_raw
@@ -177,8 +177,8 @@ def test_caught_page_lists_caught_mail_with_its_subject(app: InProcess) -> None:
 )
 def test_download_names_drop_hidden_characters_spelt_in_escapes(name: str, shown: str) -> None:
     """No bidi, zero-width or control character survives in a download name, raw or encoded."""
-    assert live.download_name(name) == shown
-    disposition = live.content_disposition(name)
+    assert downloads.download_name(name) == shown
+    disposition = downloads.content_disposition(name)
     for bad in ("\u202e", "\u200b", "%E2%80%AE", "%E2%80%8B", "%25E2%2580"):
         assert bad not in disposition
 

@@ -24,7 +24,7 @@ from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
 from api.context import continue_trace
-from api.live import download_type
+from api.downloads import download_type
 from api.state import state_of
 from api.ui import access
 from api.ui.remote import remote_images

@@ -42,7 +42,7 @@ from sink.vocabulary import Tool
 
 Json = dict[str, Any]
 
-# The HTTP routes' own checks on what they take in a URL (api/routes.py), so a value
+# The HTTP handlers' own checks on what they take in a URL (api/agent.py), so a value
 # that could never reach a route fails the same way on every transport.
 _IDS = {
     "inbox_id": (ids.INBOX_ID, "inbox"),
