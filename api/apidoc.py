@@ -138,8 +138,6 @@ _ERROR_EXAMPLES = {
     "503": ("provider_timeout", "the store did not answer wait within 2s"),
 }
 
-ERROR_STATUSES = frozenset(_ERRORS)
-
 _TROUBLE = {
     "status": "retryable",
     "reason": "provider_timeout",

@@ -346,13 +346,6 @@ _LISTED_SELECT = (
     + "FROM listing v JOIN messages m ON m.message_pk = v.message_pk"
     + _LISTED_JOINS
 )
-# The full-text index drives: its rowids are message_pks, walked newest first.
-_TEXT_FIRST_SELECT = (
-    _LISTED_COLUMNS
-    + "FROM message_text s CROSS JOIN listing v ON v.message_pk = s.rowid"
-    + " JOIN messages m ON m.message_pk = s.rowid"
-    + _LISTED_JOINS
-)
 
 
 def _filter_sql(kind: str, value: Any) -> tuple[str, list[Any]]:
