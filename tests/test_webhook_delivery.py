@@ -119,6 +119,35 @@ def test_410_disables_the_webhook_at_once(start: Start) -> None:
     assert (row.state.value, row.status_code, row.error) == ("failed", 410, "gone")
 
 
+def test_a_410_ends_the_other_deliveries_of_its_webhook(start: Start) -> None:
+    """After a 410 no delivery of that webhook is listed pending: one waiting for its retry
+    shows failed on its newest row (no next_attempt_at) and is never tried again."""
+    server = start("2")
+    secret = new_secret()
+    answer = [500]
+    receiver = Receiver(secret, answer=lambda _n: answer[0]).start()
+    try:
+        run_id = new_run_id()
+        hook = _webhook(server, receiver.url, secret, run_id=run_id)
+        inbox = _mail(server, run_id, subject="First")
+        _until_rows(server, hook, lambda rows: rows and rows[0].status_code == 500)
+        answer[0] = 410
+        server.send(inbox["address"], subject="Second")
+        _until_hook(server, hook, lambda w: w.disabled_at is not None)
+        rows = _until_rows(server, hook, lambda rows: len(rows) >= 2)
+        assert server.call(server.runtime.webhooks.pending_count()) == 0
+    finally:
+        receiver.stop()
+    newest = {}
+    for row in rows:  # newest first: the first row of each delivery is its newest
+        newest.setdefault(row.delivery_id, row)
+    assert [(r.state.value, r.status_code, r.next_attempt_at) for r in newest.values()] == [
+        ("failed", 410, None),
+        ("failed", 500, None),
+    ]
+    assert [g.body["data"]["subject"] for g in receiver.got] == ["First", "Second"]
+
+
 def test_a_slow_answer_times_out_and_is_retried(start: Start) -> None:
     """An answer later than 5 s is a timeout (no status); the retry is delivered."""
     server = start("0.2")

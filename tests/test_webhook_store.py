@@ -296,6 +296,53 @@ def test_gone_disables_the_webhook_and_fails_its_other_deliveries(
     backend(scenario)
 
 
+def test_after_a_410_no_attempt_row_stays_pending_and_late_attempts_are_listed(
+    backend: Callable[..., Any],
+) -> None:
+    """A 410 turns the newest row of each delivery waiting for a retry into failed (no
+    next_attempt_at); attempts in flight then are still listed, never retried, and only
+    the 410 itself is a webhook_failed run event."""
+
+    async def scenario(store: Any) -> None:
+        hook = _hook(events=("message",))
+        await store.webhooks.create_webhook(hook)
+        for run_id in ("r1", "r2", "r3", "r4"):
+            await _mail(store, run_id)
+        waiting, gone, late_500, late_200 = await store.webhooks.take_due(NOW, 10)
+        await store.webhooks.settle(
+            Outcome(
+                waiting.delivery_id, 1, NOW + 1, 500, "http_500", DeliveryState.PENDING, NOW + 5
+            )
+        )
+        await store.webhooks.settle(
+            Outcome(gone.delivery_id, 1, NOW + 2, 410, "gone", DeliveryState.FAILED, disable=True)
+        )
+        await store.webhooks.settle(
+            Outcome(
+                late_500.delivery_id, 1, NOW + 3, 500, "http_500", DeliveryState.PENDING, NOW + 9
+            )
+        )
+        await store.webhooks.settle(
+            Outcome(late_200.delivery_id, 1, NOW + 4, 200, None, DeliveryState.DELIVERED)
+        )
+        rows = await store.webhooks.deliveries(hook.webhook_id, None, 10)
+        assert [(r.delivery_id, r.state, r.status_code, r.next_attempt_at) for r in rows] == [
+            (late_200.delivery_id, DeliveryState.DELIVERED, 200, None),
+            (late_500.delivery_id, DeliveryState.FAILED, 500, None),
+            (gone.delivery_id, DeliveryState.FAILED, 410, None),
+            (waiting.delivery_id, DeliveryState.FAILED, 500, None),
+        ]
+        assert await store.webhooks.pending_count() == 0
+        assert await store.webhooks.take_due(NOW + 100, 10) == []
+        failed = []
+        for run_id in ("r1", "r2", "r3", "r4"):
+            _, events = await store.run_report(run_id)
+            failed += [e.detail["delivery_id"] for e in events if e.type == "webhook_failed"]
+        assert failed == [gone.delivery_id]
+
+    backend(scenario)
+
+
 def test_a_ping_is_queued_at_once(backend: Callable[..., Any]) -> None:
     """enqueue_ping queues a ping due now; an unknown webhook gets None."""
 

@@ -24,6 +24,7 @@ from sink.webhooks.model import (
     Webhook,
     deliveries_for,
     failed_event,
+    late,
     new_delivery_id,
 )
 from sink.webhooks.port import IN_FLIGHT_MAX, LEASE_S
@@ -155,12 +156,13 @@ class MemoryWebhooks:
 
     async def settle(self, outcome: Outcome) -> None:
         row = self._rows.get(outcome.delivery_id)
-        if (
-            row is None
-            or row.state is not DeliveryState.PENDING
-            or row.attempts + 1 != outcome.attempt
-        ):
+        if row is None or row.attempts + 1 != outcome.attempt:
             return  # settled already (its lease ran out and another attempt was made)
+        ended = row.state is DeliveryState.FAILED  # by a 410 while this attempt was in flight
+        if ended:
+            outcome = late(outcome)
+        elif row.state is not DeliveryState.PENDING:
+            return
         row.attempts = outcome.attempt
         row.state = outcome.state
         row.lease_until = 0.0
@@ -172,13 +174,20 @@ class MemoryWebhooks:
             hook = self._hooks.get(d.webhook_id)
             if hook is not None:
                 self._hooks[d.webhook_id] = replace(hook, disabled_at=outcome.at)
-            for other in self._rows.values():
-                if (
-                    other.delivery.webhook_id == d.webhook_id
-                    and other.state is DeliveryState.PENDING
-                ):
-                    other.state = DeliveryState.FAILED
-        if outcome.state is DeliveryState.FAILED and d.run_id is not None:
+            cut = {
+                other.delivery.delivery_id: other.attempts
+                for other in self._rows.values()
+                if other.delivery.webhook_id == d.webhook_id
+                and other.state is DeliveryState.PENDING
+            }
+            for other_id in cut:
+                self._rows[other_id].state = DeliveryState.FAILED
+            # Their newest attempt rows say failed, no retry (as the SQL adapters do).
+            made = self._attempts.get(d.webhook_id, [])
+            for i, a in enumerate(made):
+                if cut.get(a.delivery_id) == a.attempt:
+                    made[i] = replace(a, state=DeliveryState.FAILED, next_attempt_at=None)
+        if outcome.state is DeliveryState.FAILED and d.run_id is not None and not ended:
             self._record([failed_event(d, outcome)])
 
     async def next_due(self) -> float | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from fnmatch import fnmatchcase
 from typing import Any
@@ -134,6 +134,14 @@ class Outcome:
     state: DeliveryState  # delivered, pending (retried at next_attempt_at) or failed
     next_attempt_at: float | None = None
     disable: bool = False  # 410 Gone: the webhook is disabled at once
+
+
+def late(outcome: Outcome) -> Outcome:
+    """An attempt in flight when a 410 ended its webhook's deliveries, settled after it:
+    listed as it went (delivered, or failed), never retried, disabling nothing again."""
+    delivered = outcome.state is DeliveryState.DELIVERED
+    state = DeliveryState.DELIVERED if delivered else DeliveryState.FAILED
+    return replace(outcome, state=state, next_attempt_at=None, disable=False)
 
 
 def new_webhook_id() -> str:

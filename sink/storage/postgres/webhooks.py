@@ -35,6 +35,7 @@ from sink.webhooks.model import (
     Webhook,
     failed_event,
     glob_regex,
+    late,
     new_delivery_id,
 )
 from sink.webhooks.port import IN_FLIGHT_MAX, LEASE_S
@@ -112,6 +113,15 @@ INSERT INTO webhook_attempts (delivery_seq, attempt, webhook_id, state, status_c
                               next_attempt_at)
 SELECT seq, $2, webhook_id, $3, $5, $6, $7, $4 FROM d
 RETURNING delivery_seq
+"""
+
+# A 410 disabled the webhook: its deliveries waiting for a retry will get none, so their
+# newest attempt rows say failed (no next_attempt_at) instead of pending for ever.
+_END_ATTEMPTS = """
+UPDATE webhook_attempts a SET state = 'failed', next_attempt_at = NULL
+WHERE a.webhook_id = $1 AND a.state = 'pending' AND EXISTS (
+    SELECT 1 FROM webhook_deliveries d
+    WHERE d.seq = a.delivery_seq AND d.attempts = a.attempt AND d.state = 'pending')
 """
 
 _EVENT_ROWS = EVENT_SELECT + " WHERE e.id = ANY($1::bigint[])"
@@ -276,9 +286,12 @@ class PostgresWebhooks:
         return result
 
     async def settle(self, outcome: Outcome) -> None:
-        if outcome.state is not DeliveryState.FAILED and not outcome.disable:
-            # Delivered or to be retried: one statement (its own transaction, one round trip).
-            await self._fetch(
+        # Delivered or to be retried: one statement (its own transaction, one round trip).
+        # Not recorded by it: settled already, or a 410 ended the delivery meanwhile (below).
+        if (
+            outcome.state is not DeliveryState.FAILED
+            and not outcome.disable
+            and await self._fetch(
                 "settle",
                 _SETTLED,
                 outcome.delivery_id,
@@ -289,6 +302,7 @@ class PostgresWebhooks:
                 outcome.error,
                 outcome.at,
             )
+        ):
             return
 
         async def work(db: Connection) -> None:
@@ -296,40 +310,45 @@ class PostgresWebhooks:
                 "SELECT * FROM webhook_deliveries WHERE delivery_id = $1 FOR UPDATE",
                 outcome.delivery_id,
             )
-            if row is None or row["state"] != "pending" or row["attempts"] + 1 != outcome.attempt:
+            if row is None or row["attempts"] + 1 != outcome.attempt:
                 return  # settled already (its lease ran out and another attempt was made)
+            ended = row["state"] == "failed"  # by a 410 while this attempt was in flight
+            if row["state"] != "pending" and not ended:
+                return
+            made = late(outcome) if ended else outcome
             await db.execute(
                 "INSERT INTO webhook_attempts (delivery_seq, attempt, webhook_id, state, "
                 "status_code, error, at, next_attempt_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
                 row["seq"],
-                outcome.attempt,
+                made.attempt,
                 row["webhook_id"],
-                outcome.state.value,
-                outcome.status_code,
-                outcome.error,
-                outcome.at,
-                outcome.next_attempt_at,
+                made.state.value,
+                made.status_code,
+                made.error,
+                made.at,
+                made.next_attempt_at,
             )
             await db.execute(
                 "UPDATE webhook_deliveries SET state = $1, attempts = $2, lease_until = 0, "
                 "next_attempt_at = COALESCE($3, next_attempt_at) WHERE seq = $4",
-                outcome.state.value,
-                outcome.attempt,
-                outcome.next_attempt_at,
+                made.state.value,
+                made.attempt,
+                made.next_attempt_at,
                 row["seq"],
             )
-            if outcome.disable:
+            if made.disable:
                 await db.execute(
                     "UPDATE webhooks SET disabled_at = $1 WHERE webhook_id = $2",
-                    outcome.at,
+                    made.at,
                     row["webhook_id"],
                 )
+                await db.execute(_END_ATTEMPTS, row["webhook_id"])
                 await db.execute(
                     "UPDATE webhook_deliveries SET state = 'failed' "
                     "WHERE webhook_id = $1 AND state = 'pending'",
                     row["webhook_id"],
                 )
-            if outcome.state is DeliveryState.FAILED and row["run_id"] is not None:
+            if made.state is DeliveryState.FAILED and row["run_id"] is not None and not ended:
                 delivery = Delivery(
                     row["delivery_id"],
                     row["webhook_id"],
@@ -339,7 +358,7 @@ class PostgresWebhooks:
                     row["body"] or "",
                     float(row["created_at"]),
                 )
-                await self._insert_events(db, [failed_event(delivery, outcome)])
+                await self._insert_events(db, [failed_event(delivery, made)])
 
         await self._transaction("settle", work)
 

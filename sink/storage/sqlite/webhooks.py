@@ -31,6 +31,7 @@ from sink.webhooks.model import (
     Webhook,
     deliveries_for,
     failed_event,
+    late,
     new_delivery_id,
 )
 from sink.webhooks.port import IN_FLIGHT_MAX, LEASE_S
@@ -193,33 +194,38 @@ class SQLiteWebhooks:
             row = db.execute(
                 "SELECT * FROM webhook_deliveries WHERE delivery_id = ?", (outcome.delivery_id,)
             ).fetchone()
-            if row is None or row["state"] != "pending" or row["attempts"] + 1 != outcome.attempt:
+            if row is None or row["attempts"] + 1 != outcome.attempt:
                 return  # settled already (its lease ran out and another attempt was made)
+            ended = row["state"] == "failed"  # by a 410 while this attempt was in flight
+            if row["state"] != "pending" and not ended:
+                return
+            made = late(outcome) if ended else outcome
             db.execute(
                 "INSERT INTO webhook_attempts (delivery_seq, attempt, webhook_id, state, "
                 "status_code, error, at, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     row["seq"],
-                    outcome.attempt,
+                    made.attempt,
                     row["webhook_id"],
-                    outcome.state.value,
-                    outcome.status_code,
-                    outcome.error,
-                    outcome.at,
-                    outcome.next_attempt_at,
+                    made.state.value,
+                    made.status_code,
+                    made.error,
+                    made.at,
+                    made.next_attempt_at,
                 ),
             )
             db.execute(
                 "UPDATE webhook_deliveries SET state = ?, attempts = ?, lease_until = 0, "
                 "next_attempt_at = COALESCE(?, next_attempt_at) WHERE seq = ?",
-                (outcome.state.value, outcome.attempt, outcome.next_attempt_at, row["seq"]),
+                (made.state.value, made.attempt, made.next_attempt_at, row["seq"]),
             )
             hook_id = row["webhook_id"]
-            if outcome.disable:
+            if made.disable:
                 db.execute(
                     "UPDATE webhooks SET disabled_at = ? WHERE webhook_id = ?",
-                    (outcome.at, hook_id),
+                    (made.at, hook_id),
                 )
+                db.execute(_END_ATTEMPTS, (hook_id,))
                 db.execute(
                     "UPDATE webhook_deliveries SET state = 'failed' "
                     "WHERE webhook_id = ? AND state = 'pending'",
@@ -227,8 +233,8 @@ class SQLiteWebhooks:
                 )
                 hook = self._hooks.get(hook_id)
                 if hook is not None:
-                    self._hooks[hook_id] = _disabled(hook, outcome.at)
-            if outcome.state is DeliveryState.FAILED and row["run_id"] is not None:
+                    self._hooks[hook_id] = _disabled(hook, made.at)
+            if made.state is DeliveryState.FAILED and row["run_id"] is not None and not ended:
                 delivery = Delivery(
                     row["delivery_id"],
                     hook_id,
@@ -238,7 +244,7 @@ class SQLiteWebhooks:
                     row["body"],
                     row["created_at"],
                 )
-                self._insert_events(db, [failed_event(delivery, outcome)])
+                self._insert_events(db, [failed_event(delivery, made)])
 
         await self._transaction(work)
 
@@ -269,6 +275,16 @@ class SQLiteWebhooks:
 
         result: int = await self._transaction(work)
         return result
+
+
+# A 410 disabled the webhook: its deliveries waiting for a retry will get none, so their
+# newest attempt rows say failed (no next_attempt_at) instead of pending for ever.
+_END_ATTEMPTS = (
+    "UPDATE webhook_attempts SET state = 'failed', next_attempt_at = NULL "
+    "WHERE webhook_id = ? AND state = 'pending' AND EXISTS (SELECT 1 FROM webhook_deliveries d "
+    "WHERE d.seq = webhook_attempts.delivery_seq AND d.attempts = webhook_attempts.attempt "
+    "AND d.state = 'pending')"
+)
 
 
 def _insert_deliveries(db: sqlite3.Connection, deliveries: list[Delivery]) -> None:
