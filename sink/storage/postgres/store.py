@@ -249,15 +249,13 @@ class PostgresStore:
     async def _live_addresses(db: Connection | asyncpg.Pool) -> list[LiveAddress]:
         return [live_from_row(row) for row in await db.fetch(LIVE_ADDRESSES, timeout=30)]
 
-    def _ended(self, inbox_ids: list[str]) -> None:
-        """Inboxes that just expired (or were released): no route, no near misses any more."""
-        self._routes.forget(inbox_ids)
-        self._near.remove(inbox_ids)
-
     # What the listener (listener.py's ``Ends``) keeps of this store's caches: ``Followed``.
 
     def ended(self, inbox_ids: list[str]) -> None:
-        self._ended(inbox_ids)
+        """Inboxes that just expired (or were released), here or on another replica: no
+        route, no near misses any more."""
+        self._routes.forget(inbox_ids)
+        self._near.remove(inbox_ids)
 
     def created(self, live: LiveAddress) -> None:
         self._near.add(live)
@@ -513,7 +511,7 @@ class PostgresStore:
         if saved:
             self._committed(events)
         if saved and after.state is State.EXPIRED:
-            self._ended([after.inbox_id])
+            self.ended([after.inbox_id])
         return saved
 
     async def expire(self, inbox: Inbox, retention_s: int) -> None:
@@ -522,7 +520,7 @@ class PostgresStore:
                 await self._notify(db, "e", [inbox.inbox_id])
 
         await self.transaction("expire", work)
-        self._ended([inbox.inbox_id])
+        self.ended([inbox.inbox_id])
 
     async def expire_due(self, now: float, limit: int) -> list[Inbox]:
         rows = await self.fetch(
@@ -685,7 +683,7 @@ class PostgresStore:
             return ids
 
         released = await self.transaction("release_run", work)
-        self._ended(released)
+        self.ended(released)
         return released
 
     async def release_due(self, now: float, limit: int) -> int:
@@ -718,7 +716,7 @@ class PostgresStore:
             return ids
 
         released = await self.transaction("release", work)
-        self._ended(released)
+        self.ended(released)
         return len(released)
 
     async def used_bytes(self) -> int:
