@@ -27,6 +27,14 @@ def test_each_retry_comes_its_delay_after_the_attempt_before_and_at_most_10_perc
     assert schedule.attempts() == 8
 
 
+def test_the_spread_leaves_the_worker_half_the_contracts_10_percent() -> None:
+    """A retry is drawn at most 5% late, so the attempt itself (waking, connecting) still
+    starts within the 10% the contract allows, even for the 1 s retry (50 ms to spare)."""
+    for made, delay in enumerate(schedule.DELAYS_S, start=1):
+        latest = schedule.next_attempt_at(made, 100.0, draw=lambda: 0.999999)
+        assert latest is not None and latest <= 100.0 + delay * 1.05
+
+
 def test_the_worker_keeps_the_whole_schedule_then_fails_the_delivery() -> None:
     """Eight attempts at a receiver that always answers 500, each retry due its delay after
     the attempt before on the (fake) clock; the last fails the delivery with a run event."""

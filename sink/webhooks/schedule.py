@@ -1,6 +1,7 @@
 """When a failed delivery is tried again: 1, 5, 30, 120, 600, 1800 and 3600 s after the end
-of the attempt before (the contract's schedule), never earlier and up to 10% later, so
-that retries of many deliveries that failed together do not all come back at once. Pure.
+of the attempt before (the contract's schedule), never earlier and up to 10% later: the
+draw spreads a retry over the first 5% (so retries of many deliveries that failed together
+do not all come back at once), leaving the other 5% to the worker's own latency. Pure.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import random
 from collections.abc import Callable
 
 DELAYS_S: tuple[float, ...] = (1, 5, 30, 120, 600, 1800, 3600)
-SPREAD = 0.1  # a retry comes up to 10% of its delay late
+SPREAD = 0.05  # a retry is drawn up to 5% of its delay late (the contract allows 10%)
 
 
 def next_attempt_at(
