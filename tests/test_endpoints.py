@@ -54,6 +54,14 @@ def test_every_row_names_its_scope_and_the_check_finds_it(endpoint: Endpoint) ->
         assert value is not None and value.startswith("x-")
 
 
+def test_only_liveness_and_readiness_are_open() -> None:
+    """A row without a scope operation (op=None: no token at all) is a new open endpoint."""
+    assert {(e.method, e.path) for e in TABLE if e.op is None} == {
+        ("GET", "/healthz"),
+        ("GET", "/readyz"),
+    }
+
+
 @pytest.mark.parametrize("endpoint", ROWS)
 def test_every_row_is_in_the_openapi_document_or_says_why_not(endpoint: Endpoint) -> None:
     """A documented row is its path and method in /openapi.json; an unlisted one says why."""
