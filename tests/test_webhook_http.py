@@ -128,3 +128,24 @@ def test_what_is_not_http_is_a_protocol_error() -> None:
     """A peer that answers something else: ProtocolError, never a hang."""
     with pytest.raises(ProtocolError):
         _run(_writes(b"SSH-2.0-OpenSSH\r\n\r\n", keep=False), 1)
+
+
+def test_a_url_with_non_ascii_characters_is_sent_percent_encoded() -> None:
+    """A path or query beyond ASCII goes out as UTF-8 %XX escapes (as httpx or a browser
+    sends it; raw it is a 400 from most servers), escapes already there kept as they are."""
+
+    async def main() -> list[bytes]:
+        server, requests, _ = await _serve(_writes(b"HTTP/1.1 204 No Content\r\n\r\n"))
+        client = Http1(4)
+        try:
+            for path in ("/h\u00f6k/\u8def?q=\u00e9&x=%2F", "/a%C3%B6?b=c d"):
+                status = await asyncio.wait_for(client.post(_url(server, path), b"{}", {}), 5)
+                assert status == 204
+        finally:
+            await client.close()
+            server.close()
+        return requests
+
+    first, second = asyncio.run(main())
+    assert first.startswith(b"POST /h%C3%B6k/%E8%B7%AF?q=%C3%A9&x=%2F HTTP/1.1\r\n")
+    assert second.startswith(b"POST /a%C3%B6?b=c%20d HTTP/1.1\r\n")

@@ -16,11 +16,12 @@ import asyncio
 import contextlib
 import ssl
 from collections import defaultdict
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 BODY_MAX = 64 * 1024  # an answer's body beyond this is not read: the connection closes
 HEAD_MAX = 64 * 1024
 KEEP_PER_ORIGIN = 8
+_URL_SAFE = "!#$%&'()*+,/:;=?@[]~"  # what a request target may hold as it is (%XX kept)
 
 Origin = tuple[str, str, int]
 Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
@@ -49,7 +50,10 @@ class Http1:
         port = parts.port or (443 if scheme == "https" else 80)
         origin: Origin = (scheme, parts.hostname, port)
         host = parts.netloc.rpartition("@")[2]
+        if not host.isascii():
+            host = host.encode("idna").decode("ascii")
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        target = quote(target, safe=_URL_SAFE)  # beyond ASCII: UTF-8 %XX, as httpx sends it
         lines = [f"POST {target} HTTP/1.1", f"Host: {host}", f"Content-Length: {len(body)}"]
         lines += [f"{name}: {value}" for name, value in headers.items()]
         request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
