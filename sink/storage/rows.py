@@ -14,6 +14,7 @@ from sink.storage.base import (
     CaughtMessage,
     Delivered,
     Event,
+    Incoming,
     Late,
     Listed,
     Route,
@@ -131,6 +132,26 @@ def delivery_from_row(row: Row) -> Delivery:
         received_at=row["received_at"],
         size=row["size"],
         claim=claim,
+    )
+
+
+def message_values(key: object, item: Incoming, size: int) -> tuple[Any, ...]:
+    """A message's row as both adapters insert it: its key (SQLite's ``message_pk``,
+    PostgreSQL's ``message_key``), raw, size, subject, from_addr, to_json, cc_json, date,
+    mail_from, received_at, auth_user."""
+    s = item.summary
+    return (
+        key,
+        item.raw,
+        size,
+        s.subject,
+        s.from_addr,
+        json_strings(s.to),
+        json_strings(s.cc),
+        s.date,
+        item.mail_from,
+        item.received_at,
+        item.auth_user,
     )
 
 

@@ -26,7 +26,13 @@ from sink.storage.postgres.driver import (
     unnest_columns,
 )
 from sink.storage.postgres.feed import CAUGHT
-from sink.storage.rows import accepted_event, json_strings, late_events, near_miss_event
+from sink.storage.rows import (
+    accepted_event,
+    json_strings,
+    late_events,
+    message_values,
+    near_miss_event,
+)
 
 if TYPE_CHECKING:
     from sink.storage.postgres.driver import Connection
@@ -90,22 +96,7 @@ async def insert_batch(db: Connection, items: Sequence[Incoming], replica_id: st
         # The message is stored once, for its inboxes and as caught mail alike.
         key = live[0].message_id if live else item.caught_id
         if key is not None:
-            s = item.summary
-            messages.append(
-                (
-                    key,
-                    item.raw,
-                    size,
-                    s.subject,
-                    s.from_addr,
-                    json_strings(s.to),
-                    json_strings(s.cc),
-                    s.date,
-                    item.mail_from,
-                    item.received_at,
-                    item.auth_user,
-                )
-            )
+            messages.append(message_values(key, item, size))
             for d in live:
                 seq = next_seq[d.inbox_id]
                 next_seq[d.inbox_id] = seq + 1

@@ -46,6 +46,7 @@ from sink.storage.rows import (
     late_events,
     live_from_row,
     match_json_or_none,
+    message_values,
     near_miss_event,
     route_from_row,
     stored_message_from_row,
@@ -586,22 +587,7 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
         size = len(item.raw)
         if item.deliveries or item.caught_id:
             pk += 1
-            s = item.summary
-            messages.append(
-                (
-                    pk,
-                    item.raw,
-                    size,
-                    s.subject,
-                    s.from_addr,
-                    json_strings(s.to),
-                    json_strings(s.cc),
-                    s.date,
-                    item.mail_from,
-                    item.received_at,
-                    item.auth_user,
-                )
-            )
+            messages.append(message_values(pk, item, size))
             for d in item.deliveries:
                 deliveries.append((d.message_id, d.inbox_id, pk, json_strings(d.rcpts)))
                 events.append(accepted_event(d, item.received_at, size))
