@@ -9,10 +9,11 @@ operation of ``sink/scopes.py`` in the endpoint table (``api/endpoints.py``, rea
 ``route_op``); a path no endpoint takes is a read (GET, HEAD) or an admin operation
 (anything else).
 
-Runs named in a body, ``X-Run-Id`` or ``?run_id=`` are checked by the routes
-(``check_run``), and the MCP tools make the same calls (``api/mcp.py``). Filtered views
-(search, live events) ask ``visibility_of(request.scope)`` which runs, and whether caught
-mail, the request may see. ``Authority.verify`` checks a token however it arrived.
+Runs named in a body, ``X-Run-Id`` or ``?run_id=`` are checked by the handlers
+(``check_run``, through ``api/inputs.py``'s ``caller_run``), and the MCP tools make the
+same calls (``api/mcp.py``). Filtered views (search, live events) ask
+``visibility_of(request.scope)`` which runs, and whether caught mail, the request may see.
+``Authority.verify`` checks a token however it arrived.
 
 Order against ownership: the scope is checked first. An inbox or message whose owner
 the token does not cover is 403 ``forbidden_scope`` naming ``read`` or ``admin`` (never
@@ -48,9 +49,6 @@ T = TypeVar("T")
 _LOOKUP_DEADLINE_S = 2.0
 
 _MALFORMED = "malformed bearer token (expected: Authorization: Bearer <token>)"
-
-# Paths that need no token at all.
-OPEN_PATHS = endpoints.OPEN_PATHS
 
 
 def bearer_token(headers: Headers) -> str | None:
@@ -129,7 +127,7 @@ def route_op(method: str, path: str) -> tuple[Op, str | None, str | None]:
         return (scopes.READ_ALL if method in ("GET", "HEAD") else scopes.ADMINISTER), None, None
     endpoint = found.endpoint
     if endpoint.op is None:
-        return scopes.ANY, None, None  # open (OPEN_PATHS: the edge asks for no token)
+        return scopes.ANY, None, None  # open (endpoints.OPEN_PATHS: the edge asks for no token)
     owner = found.owner
     value = found.first if owner is not None and owner != "body" else None
     return endpoint.op, owner, value

@@ -30,9 +30,8 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.auth import OPEN_PATHS
 from api.context import KEY as CONTEXT
-from api.endpoints import FORM_PATHS
+from api.endpoints import FORM_PATHS, OPEN_PATHS
 from api.errors import error_response
 from api.middleware import begin, outgoing, record
 from api.ui.access import same_origin

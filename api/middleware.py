@@ -18,11 +18,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.auth import API_FAILURES_PER_MINUTE, OPEN_PATHS, Authority, Refused, Throttled
+from api.auth import API_FAILURES_PER_MINUTE, Authority, Refused, Throttled
 from api.calls import route_call
 from api.connections import MAX_HEAD_BYTES, MAX_TARGET_BYTES, OVERFLOW_SCOPE_KEY
 from api.context import KEY as CONTEXT
 from api.context import RequestContext
+from api.endpoints import OPEN_PATHS
 from api.errors import error_response, runsink_error
 from sink import clock, ids
 from sink.errors import RunsinkError

@@ -10,9 +10,9 @@ from starlette.routing import Mount, Route, compile_path
 from api import endpoints, schemas
 from api.apidoc import Doc, Unlisted
 from api.app import app_routes
-from api.auth import OPEN_PATHS, route_op
+from api.auth import route_op
 from api.calls import route_call
-from api.endpoints import TABLE, Endpoint
+from api.endpoints import OPEN_PATHS, TABLE, Endpoint
 from api.openapi import openapi_document, paths, schema_names
 from sink import scopes
 
