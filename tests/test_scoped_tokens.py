@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from sink.client import ApiError, Sink
+from sink.storage.memory import memory_backend
 from tests.inproc import InProcess, Served
 from tests.support import Server, new_run_id, start_server, wait
 from tests.test_mcp import connect
@@ -78,10 +79,9 @@ def _flags(folder: Path, policy_file: str) -> tuple[str, ...]:
 
 @pytest.fixture(scope="module")
 def scoped(tmp_path_factory: pytest.TempPathFactory, policy_file: str) -> Iterator[InProcess]:
-    """The app with the tokens, in this process (over a SQLite file: the memory backend has
-    no run index for the web UI's pages)."""
+    """The app with the tokens, in this process over the memory backend."""
     folder = tmp_path_factory.mktemp("scoped")
-    running = InProcess(folder, *_flags(folder, policy_file))
+    running = InProcess(folder, *_flags(folder, policy_file), backend=memory_backend)
     yield running
     running.stop()
 

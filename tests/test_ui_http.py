@@ -23,13 +23,6 @@ from tests.support_ui import hostile_message, send_raw
 FRAME_CSP = "sandbox; default-src 'none'; style-src 'unsafe-inline'; img-src data: cid:"
 
 
-@pytest.fixture(scope="session")
-def app(sqlite_app: InProcess) -> InProcess:
-    """The pages read the run index (which the memory backend has not): the app over SQLite,
-    in this process."""
-    return sqlite_app
-
-
 def _hostile(app: Served, client: httpx.Client) -> tuple[dict[str, Any], str]:
     inbox = create_inbox(client, new_run_id("ui"))
     send_raw(app.smtp_port, inbox["address"], hostile_message(inbox["address"]))
