@@ -102,6 +102,7 @@ class Runtime:
         # Webhook deliveries: those left pending by the process before go out now; a commit
         # that queues more wakes the worker at once.
         self.webhooks.wake = self.deliverer.wake
+        self.webhooks.hand = self.deliverer.hand
         self._delivering = asyncio.create_task(
             self.deliverer.run(self.stopping), name="webhook-deliveries"
         )

@@ -427,3 +427,34 @@ def test_settled_deliveries_are_forgotten_after_their_history_pending_ones_never
         assert await store.webhooks.pending_count() == 1
 
     backend(scenario)
+
+
+def test_sqlite_hands_new_deliveries_to_its_worker_in_their_commit_within_the_cap(
+    tmp_path: Path,
+) -> None:
+    """With a worker's hand set, SQLite leases new deliveries in the commit that writes them
+    and hands them over after it: 8 per webhook, the rest left for take_due."""
+
+    async def scenario() -> None:
+        store = SQLiteStore(tmp_path / "s.db")
+        await store.open()
+        handed: list[Any] = []
+        store.webhooks.hand = handed.extend
+        try:
+            hook = _hook(events=("run_event",))
+            await store.webhooks.create_webhook(hook)
+            await store.add_events(
+                [Event("r", "breaker_opened", clock.now(), "ib_x") for _ in range(12)]
+            )
+            assert len(handed) == IN_FLIGHT_MAX and all(d.attempt == 1 for d in handed)
+            assert await store.webhooks.take_due(clock.now() + 1, 100) == []  # the cap holds
+            first = handed[0]
+            await store.webhooks.settle(
+                Outcome(first.delivery_id, 1, clock.now(), 200, None, DeliveryState.DELIVERED)
+            )
+            [next_one] = await store.webhooks.take_due(clock.now() + 1, 100)
+            assert next_one.delivery_id not in {d.delivery_id for d in handed}
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())

@@ -49,6 +49,7 @@ class MemoryWebhooks:
         self._attempts: dict[str, list[Attempt]] = {}  # by webhook_id
         self._seq = 0
         self.wake: Callable[[], None] | None = None  # the delivery worker's, once it runs
+        self.hand: Callable[[list[Due]], None] | None = None  # unused: taken by take_due
 
     # -- the outbox: written with the events -----------------------------------------
 

@@ -22,6 +22,9 @@ IN_FLIGHT_MAX = 8  # deliveries of one webhook in flight at once (take_due never
 
 class WebhookStore(Protocol):
     wake: Callable[[], None] | None  # set by the delivery worker: deliveries were queued
+    # Set by the worker too, for a store that leases new deliveries to it in their own
+    # commit (SQLite): these were, attempt them now.
+    hand: Callable[[list[Due]], None] | None
 
     async def create_webhook(self, webhook: Webhook) -> None: ...
 

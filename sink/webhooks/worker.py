@@ -58,6 +58,7 @@ class Worker:
         self._http = Http1(IN_FLIGHT)
         self._wakeup = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()  # attempts in flight (kept: not GC'd)
+        self._running = False
         self._due_at: float | None = None  # when the next delivery is due, at the last look
         self._pruned_at = -_PRUNE_EVERY_S  # monotonic: the first round prunes
 
@@ -65,8 +66,16 @@ class Worker:
         """Deliveries were queued (or an attempt ended): look now."""
         self._wakeup.set()
 
+    def hand(self, dues: list[Due]) -> None:
+        """Deliveries the store leased to this worker in the commit that wrote them: their
+        first attempts start now, without a round (SQLite)."""
+        if self._running:  # else: their leases run out (SQLite frees them at the next open)
+            for due in dues:
+                self._start(due)
+
     async def run(self, stopping: asyncio.Event) -> None:
         woken = True  # the first round takes what the process before left pending
+        self._running = True
         try:
             while not stopping.is_set():
                 self._wakeup.clear()
@@ -75,6 +84,7 @@ class Worker:
                     await asyncio.wait_for(self._wakeup.wait(), delay)
                 woken = self._wakeup.is_set()
         finally:
+            self._running = False
             for task in list(self._tasks):
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -93,9 +103,7 @@ class Worker:
             if looking and len(self._tasks) < IN_FLIGHT:
                 taken = await self._store.take_due(now, IN_FLIGHT - len(self._tasks))
             for due in taken:
-                task = asyncio.create_task(self._attempt(due), name=f"webhook {due.delivery_id}")
-                self._tasks.add(task)
-                task.add_done_callback(self._ended)
+                self._start(due)
             next_at = self._due_at = await self._store.next_due()
             self._metrics.webhook_pending.set(await self._store.pending_count())
         except Exception as exc:  # the store's trouble (or ours): the loop goes on
@@ -107,6 +115,11 @@ class Worker:
         if wait <= 0:
             return 0.0 if taken else _IDLE_S
         return min(wait, LOOK_S)
+
+    def _start(self, due: Due) -> None:
+        task = asyncio.create_task(self._attempt(due), name=f"webhook {due.delivery_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._ended)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)

@@ -134,6 +134,7 @@ class PostgresWebhooks:
         self._insert_events = insert_events
         self._ids = EventIds()  # keyed by the store's signing key at open
         self.wake: Callable[[], None] | None = None  # the delivery worker's, once it runs
+        self.hand: Callable[[list[Due]], None] | None = None  # unused: taken by take_due
 
     def keyed(self, signing_key: bytes) -> None:
         self._ids = EventIds(signing_key)

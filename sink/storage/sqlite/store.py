@@ -66,6 +66,7 @@ from sink.storage.sqlite.writer import (
     insert_events,
 )
 from sink.vocabulary import Reason, State
+from sink.webhooks.model import Due
 
 _PROBE_TRUSTED_S = 1.0
 
@@ -100,7 +101,8 @@ class SQLiteStore:
     def __init__(self, path: Path, on_events: Callable[[list[Event]], None] | None = None) -> None:
         self._path = path
         # on_events: every event recorded, once its commit is durable (live events).
-        self._writer = Writer(path, on_events)
+        self._on_events = on_events
+        self._writer = Writer(path, self._committed)
         self._reader: aiosqlite.Connection | None = None
         # Every RCPT asks for a route; this process is the only writer, so it knows each
         # moment a route changes (an inbox expires) and forgets it right after that commit.
@@ -115,7 +117,9 @@ class SQLiteStore:
         self.mail = SQLiteMail(self._read, self._writer, self.indexer)
         self.runs = SQLiteRuns(self._read)
         # Webhooks and their outbox, written in the transactions of the events they carry.
-        self.webhooks = SQLiteWebhooks(self._writer.transaction, self._read, insert_events)
+        self.webhooks = SQLiteWebhooks(
+            self._writer.transaction, self._writer.shared, self._read, insert_events
+        )
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -131,6 +135,15 @@ class SQLiteStore:
             await self.webhooks.open(await self.signing_key())
         except (sqlite3.Error, OSError, StorageError) as exc:
             raise StorageError(f"cannot open the store at {self._path}: {exc}") from exc
+
+    def _committed(self, notes: list[Any]) -> None:
+        """A commit is durable: its events go live, its handed-off deliveries go out."""
+        events = [n for n in notes if isinstance(n, Event)]
+        if events and self._on_events is not None:
+            self._on_events(events)
+        handed = [n for n in notes if isinstance(n, Due)]
+        if handed:
+            self.webhooks.handed(handed)
 
     def _prepare(self, db: sqlite3.Connection) -> None:
         prepare(db)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 from sink import event_shapes
 from sink.event_ids import EventIds
 from sink.storage.base import Event, Incoming
+from sink.storage.sqlite.writer import note
 from sink.webhooks.model import (
     Attempt,
     Delivery,
@@ -45,6 +47,7 @@ from sink.webhooks.rows import (
 )
 
 Transaction = Callable[[Callable[[sqlite3.Connection], Any]], Any]  # Writer.transaction
+Shared = Callable[[Callable[[sqlite3.Connection, list[Any]], None], Any], Any]  # Writer.shared
 Read = Callable[[str, Sequence[Any]], Any]  # SQLiteStore._read (awaitable rows)
 InsertEvents = Callable[[sqlite3.Connection, Iterable[Event]], None]
 
@@ -52,14 +55,21 @@ _LISTING = LISTING.replace("{P1}", "?").replace("{P2}", "?")
 
 
 class SQLiteWebhooks:
-    def __init__(self, transaction: Transaction, read: Read, insert_events: InsertEvents) -> None:
+    def __init__(
+        self, transaction: Transaction, shared: Shared, read: Read, insert_events: InsertEvents
+    ) -> None:
         self._transaction = transaction
+        self._shared = shared
         self._read = read
         self._insert_events = insert_events
         self._ids = EventIds()  # keyed by the store's signing key at open
         self._hooks: dict[str, Webhook] = {}  # the exact cache (see the module docstring)
+        # Leases held, by webhook: kept by the writer's thread as it leases (hand-off, take_due)
+        # and settles; made exact again from the table at every take_due.
+        self._leased: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self.wake: Callable[[], None] | None = None  # the delivery worker's, once it runs
+        self.hand: Callable[[list[Due]], None] | None = None  # the worker's: attempt these now
 
     async def open(self, signing_key: bytes) -> None:
         """At the store's open: load the cache, free the leases of the process before."""
@@ -88,9 +98,45 @@ class SQLiteWebhooks:
 
     def _queue(self, db: sqlite3.Connection, events: list[LiveEvent], now: float) -> None:
         added = deliveries_for(list(self._hooks.values()), events, now)
-        if added:
-            _insert_deliveries(db, added)
+        if not added:
+            return
+        handed = self._hand_off(db, added) if self.hand is not None else []
+        _insert_deliveries(db, added, {d.delivery_id: d.lease_until for d in handed})
+        note(db, handed)  # to the worker once this commit is durable (SQLiteStore._committed)
+        if len(handed) < len(added):
             self._wake_soon()
+
+    def _hand_off(self, db: sqlite3.Connection, added: list[Delivery]) -> list[Due]:
+        """Lease new deliveries to this process's worker in the transaction that writes them
+        (within the per-webhook cap): their first attempt needs no transaction of its own."""
+        lease_until = time.time() + LEASE_S
+        leased = self._leased
+        handed: list[Due] = []
+        for d in added:
+            hook = self._hooks[d.webhook_id]
+            if leased.get(hook.webhook_id, 0) >= IN_FLIGHT_MAX:
+                continue
+            leased[hook.webhook_id] = leased.get(hook.webhook_id, 0) + 1
+            handed.append(
+                Due(
+                    d.delivery_id,
+                    d.webhook_id,
+                    hook.url,
+                    hook.secret,
+                    d.event_id,
+                    d.type,
+                    d.run_id,
+                    d.body,
+                    1,
+                    lease_until,
+                )
+            )
+        return handed
+
+    def handed(self, dues: list[Due]) -> None:
+        """After the commit that leased them: the worker makes their first attempts now."""
+        if self.hand is not None:
+            self.hand(dues)
 
     def _wake_soon(self) -> None:
         # From the writer's thread. The worker's next take_due queues behind this write.
@@ -180,6 +226,7 @@ class SQLiteWebhooks:
                     continue
                 leased[hook] = leased.get(hook, 0) + 1
                 taken.append(due_from(row, now + LEASE_S))
+            self._leased = leased
             db.executemany(
                 "UPDATE webhook_deliveries SET lease_until = ? WHERE delivery_id = ?",
                 [(d.lease_until, d.delivery_id) for d in taken],
@@ -190,19 +237,31 @@ class SQLiteWebhooks:
         return result
 
     async def settle(self, outcome: Outcome) -> None:
-        def work(db: sqlite3.Connection) -> None:
-            row = db.execute(
-                "SELECT * FROM webhook_deliveries WHERE delivery_id = ?", (outcome.delivery_id,)
-            ).fetchone()
+        # Shared: the settles waiting beside it are written by one _settle_rows (one statement
+        # per table), as group commit does for mail.
+        await self._shared(self._settle_rows, outcome)
+
+    def _settle_rows(self, db: sqlite3.Connection, outcomes: list[Outcome]) -> None:
+        ids = [o.delivery_id for o in outcomes]
+        marks = ",".join("?" * len(ids))
+        rows = {
+            r["delivery_id"]: r
+            for r in db.execute(
+                f"SELECT * FROM webhook_deliveries WHERE delivery_id IN ({marks})", ids
+            ).fetchall()
+        }
+        attempts: list[tuple[Any, ...]] = []
+        updates: list[tuple[Any, ...]] = []
+        more: list[tuple[Any, Outcome, bool]] = []  # failed or gone: more to record
+        for outcome in outcomes:
+            row = rows.pop(outcome.delivery_id, None)
             if row is None or row["attempts"] + 1 != outcome.attempt:
-                return  # settled already (its lease ran out and another attempt was made)
+                continue  # settled already (its lease ran out and another attempt was made)
             ended = row["state"] == "failed"  # by a 410 while this attempt was in flight
             if row["state"] != "pending" and not ended:
-                return
+                continue
             made = late(outcome) if ended else outcome
-            db.execute(
-                "INSERT INTO webhook_attempts (delivery_seq, attempt, webhook_id, state, "
-                "status_code, error, at, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            attempts.append(
                 (
                     row["seq"],
                     made.attempt,
@@ -212,41 +271,54 @@ class SQLiteWebhooks:
                     made.error,
                     made.at,
                     made.next_attempt_at,
-                ),
+                )
             )
-            db.execute(
-                "UPDATE webhook_deliveries SET state = ?, attempts = ?, lease_until = 0, "
-                "next_attempt_at = COALESCE(?, next_attempt_at) WHERE seq = ?",
-                (made.state.value, made.attempt, made.next_attempt_at, row["seq"]),
-            )
+            updates.append((made.state.value, made.attempt, made.next_attempt_at, row["seq"]))
             hook_id = row["webhook_id"]
-            if made.disable:
-                db.execute(
-                    "UPDATE webhooks SET disabled_at = ? WHERE webhook_id = ?",
-                    (made.at, hook_id),
-                )
-                db.execute(_END_ATTEMPTS, (hook_id,))
-                db.execute(
-                    "UPDATE webhook_deliveries SET state = 'failed' "
-                    "WHERE webhook_id = ? AND state = 'pending'",
-                    (hook_id,),
-                )
-                hook = self._hooks.get(hook_id)
-                if hook is not None:
-                    self._hooks[hook_id] = _disabled(hook, made.at)
-            if made.state is DeliveryState.FAILED and row["run_id"] is not None and not ended:
-                delivery = Delivery(
-                    row["delivery_id"],
-                    hook_id,
-                    row["event_id"],
-                    row["type"],
-                    row["run_id"],
-                    row["body"],
-                    row["created_at"],
-                )
-                self._insert_events(db, [failed_event(delivery, made)])
+            self._leased[hook_id] = max(0, self._leased.get(hook_id, 0) - 1)
+            if made.disable or made.state is DeliveryState.FAILED:
+                more.append((row, made, ended))
+        db.executemany(
+            "INSERT INTO webhook_attempts (delivery_seq, attempt, webhook_id, state, "
+            "status_code, error, at, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            attempts,
+        )
+        db.executemany(
+            "UPDATE webhook_deliveries SET state = ?, attempts = ?, lease_until = 0, "
+            "next_attempt_at = COALESCE(?, next_attempt_at) WHERE seq = ?",
+            updates,
+        )
+        for row, made, ended in more:
+            self._ended(db, row, made, ended)
 
-        await self._transaction(work)
+    def _ended(self, db: sqlite3.Connection, row: Any, made: Outcome, ended: bool) -> None:
+        """A delivery failed: its webhook disabled (410), its run told (webhook_failed) unless
+        a 410 had ended it already."""
+        hook_id = row["webhook_id"]
+        if made.disable:
+            db.execute(
+                "UPDATE webhooks SET disabled_at = ? WHERE webhook_id = ?", (made.at, hook_id)
+            )
+            db.execute(_END_ATTEMPTS, (hook_id,))
+            db.execute(
+                "UPDATE webhook_deliveries SET state = 'failed' "
+                "WHERE webhook_id = ? AND state = 'pending'",
+                (hook_id,),
+            )
+            hook = self._hooks.get(hook_id)
+            if hook is not None:
+                self._hooks[hook_id] = _disabled(hook, made.at)
+        if made.state is DeliveryState.FAILED and row["run_id"] is not None and not ended:
+            delivery = Delivery(
+                row["delivery_id"],
+                hook_id,
+                row["event_id"],
+                row["type"],
+                row["run_id"],
+                row["body"],
+                row["created_at"],
+            )
+            self._insert_events(db, [failed_event(delivery, made)])
 
     async def next_due(self) -> float | None:
         rows = await self._read(
@@ -287,10 +359,13 @@ _END_ATTEMPTS = (
 )
 
 
-def _insert_deliveries(db: sqlite3.Connection, deliveries: list[Delivery]) -> None:
+def _insert_deliveries(
+    db: sqlite3.Connection, deliveries: list[Delivery], leased: dict[str, float] | None = None
+) -> None:
+    leased = leased or {}
     db.executemany(
         "INSERT INTO webhook_deliveries (delivery_id, webhook_id, event_id, type, run_id, body, "
-        "created_at, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        "created_at, next_attempt_at, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             (
                 d.delivery_id,
@@ -301,6 +376,7 @@ def _insert_deliveries(db: sqlite3.Connection, deliveries: list[Delivery]) -> No
                 d.body,
                 d.created_at,
                 d.created_at,
+                leased.get(d.delivery_id, 0.0),
             )
             for d in deliveries
         ],
