@@ -35,7 +35,8 @@ NAMED = {"application_name": "runsink"}
 
 
 class Database(Protocol):
-    """The store's two ways to the database, for the modules beside it (breakers, runs)."""
+    """The store's two ways to the database, for the modules beside it (mail, runs, breakers,
+    webhooks)."""
 
     async def fetch(self, what: str, sql: str, *args: Any) -> list[Record]:
         """One statement on the pool, its errors translated (``what`` names it)."""

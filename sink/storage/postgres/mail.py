@@ -25,28 +25,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
-
-import asyncpg
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from sink.errors import StorageError
 from sink.logs import warn
 from sink.message import search_fields
 from sink.search import Query, Text, folded
 from sink.storage.base import CaughtMessage, Deleted, Listed
+from sink.storage.postgres.driver import Database, Record
 from sink.storage.rows import caught_from_row, listed_from_row
 
 if TYPE_CHECKING:
-    from asyncpg.pool import PoolConnectionProxy
-
-    Connection: TypeAlias = asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]
-
-T = TypeVar("T")
-Record = asyncpg.Record
-PoolSource = Callable[[], asyncpg.Pool]
-Translated = Callable[[str], AbstractAsyncContextManager[None]]
+    from sink.storage.postgres.driver import Connection
 
 # As in sqlite/fts.py: small batches, indexed once deliveries pause this long (or at once when
 # this many wait), so that indexing neither competes with deliveries nor runs per message.
@@ -76,11 +67,10 @@ _NO_UPPER = 1 << 62
 
 
 class PostgresMail:
-    """The v2 mail ports over the PostgreSQL store's pool (``PostgresStore.mail``)."""
+    """The v2 mail ports over the PostgreSQL store's connections (``PostgresStore.mail``)."""
 
-    def __init__(self, pool: PoolSource, translated: Translated) -> None:
-        self._pool = pool
-        self._translated = translated
+    def __init__(self, db: Database) -> None:
+        self._db = db
         self._indexer: asyncio.Task[None] | None = None
         self._stored_count = 0  # deliveries since the indexer last caught up
         self._last_stored = 0.0
@@ -124,7 +114,9 @@ class PostgresMail:
 
     async def _caught_up(self) -> None:
         """Read-your-writes across replicas: what was pending when asked is indexed first."""
-        rows = await self._fetch("search", "SELECT MAX(message_pk) FROM messages WHERE NOT indexed")
+        rows = await self._db.fetch(
+            "search", "SELECT MAX(message_pk) FROM messages WHERE NOT indexed"
+        )
         top = rows[0][0]
         if top is None:
             return
@@ -152,27 +144,13 @@ class PostgresMail:
                 await _index_rows(db, rows)
             return len(rows)
 
-        return await self._transaction("indexing", work)
-
-    # -- plumbing --------------------------------------------------------------------
-
-    async def _fetch(self, what: str, sql: str, *args: Any) -> list[Record]:
-        async with self._translated(what):
-            return list(await self._pool().fetch(sql, *args, timeout=30))
-
-    async def _transaction(self, what: str, work: Callable[[Connection], Awaitable[T]]) -> T:
-        async with (
-            self._translated(what),
-            self._pool().acquire() as connection,
-            connection.transaction(),
-        ):
-            return await work(connection)
+        return await self._db.transaction("indexing", work)
 
     # -- caught mail (CaughtMail) ------------------------------------------------------
 
     async def caught_page(self, before: tuple[int, int] | None, limit: int) -> list[Listed]:
         await self._caught_up()
-        rows = await self._fetch(
+        rows = await self._db.fetch(
             "caught_page",
             _LISTED_SELECT
             + " WHERE v.inbox_id IS NULL AND v.seq < $1 ORDER BY v.seq DESC LIMIT $2",
@@ -183,7 +161,7 @@ class PostgresMail:
 
     async def caught_message(self, caught_id: str) -> CaughtMessage | None:
         await self._caught_up()
-        rows = await self._fetch(
+        rows = await self._db.fetch(
             "caught_message",
             _LISTED_SELECT.replace(
                 "SELECT ",
@@ -221,7 +199,7 @@ class PostgresMail:
             ids = [row[0] for row in await db.fetch(select, *args)]
             return await _delete_entries(db, ids, now)
 
-        return await self._transaction("deleting caught mail", work)
+        return await self._db.transaction("deleting caught mail", work)
 
     # -- search and the listing (SearchIndex) --------------------------------------------
 
@@ -266,7 +244,7 @@ class PostgresMail:
     ) -> list[Listed]:
         sql, params = _search_sql(query, run_scope, upper, window)
         n = len(params)
-        rows = await self._fetch(
+        rows = await self._db.fetch(
             "search",
             f"{sql} ORDER BY v.seq DESC LIMIT ${n + 1} OFFSET ${n + 2}",
             *params,
@@ -279,7 +257,7 @@ class PostgresMail:
         self, query: Query, run_scope: str | None, upper: int, cap: int, window: int | None = None
     ) -> int:
         sql, params = _search_sql(query, run_scope, upper, window)
-        rows = await self._fetch(
+        rows = await self._db.fetch(
             "count", f"SELECT COUNT(*) FROM ({sql} LIMIT ${len(params) + 1}) x", *params, cap
         )
         return int(rows[0][0])
@@ -287,7 +265,7 @@ class PostgresMail:
     async def _window_floor(self, upper: int) -> int | None:
         """The oldest seq of the newest-first walk below ``upper``, or None when the walk
         saw every entry below it."""
-        rows = await self._fetch(
+        rows = await self._db.fetch(
             "search",
             "SELECT MIN(seq), COUNT(*) FROM (SELECT seq FROM listing WHERE seq < $1 "
             "ORDER BY seq DESC LIMIT $2) x",
@@ -299,11 +277,11 @@ class PostgresMail:
 
     async def listed(self, entry_id: str) -> Listed | None:
         await self._caught_up()
-        rows = await self._fetch("listed", _LISTED_SELECT + " WHERE v.id = $1", entry_id)
+        rows = await self._db.fetch("listed", _LISTED_SELECT + " WHERE v.id = $1", entry_id)
         return listed_from_row(rows[0]) if rows else None
 
     async def listed_raw(self, entry_id: str) -> bytes | None:
-        rows = await self._fetch(
+        rows = await self._db.fetch(
             "listed_raw",
             """SELECT m.raw FROM listing v JOIN messages m ON m.message_key = v.message_key
                LEFT JOIN inboxes i ON i.inbox_id = v.inbox_id
@@ -334,7 +312,7 @@ class PostgresMail:
                 return Deleted(0, tuple(live))
             return Deleted(await _delete_entries(db, ids, now))
 
-        return await self._transaction("delete", work)
+        return await self._db.transaction("delete", work)
 
     async def _delete_all_unneeded(self, now: float) -> int:
         """All caught mail and all mail of expired or released inboxes, a batch per
@@ -356,7 +334,7 @@ class PostgresMail:
 
         deleted = 0
         while True:
-            found, gone = await self._transaction("delete", work)
+            found, gone = await self._db.transaction("delete", work)
             deleted += gone
             if found < _DELETE_BATCH:
                 return deleted

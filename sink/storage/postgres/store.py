@@ -162,7 +162,7 @@ class PostgresStore:
         # After a disk-full error, new mail and inboxes wait for a probe to find space.
         self._space = SpaceGate(self._probe_space)
         # Caught mail, search and deletes (the v2 mail ports): mail.py.
-        self.mail = PostgresMail(lambda: self.pool, translated)
+        self.mail = PostgresMail(self)
         # Webhooks and their outbox (written by a trigger with the events: webhooks.py).
         self.webhooks = PostgresWebhooks(self.transaction, self.fetch, insert_events)
         # The fleet's breakers (breakers.py) and the web UI's run index (runs.py).
