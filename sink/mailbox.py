@@ -169,21 +169,23 @@ class Mailbox:
         limit: int,
         keep: Callable[[Listed], Awaitable[bool]],
     ) -> Page:
-        """A search whose rows ``keep`` filters as they come, at most ``_SCAN_BATCHES``
-        batches a page; a page cut short there says ``has_more`` with a cursor past what was
-        looked at."""
+        """A search whose rows ``keep`` filters as they come: a first batch of what the page
+        needs, then larger ones, at most ``_SCAN_BATCHES`` a page; a page cut short there says
+        ``has_more`` with a cursor past what was looked at."""
         before = _position(cursor, "search")
         kept: list[Listed] = []
+        batch = limit + 1  # what a page needs when every row is kept; more after that
         for _ in range(_SCAN_BATCHES):
-            rows = await self._store.search(query, run_scope, before, _SCAN_BATCH)
+            rows = await self._store.search(query, run_scope, before, batch)
             for row in rows:
                 if await keep(row):
                     kept.append(row)
                     if len(kept) > limit:
                         return _page(kept, limit, "search")
-            if len(rows) < _SCAN_BATCH:
+            if len(rows) < batch:
                 return Page(kept, None, False)
             before = rows[-1].position
+            batch = min(batch * 4, _SCAN_BATCH)
         return Page(kept, ids.encode_list_cursor("search", *rows[-1].position), True)
 
     async def window(
