@@ -13,7 +13,6 @@ before any answer is retried once on a new one (the peer read nothing on it).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
 from collections import defaultdict
 from urllib.parse import quote, urlsplit
@@ -97,15 +96,15 @@ class Http1:
             keep = await _drain_body(reader, status, version, fields)
             return status
         except BaseException:
-            keep = False
+            # Timed out, cancelled, or the peer misbehaved: drop the connection at once, never
+            # waiting on a peer that may not read.
+            writer.transport.abort()
             raise
         finally:
             if keep and len(self._idle[origin]) < KEEP_PER_ORIGIN:
                 self._idle[origin].append(stream)
-            else:
+            elif not writer.transport.is_closing():
                 writer.close()
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(writer.wait_closed())
 
 
 async def _head(reader: asyncio.StreamReader) -> tuple[int, str, dict[str, str]]:
