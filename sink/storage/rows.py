@@ -17,6 +17,7 @@ from sink.storage.base import (
     Incoming,
     Late,
     Listed,
+    NewInbox,
     Route,
     RunSummary,
     StoredMessage,
@@ -132,6 +133,28 @@ def delivery_from_row(row: Row) -> Delivery:
         received_at=row["received_at"],
         size=row["size"],
         claim=claim,
+    )
+
+
+def inbox_values(new: NewInbox) -> tuple[Any, ...]:
+    """A new inbox's row as both adapters insert it: inbox_id, run_id, purpose, local_part,
+    address, policy, created_at, expires_at, poll_budget, match_json, trace_id,
+    evidence_release_at, created_with."""
+    inbox = new.inbox
+    return (
+        inbox.inbox_id,
+        inbox.run_id,
+        inbox.purpose,
+        new.local_part,
+        inbox.address,
+        inbox.policy_name,
+        inbox.created_at,
+        inbox.expires_at,
+        inbox.poll_budget,
+        json.dumps(inbox.match.as_dict()),
+        inbox.trace_id,
+        inbox.expires_at + new.retention_s,
+        inbox.created_with,
     )
 
 

@@ -91,6 +91,7 @@ from sink.storage.rows import (
     delivery_from_row,
     expired_event,
     inbox_from_row,
+    inbox_values,
     live_from_row,
     match_json_or_none,
     route_from_row,
@@ -398,19 +399,7 @@ class PostgresStore:
                        created_with)
                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, 0, 'created', $10, $11, $12,
                            'created', $13)""",
-                inbox.inbox_id,
-                inbox.run_id,
-                inbox.purpose,
-                new.local_part,
-                inbox.address,
-                inbox.policy_name,
-                inbox.created_at,
-                inbox.expires_at,
-                inbox.poll_budget,
-                json.dumps(inbox.match.as_dict()),
-                inbox.trace_id,
-                inbox.expires_at + new.retention_s,
-                inbox.created_with,
+                *inbox_values(new),
             )
             if mine is None:
                 await db.execute(

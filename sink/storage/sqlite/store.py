@@ -42,6 +42,7 @@ from sink.storage.rows import (
     delivery_from_row,
     expired_event,
     inbox_from_row,
+    inbox_values,
     json_strings,
     late_events,
     live_from_row,
@@ -215,21 +216,7 @@ class SQLiteStore:
                        match_json, trace_id, evidence_release_at, last_change_reason,
                        created_with)
                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, 'created', ?, ?, ?, 'created', ?)""",
-                (
-                    inbox.inbox_id,
-                    inbox.run_id,
-                    inbox.purpose,
-                    new.local_part,
-                    inbox.address,
-                    inbox.policy_name,
-                    inbox.created_at,
-                    inbox.expires_at,
-                    inbox.poll_budget,
-                    json.dumps(inbox.match.as_dict()),
-                    inbox.trace_id,
-                    inbox.expires_at + new.retention_s,
-                    inbox.created_with,
-                ),
+                inbox_values(new),
             )
             db.execute(
                 """INSERT INTO idempotency (key, request_json, inbox_id) VALUES (?, ?, ?)
