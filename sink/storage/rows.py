@@ -1,5 +1,7 @@
-"""Rows to domain values, shared by the SQL adapters (SQLite and PostgreSQL select the same
-columns for an inbox and a delivery), and the ``expired`` event every adapter records."""
+"""What both SQL adapters read and write the same way: rows to domain values (an inbox, a
+delivery, a stored message, a route, a listing entry, a run's summary; they select the same
+columns), the values of a new inbox's and message's row (in the same column order), and the
+run events every adapter records (``expired``, ``claimed``, ``message_accepted`` ...)."""
 
 from __future__ import annotations
 
