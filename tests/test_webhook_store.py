@@ -343,6 +343,34 @@ def test_after_a_410_no_attempt_row_stays_pending_and_late_attempts_are_listed(
     backend(scenario)
 
 
+def test_two_410s_settled_at_once_are_both_listed(backend: Callable[..., Any]) -> None:
+    """Two attempts of one webhook answered 410 together settle side by side (on PostgreSQL
+    they took each other's rows and one died as a deadlock, its attempt lost)."""
+
+    async def scenario(store: Any) -> None:
+        hook = _hook(events=("message",))
+        await store.webhooks.create_webhook(hook)
+        for run_id in ("r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8"):
+            await _mail(store, run_id)
+        taken = await store.webhooks.take_due(NOW, 10)
+        await asyncio.gather(
+            *(
+                store.webhooks.settle(
+                    Outcome(
+                        d.delivery_id, 1, NOW + 1, 410, "gone", DeliveryState.FAILED, disable=True
+                    )
+                )
+                for d in taken
+            )
+        )
+        rows = await store.webhooks.deliveries(hook.webhook_id, None, 10)
+        assert sorted((r.attempt, r.state, r.status_code) for r in rows) == [
+            (1, DeliveryState.FAILED, 410)
+        ] * len(taken)
+
+    backend(scenario)
+
+
 def test_a_ping_is_queued_at_once(backend: Callable[..., Any]) -> None:
     """enqueue_ping queues a ping due now; an unknown webhook gets None."""
 

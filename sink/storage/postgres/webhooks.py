@@ -307,6 +307,14 @@ class PostgresWebhooks:
             return
 
         async def work(db: Connection) -> None:
+            if outcome.disable:
+                # The webhook's row before the delivery's: two 410s of one webhook (each
+                # failing the other's delivery) wait for each other instead of deadlocking.
+                await db.execute(
+                    "SELECT 1 FROM webhooks WHERE webhook_id = "
+                    "(SELECT webhook_id FROM webhook_deliveries WHERE delivery_id = $1) FOR UPDATE",
+                    outcome.delivery_id,
+                )
             row = await db.fetchrow(
                 "SELECT * FROM webhook_deliveries WHERE delivery_id = $1 FOR UPDATE",
                 outcome.delivery_id,
