@@ -84,8 +84,8 @@ def test_a_500_is_retried_on_schedule_until_a_200_with_the_same_id(start: Start)
     assert body["id"] == got[0].webhook_id and body["type"] == "message"
     assert body["data"]["subject"] == "Retried" and body["data"]["inbox_id"] == inbox["inbox_id"]
     gaps = [b.at - a.at for a, b in itertools.pairwise(got)]
-    assert 0.4 <= gaps[0] < 0.4 * 1.1 + 1.0
-    assert 0.8 <= gaps[1] < 0.8 * 1.1 + 1.0
+    assert 0.4 <= gaps[0] < 0.4 * 1.1 + 3.0  # never earlier; later only by the load
+    assert 0.8 <= gaps[1] < 0.8 * 1.1 + 3.0
     rows = _until_rows(server, hook, lambda rows: rows and rows[0].state.value == "delivered")
     assert [(r.attempt, r.state.value, r.status_code) for r in rows] == [
         (3, "delivered", 200),
