@@ -2,6 +2,7 @@
 
     worker = Worker(store, metrics, clock)   # started by the Runtime
     store.wake = worker.wake                 # a commit that queues deliveries wakes it at once
+    store.hand = worker.hand                 # or (SQLite) hands them over, leased already
     await worker.run(stopping)
 
 Each round leases what is due (``take_due``: at most 8 in flight per webhook, across
@@ -10,8 +11,8 @@ next is due, a wake-up (a commit queued one, an attempt ended), or ``LOOK_S`` at
 deliveries queued by another replica, or left pending by a process that died, go out within
 that. An attempt is one POST of the delivery's stored body with fresh Standard Webhooks
 headers (the timestamp is the attempt's), on ``http.py``'s kept-alive connections (64 at
-most), no redirects followed, 5 s in all; a 2xx is
-delivered, a 410 disables the webhook, anything else is retried on the schedule
+most), no redirects followed, 5 s in all; a 2xx is delivered, a 410 disables the webhook,
+anything else is retried on the schedule
 (``schedule.py``) until the last attempt, which fails the delivery. A settle that cannot
 be written is left to the lease: the delivery is tried again (at least once, never lost).
 Logs name the webhook, delivery and attempt, never the URL, the secret or the body.

@@ -5,8 +5,12 @@ table: the cache changes inside the writer's transaction that changes the table 
 runs one write at a time), so every event committed after a webhook's creation is matched
 against it, and none before. ``queue`` runs inside the transactions that insert events or
 store mail: with no webhook it returns at once (the ingest path pays one attribute read);
-otherwise it writes the delivery rows in that same transaction and wakes the worker.
-Leases are cleared at open: the process that held them is gone.
+otherwise it writes the delivery rows in that same transaction, leased to this process's
+worker as far as the per-webhook cap allows, and hands those to the worker once the commit
+is durable (``handed``, from ``SQLiteStore._committed``): a first attempt needs no
+transaction of its own. What is not handed over wakes the worker to take it. Settles
+waiting together are written as one (the writer's shared batch). Leases are cleared at
+open: the process that held them is gone.
 """
 
 from __future__ import annotations
