@@ -227,13 +227,16 @@ def test_agent_body_never_keeps_bodies_from_agents(
     assert answer["untrusted"]["subject"] == "Your invoice"
 
 
-@pytest.mark.parametrize("transport", ["http", "stdio"])
+@pytest.mark.parametrize(
+    ("store", "transport"), [("sqlite", "http"), ("sqlite", "stdio"), ("postgres", "http")]
+)
 def test_agent_body_never_keeps_body_words_out_of_an_agents_search(
-    server: Server, transport: str
+    request: pytest.FixtureRequest, store: str, transport: str
 ) -> None:
     """Under production, a run token's search and find_mail match no word found only in the
     body (nor exclude by one); subject words still match, and ci mail's body words match; an
     operator's search matches the body."""
+    server: Server = request.getfixturevalue("server" if store == "sqlite" else "pg_server")
     run_id, ci_run = new_run_id("never-search"), new_run_id("ci-search")
     with server.http() as http:
         never = _received(
