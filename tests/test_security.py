@@ -156,7 +156,7 @@ def test_token_from_flag_is_constant_time_compared(tmp_path: Path, policy_file: 
 
 
 def test_wrong_bearer_tokens_from_one_address_are_throttled(tmp_path: Path) -> None:
-    """Past 100 wrong tokens a minute from one address: 429 with Retry-After (a guess is not
+    """Past 300 wrong tokens a minute from one address: 429 with Retry-After (a guess is not
     checked); a token that worked before and a signed run token still work; no token is no
     guess."""
     folder = tmp_path / "throttled"
