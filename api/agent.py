@@ -33,12 +33,6 @@ from sink.errors import InvalidRequest, NotFound
 # The wire models (pydantic, api/schemas.py, api/views.py: ~90 ms of imports) load in the
 # handlers, not at start-up; api/warmup.py loads them right after the first answer.
 
-
-_INBOX_ID = ids.INBOX_ID
-_MESSAGE_ID = ids.MESSAGE_ID
-_IDEMPOTENCY_KEY = ids.IDEMPOTENCY_KEY
-
-
 # -- helpers ---------------------------------------------------------------------
 
 
@@ -48,7 +42,7 @@ def _agent(request: Request) -> Agent:
 
 def _inbox_id(request: Request) -> str:
     inbox_id: str = request.path_params["inbox_id"]
-    if not _INBOX_ID.fullmatch(inbox_id):
+    if not ids.INBOX_ID.fullmatch(inbox_id):
         raise NotFound(f"no inbox {inbox_id[:64]!r}")
     context_of(request.scope).note(inbox_id=inbox_id)
     return inbox_id
@@ -56,7 +50,7 @@ def _inbox_id(request: Request) -> str:
 
 def _message_id(request: Request) -> str:
     message_id: str = request.path_params["message_id"]
-    if not _MESSAGE_ID.fullmatch(message_id):
+    if not ids.MESSAGE_ID.fullmatch(message_id):
         raise NotFound(f"no message {message_id[:64]!r}")
     context_of(request.scope).note(message_id=message_id)
     return message_id
@@ -77,7 +71,7 @@ async def create_inbox(request: Request) -> Response:
     context_of(request.scope).call = route_call(request.scope, body)
     given = model(CreateInboxIn, body)
     key = request.headers.get("idempotency-key")
-    if key is not None and not _IDEMPOTENCY_KEY.fullmatch(key):
+    if key is not None and not ids.IDEMPOTENCY_KEY.fullmatch(key):
         raise InvalidRequest("Idempotency-Key: 1-255 printable ASCII characters, no spaces")
     context_of(request.scope).note(run_id=given.run_id)
     check_named_run(request, given.run_id)
