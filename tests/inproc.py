@@ -21,12 +21,13 @@ import asyncio
 import contextlib
 import queue
 import threading
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+import httpx2
 from starlette.types import Message, Scope
 
 from sink.config import add_serve_arguments, settings_from
@@ -81,7 +82,15 @@ class InProcess(Mailer):
 
     def http(self, **kwargs: Any) -> httpx.Client:
         kwargs.setdefault("timeout", 30)
-        return httpx.Client(base_url=self.url, transport=_Bridge(self.app, self._loop), **kwargs)
+        return httpx.Client(base_url=self.url, transport=self.transport(), **kwargs)
+
+    def transport(self) -> httpx.BaseTransport:
+        """An httpx transport to the app (for a client that takes one: ``sink.client.Sink``)."""
+        return _Bridge(self.app, self._loop)
+
+    def async_transport(self) -> httpx2.AsyncBaseTransport:
+        """An httpx2 transport to the app, for a client on another loop (the MCP SDK's)."""
+        return _AsyncBridge(self.app, self._loop)
 
     def call(self, coroutine: Coroutine[Any, Any, T], timeout_s: float = 60.0) -> T:
         """Run ``coroutine`` on the server's loop and return its result."""
@@ -146,7 +155,7 @@ class _Bridge(httpx.BaseTransport):
         exchange = _Exchange(self._app, self._loop, request, request.read())
         timeout = request.extensions.get("timeout", {}).get("read")
         asyncio.run_coroutine_threadsafe(exchange.run(), self._loop)
-        head = exchange.next(timeout, request)
+        head = exchange.next(timeout, _timed_out(request))
         if head is _END:
             raise httpx.RemoteProtocolError("the app sent no response", request=request)
         status, headers = head
@@ -162,7 +171,11 @@ class _Exchange:
     """One request's run through the app; what it sends goes to a queue the client reads."""
 
     def __init__(
-        self, app: Any, loop: asyncio.AbstractEventLoop, request: httpx.Request, body: bytes
+        self,
+        app: Any,
+        loop: asyncio.AbstractEventLoop,
+        request: httpx.Request | httpx2.Request,
+        body: bytes,
     ) -> None:
         self._app = app
         self._loop = loop
@@ -214,13 +227,13 @@ class _Exchange:
         finally:
             self._outbox.put(_END)
 
-    def next(self, timeout: float | None, request: httpx.Request) -> Any:
+    def next(self, timeout: float | None, timed_out: Callable[[], Exception]) -> Any:
         """What the app sent next; past the read timeout the client gives up and hangs up."""
         try:
             return self._outbox.get(timeout=timeout)
         except queue.Empty:
             self.hang_up()
-            raise httpx.ReadTimeout("the app did not answer in time", request=request) from None
+            raise timed_out() from None
 
     def hang_up(self) -> None:
         """The client is gone: the app's ``receive()`` answers ``http.disconnect``."""
@@ -237,8 +250,56 @@ class _Body(httpx.SyncByteStream):
         self._request = request
 
     def __iter__(self) -> Iterator[bytes]:
-        while (chunk := self._exchange.next(self._timeout, self._request)) is not _END:
+        timed_out = _timed_out(self._request)
+        while (chunk := self._exchange.next(self._timeout, timed_out)) is not _END:
             yield chunk
 
     def close(self) -> None:
         self._exchange.hang_up()
+
+
+def _timed_out(request: httpx.Request) -> Callable[[], Exception]:
+    return lambda: httpx.ReadTimeout("the app did not answer in time", request=request)
+
+
+class _AsyncBridge(httpx2.AsyncBaseTransport):
+    """``_Bridge`` for an httpx2 client on a loop of its own: the waits in threads."""
+
+    def __init__(self, app: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._app = app
+        self._loop = loop
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        exchange = _Exchange(self._app, self._loop, request, await request.aread())
+        timeout = request.extensions.get("timeout", {}).get("read")
+        timed_out = _async_timed_out(request)
+        asyncio.run_coroutine_threadsafe(exchange.run(), self._loop)
+        head = await asyncio.to_thread(exchange.next, timeout, timed_out)
+        if head is _END:
+            raise httpx2.RemoteProtocolError("the app sent no response", request=request)
+        status, headers = head
+        stream = _AsyncBody(exchange, timeout, timed_out)
+        return httpx2.Response(status, headers=headers, stream=stream, request=request)
+
+
+class _AsyncBody(httpx2.AsyncByteStream):
+    def __init__(
+        self, exchange: _Exchange, timeout: float | None, timed_out: Callable[[], Exception]
+    ) -> None:
+        self._exchange = exchange
+        self._timeout = timeout
+        self._timed_out = timed_out
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while True:
+            chunk = await asyncio.to_thread(self._exchange.next, self._timeout, self._timed_out)
+            if chunk is _END:
+                return
+            yield chunk
+
+    async def aclose(self) -> None:
+        self._exchange.hang_up()
+
+
+def _async_timed_out(request: httpx2.Request) -> Callable[[], Exception]:
+    return lambda: httpx2.ReadTimeout("the app did not answer in time", request=request)

@@ -52,9 +52,14 @@ LINK = "https://app.example.test/verify?token=abc123"
 
 @asynccontextmanager
 async def connect(
-    transport: str, url: str, token: str | None = None, env: dict[str, str] | None = None
+    transport: str,
+    url: str,
+    token: str | None = None,
+    env: dict[str, str] | None = None,
+    via: httpx2.AsyncBaseTransport | None = None,
 ) -> AsyncIterator[Client]:
-    """An SDK client on the named transport (stdio runs `python -m sink mcp`)."""
+    """An SDK client on the named transport (stdio runs `python -m sink mcp`); ``via`` carries
+    its HTTP to an app in this process (``InProcess.async_transport``)."""
     if transport == "stdio":
         args = ["-m", "sink", "mcp"] if env else ["-m", "sink", "mcp", "--url", url]
         if token:
@@ -65,7 +70,7 @@ async def connect(
         return
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     timeout = httpx2.Timeout(30.0, read=300.0)
-    async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
+    async with httpx2.AsyncClient(headers=headers, timeout=timeout, transport=via) as http:
         transport_streams = streamable_http_client(f"{url}/mcp", http_client=http)
         mode = "legacy" if transport == "http-legacy" else "auto"
         async with Client(transport_streams, mode=mode) as client:

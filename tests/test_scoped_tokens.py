@@ -1,9 +1,11 @@
-"""Scoped tokens over real HTTP and MCP against a real server: every scope, every endpoint.
+"""Scoped tokens over the API and MCP of the real app: every scope, every endpoint.
 
 One table of endpoints and one of MCP tools, each run for every caller: admin, read,
 runs:<glob> that matches the run, runs:<glob> that does not, a minted run token, no
 token, and a wrong token. Each case gets a fresh run (an inbox with one message, and a
 token minted for that run), so cases that change state (claim, release) stay independent.
+The app runs in this process (``tests/inproc.py``); stdio MCP and a raw-socket stream need
+a server process.
 """
 
 from __future__ import annotations
@@ -88,8 +90,8 @@ def scoped(tmp_path_factory: pytest.TempPathFactory, policy_file: str) -> Iterat
 
 @pytest.fixture(scope="module")
 def scoped_served(tmp_path_factory: pytest.TempPathFactory, policy_file: str) -> Iterator[Server]:
-    """The same, served by a subprocess: for the clients that need a URL (the MCP SDK, stdio
-    MCP, the Python client) and the raw-socket stream."""
+    """The same, served by a subprocess: for stdio MCP (it needs a URL) and the raw-socket
+    stream."""
     folder = tmp_path_factory.mktemp("scoped-served")
     running = start_server(folder, *_flags(folder, policy_file))
     yield running
@@ -354,13 +356,13 @@ TOOLS = [
 
 
 @pytest.mark.parametrize("caller", CALLERS)
-def test_every_scope_against_every_mcp_tool(scoped_served: Server, caller: str) -> None:
+def test_every_scope_against_every_mcp_tool(scoped: InProcess, caller: str) -> None:
     """Over /mcp each tool answers, or is a forbidden_scope tool error; no token is 401."""
-    worlds = [make_world(scoped_served) for _ in TOOLS]
+    worlds = [make_world(scoped) for _ in TOOLS]
     token = token_of(caller, worlds[0]) if caller != "run-token" else None
     if caller in ("none", "bad"):
         headers = {} if token is None else bearer(token)
-        with scoped_served.http(headers=headers) as client:
+        with scoped.http(headers=headers) as client:
             response = client.post(
                 "/mcp",
                 json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
@@ -372,7 +374,9 @@ def test_every_scope_against_every_mcp_tool(scoped_served: Server, caller: str) 
     async def scenario() -> None:
         for tool, world in zip(TOOLS, worlds, strict=True):
             presented = world.run_token if caller == "run-token" else token
-            async with connect("http", scoped_served.url, presented) as client:
+            async with connect(
+                "http", scoped.url, presented, via=scoped.async_transport()
+            ) as client:
                 arguments = {
                     k: world.fill(v) if isinstance(v, str) else v for k, v in tool.arguments.items()
                 }
@@ -392,12 +396,12 @@ def test_every_scope_against_every_mcp_tool(scoped_served: Server, caller: str) 
 # -- a run token reaches one run --------------------------------------------------------
 
 
-def test_an_agent_with_a_run_token_cannot_read_another_runs_message(scoped_served: Server) -> None:
+def test_an_agent_with_a_run_token_cannot_read_another_runs_message(scoped: InProcess) -> None:
     """A run token reads its own run's mail; another run's message, inbox and report are 403,
     whatever run the caller names, and the refusal carries nothing of the other run."""
-    mine = make_world(scoped_served)
-    other = make_world(scoped_served, prefix="team-a", subject="Top secret subject")
-    with scoped_served.http(headers=bearer(mine.run_token)) as client:
+    mine = make_world(scoped)
+    other = make_world(scoped, prefix="team-a", subject="Top secret subject")
+    with scoped.http(headers=bearer(mine.run_token)) as client:
         own = client.get(f"/v1/messages/{mine.message_id}")
         assert own.status_code == 200 and own.json()["codes"] == ["482913"]
         refused = [
@@ -425,7 +429,9 @@ def test_an_agent_with_a_run_token_cannot_read_another_runs_message(scoped_serve
         )
 
     async def over_mcp() -> None:
-        async with connect("http", scoped_served.url, mine.run_token) as client:
+        async with connect(
+            "http", scoped.url, mine.run_token, via=scoped.async_transport()
+        ) as client:
             for run_id in (None, mine.run_id):
                 arguments = {"message_id": other.message_id}
                 if run_id is not None:
@@ -438,7 +444,7 @@ def test_an_agent_with_a_run_token_cannot_read_another_runs_message(scoped_serve
 
     asyncio.run(over_mcp())
     # The other run is untouched: no claim, no breaker events from the refused calls.
-    with scoped_served.http(headers=bearer(ADMIN)) as client:
+    with scoped.http(headers=bearer(ADMIN)) as client:
         report = client.get(f"/v1/runs/{other.run_id}").json()
     assert report["inboxes"][0]["accepted_message_id"] is None
     assert not any(e["type"].startswith("breaker") for e in report["events"])
@@ -474,16 +480,16 @@ def test_a_run_token_runs_the_whole_agent_loop_over_stdio_mcp(scoped_served: Ser
     asyncio.run(scenario())
 
 
-def test_the_python_client_mints_a_run_token(scoped_served: Server) -> None:
+def test_the_python_client_mints_a_run_token(scoped: InProcess) -> None:
     """Sink.mint_run_token returns a token that works for the run and is refused elsewhere."""
-    world = make_world(scoped_served)
-    with Sink(scoped_served.url, api_token=TEAM_A) as sink:
+    world = make_world(scoped)
+    with Sink(scoped.url, api_token=TEAM_A, transport=scoped.transport()) as sink:
         minted = sink.mint_run_token(world.run_id, ttl_s=120)
         assert minted.run_id == world.run_id
         assert minted.token not in repr(minted)
         lease = sink.get_inbox(world.inbox_id).expires_at
         assert minted.expires_at <= lease
-    with Sink(scoped_served.url, api_token=minted.token) as agent:
+    with Sink(scoped.url, api_token=minted.token, transport=scoped.transport()) as agent:
         assert agent.read_message(world.message_id).codes == ("482913",)
         with pytest.raises(ApiError) as refused:
             agent.run_report(new_run_id("team-a"))
