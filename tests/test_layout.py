@@ -63,3 +63,18 @@ def test_the_runtime_imports_no_adapter_and_asks_no_type() -> None:
         and node.func.id == "isinstance"
     ]
     assert calls == []
+
+
+def test_no_module_of_sink_or_api_imports_another_ones_private_name() -> None:
+    """A name that starts with _ is its module's own: a second module that needs it gets a
+    public name in the module of its concept (as api/inputs.py's json_body), not an import."""
+    private = {
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.module}.{alias.name}"
+        for folder in ("sink", "api")
+        for path in (ROOT / folder).rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("sink", "api"))
+        for alias in node.names
+        if alias.name.startswith("_") and not alias.name.startswith("__")
+    }
+    assert private == set()
