@@ -12,11 +12,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from sink import clock
 from sink.storage.postgres.store import PostgresStore
 from sink.storage.sqlite.store import SQLiteStore
-from sink.webhook_signature import new_secret
-from sink.webhooks.model import Webhook, new_webhook_id
 from tests.pg_cluster import Cluster
 from tests.support import Server, create_inbox, new_run_id, start_server
 from tests.webhook_receiver import Received, Receiver
@@ -28,38 +25,22 @@ def _store(db: Path | str) -> Any:
     return PostgresStore(db) if isinstance(db, str) else SQLiteStore(db)
 
 
-def _create_webhook(db: Path | str, url: str, secret: str, run_id: str) -> Webhook:
-    """Register a webhook straight in the store (as POST /v1/webhooks does)."""
-    hook = Webhook(
-        new_webhook_id(),
-        url,
-        ("message", "inbox", "run_event"),
-        run_id,
-        None,
-        None,
-        secret,
-        clock.now(),
-        created_by_admin=True,
-    )
-
-    async def create() -> None:
-        store = _store(db)
-        await store.open()
-        try:
-            await store.webhooks.create_webhook(hook)
-        finally:
-            await store.close()
-
-    asyncio.run(create())
-    return hook
+def _create_webhook(server: Server, receiver: Receiver, run_id: str) -> str:
+    """POST /v1/webhooks for the run's events to the receiver, which learns the secret."""
+    with server.http() as client:
+        answer = client.post("/v1/webhooks", json={"url": receiver.url, "run_id": run_id})
+    assert answer.status_code == 201, answer.text
+    receiver.secret = answer.json()["secret"]
+    webhook_id: str = answer.json()["webhook_id"]
+    return webhook_id
 
 
-def _outbox(db: Path | str, hook: Webhook) -> list[Any]:
+def _outbox(db: Path | str, webhook_id: str) -> list[Any]:
     async def read() -> list[Any]:
         store = _store(db)
         await store.open()
         try:
-            rows: list[Any] = await store.webhooks.deliveries(hook.webhook_id, None, 1000)
+            rows: list[Any] = await store.webhooks.deliveries(webhook_id, None, 1000)
             return rows
         finally:
             await store.close()
@@ -91,13 +72,12 @@ def test_mail_that_came_while_the_receiver_was_down_is_delivered_after_a_sigkill
     """Receiver down, mail arrives (250s given), the server is SIGKILLed and restarted, the
     receiver comes up: every event (inbox, run events, messages) is delivered."""
     db: Path | str = own_db or tmp_path / "runsink.db"
-    secret = new_secret()
-    receiver = Receiver(secret)  # not started: connections are refused
+    receiver = Receiver("")  # not started: connections are refused
     run_id = new_run_id()
-    hook = _create_webhook(db, receiver.url, secret, run_id)
     args = ("--webhook-retry-s", "0.5,1,2,30,30,30,30")
     server = start_server(tmp_path / "one", *args, db=db)
     try:
+        hook = _create_webhook(server, receiver, run_id)
         with server.http() as client:
             inbox = create_inbox(client, run_id)
         for n in range(MAILS):
@@ -127,13 +107,12 @@ def test_two_replicas_one_killed_mid_delivery_deliver_every_event(
     slow receiver holds them; B, on the same database, makes those attempts again once A's
     leases end, and the rest: every event delivered, duplicates under the same id."""
     dsn = pg_cluster.dsn(pg_cluster.new_database("runsink_template"))
-    secret = new_secret()
-    receiver = Receiver(secret, answer=lambda n: (200, 4.0) if n == 1 else 200).start()
+    receiver = Receiver("", answer=lambda n: (200, 4.0) if n == 1 else 200).start()
     run_id = new_run_id()
-    hook = _create_webhook(dsn, receiver.url, secret, run_id)
     a = start_server(tmp_path / "a", "--policy-file", policy_file, db=dsn)
     b: Server | None = None
     try:
+        hook = _create_webhook(a, receiver, run_id)
         with a.http() as client:
             inbox = create_inbox(client, run_id)
         for n in range(MAILS):
@@ -153,7 +132,7 @@ def test_two_replicas_one_killed_mid_delivery_deliver_every_event(
     _check_at_least_once(receiver.snapshot(), {r.event_id for r in rows})
 
 
-def _until_settled(dsn: str, hook: Webhook, expected: int) -> list[Any]:
+def _until_settled(dsn: str, hook: str, expected: int) -> list[Any]:
     deadline = time.monotonic() + 60
     while True:
         rows = _outbox(dsn, hook)
