@@ -11,9 +11,11 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, TypeVar
 
+import asyncpg
 import pytest
 
-from sink import clock, ids
+from sink import clock, event_shapes, ids
+from sink.event_ids import EventIds
 from sink.message import summarize
 from sink.storage.base import Event, Incoming
 from sink.storage.memory import MemoryStore
@@ -486,3 +488,56 @@ def test_sqlite_hands_new_deliveries_to_its_worker_in_their_commit_within_the_ca
             await store.close()
 
     asyncio.run(scenario())
+
+
+KINDS_CASES = [
+    ("created", {}),
+    ("claimed", {}),
+    ("expired", {"reason": "lease"}),
+    ("released", {}),
+    ("message_accepted", {"size": 1}),
+    ("late_arrival", {}),
+    ("near_miss", {}),
+    ("breaker_opened", {}),
+    ("token_minted", {}),
+    ("webhook_failed", {"webhook_id": "wh_x"}),
+    *(
+        ("polled", {"outcome": outcome})
+        for outcome in (
+            "received",
+            "evidence_not_found",
+            "evidence_mismatch",
+            "evidence_misaddressed",
+            "timeout",
+        )
+    ),
+]
+
+
+def test_postgres_makes_the_live_kinds_python_makes(pg_dsn: str) -> None:
+    """The trigger's runsink_live_kinds (SQL) gives every events row the live events that
+    sink/event_shapes.py makes of it (message: for message_accepted rows)."""
+
+    async def scenario() -> list[tuple[str, set[str], set[str]]]:
+        store = PostgresStore(pg_dsn)
+        await store.open()  # migrated
+        await store.close()
+        connection = await asyncpg.connect(pg_dsn)
+        try:
+            out = []
+            ids = EventIds()
+            for kind, detail in KINDS_CASES:
+                sql = await connection.fetchval(
+                    "SELECT runsink_live_kinds($1, $2)", kind, json.dumps(detail)
+                )
+                event = Event("r", kind, clock.now(), "ib_x", None, detail, 1)
+                python = {live.type for live in event_shapes.of_event(event, ids, 1)}
+                if kind == "message_accepted":
+                    python.add("message")
+                out.append((kind, set(sql), python))
+            return out
+        finally:
+            await connection.close()
+
+    for kind, sql, python in asyncio.run(scenario()):
+        assert sql == python, kind
