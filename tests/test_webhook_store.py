@@ -373,6 +373,31 @@ def test_two_410s_settled_at_once_are_both_listed(backend: Callable[..., Any]) -
     backend(scenario)
 
 
+def test_a_failed_webhook_failed_delivery_reports_nothing_more(
+    backend: Callable[..., Any],
+) -> None:
+    """Two dead webhooks of one run: each gets the other's webhook_failed event, and failing
+    that records no further one (it did, and the two fed each other without end)."""
+
+    async def scenario(store: Any) -> None:
+        hooks = [_hook(events=("run_event",), run_id="r1") for _ in range(2)]
+        for hook in hooks:
+            await store.webhooks.create_webhook(hook)
+        await store.add_events([Event(run_id="r1", type="released", at=NOW)])
+        for _ in range(3):  # the event, then each webhook's report of the other's failure
+            for due in await store.webhooks.take_due(NOW + 10, 10):
+                await store.webhooks.settle(
+                    Outcome(
+                        due.delivery_id, due.attempt, NOW, 500, "http_500", DeliveryState.FAILED
+                    )
+                )
+        _, events = await store.run_report("r1")
+        assert sum(e.type == "webhook_failed" for e in events) == 2
+        assert await store.webhooks.pending_count() == 0
+
+    backend(scenario)
+
+
 def test_a_ping_is_queued_at_once(backend: Callable[..., Any]) -> None:
     """enqueue_ping queues a ping due now; an unknown webhook gets None."""
 

@@ -26,6 +26,7 @@ from sink.webhooks.model import (
     failed_event,
     late,
     new_delivery_id,
+    reports_a_failure,
 )
 from sink.webhooks.port import IN_FLIGHT_MAX, LEASE_S
 
@@ -188,7 +189,12 @@ class MemoryWebhooks:
             for i, a in enumerate(made):
                 if cut.get(a.delivery_id) == a.attempt:
                     made[i] = replace(a, state=DeliveryState.FAILED, next_attempt_at=None)
-        if outcome.state is DeliveryState.FAILED and d.run_id is not None and not ended:
+        if (
+            outcome.state is DeliveryState.FAILED
+            and d.run_id is not None
+            and not ended
+            and not reports_a_failure(d)
+        ):
             self._record([failed_event(d, outcome)])
 
     async def next_due(self) -> float | None:

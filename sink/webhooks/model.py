@@ -177,6 +177,18 @@ def deliveries_for(webhooks: list[Webhook], events: list[LiveEvent], now: float)
     return out
 
 
+def reports_a_failure(delivery: Delivery) -> bool:
+    """Does it carry a ``webhook_failed`` run event? Its own failure is then recorded as no
+    further one: two dead webhooks of a run would otherwise feed each other for ever."""
+    if delivery.type != "run_event":
+        return False
+    try:
+        data = json.loads(delivery.body).get("data")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(data, dict) and data.get("type") == FAILED_EVENT
+
+
 def failed_event(delivery: Delivery, outcome: Outcome) -> Event:
     """The run event that says a delivery's last attempt failed (or its webhook went)."""
     if delivery.run_id is None:

@@ -37,6 +37,7 @@ from sink.webhooks.model import (
     glob_regex,
     late,
     new_delivery_id,
+    reports_a_failure,
 )
 from sink.webhooks.port import IN_FLIGHT_MAX, LEASE_S
 from sink.webhooks.rows import WEBHOOK_COLUMNS, attempt_from, webhook_from, webhook_values
@@ -367,7 +368,8 @@ class PostgresWebhooks:
                     row["body"] or "",
                     float(row["created_at"]),
                 )
-                await self._insert_events(db, [failed_event(delivery, made)])
+                if not reports_a_failure(delivery):
+                    await self._insert_events(db, [failed_event(delivery, made)])
 
         await self._transaction("settle", work)
 

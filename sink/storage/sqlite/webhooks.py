@@ -39,6 +39,7 @@ from sink.webhooks.model import (
     failed_event,
     late,
     new_delivery_id,
+    reports_a_failure,
 )
 from sink.webhooks.port import IN_FLIGHT_MAX, LEASE_S
 from sink.webhooks.rows import (
@@ -322,7 +323,8 @@ class SQLiteWebhooks:
                 row["body"],
                 row["created_at"],
             )
-            self._insert_events(db, [failed_event(delivery, made)])
+            if not reports_a_failure(delivery):
+                self._insert_events(db, [failed_event(delivery, made)])
 
     async def next_due(self) -> float | None:
         rows = await self._read(
