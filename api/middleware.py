@@ -122,7 +122,7 @@ class EdgeMiddleware:
                 self.metrics.refused("http", reason)
                 await response(scope, receive, send_wrapped)
                 return
-            if self.authority is not None and not path.startswith(OPEN_PATHS):
+            if self.authority is not None and path not in OPEN_PATHS:
                 refusal = await self._authorise(scope, headers, context)
                 if refusal is not None:
                     await refusal(scope, receive, send_wrapped)

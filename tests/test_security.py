@@ -73,6 +73,14 @@ def test_the_right_token_works_and_health_stays_open(guarded: InProcess) -> None
     assert metrics.status_code == 401
 
 
+@pytest.mark.parametrize("path", ["/healthz/x", "/healthzz", "/readyz/../v1/inboxes", "/readyzx"])
+def test_only_the_exact_health_paths_are_open(guarded: InProcess, path: str) -> None:
+    """A path that merely starts like /healthz or /readyz needs the token like any other."""
+    with guarded.http() as anonymous:
+        answer = anonymous.get(path)
+    assert answer.status_code == 401, (path, answer.status_code)
+
+
 def test_every_response_has_safe_headers(app: InProcess) -> None:
     """Responses carry nosniff, no framing, no referrer, a strict CSP and no-store."""
     with app.http() as client:
