@@ -161,7 +161,8 @@ def test_the_package_is_installed_with_its_data_and_the_sources_are_gone(
         "import api, importlib.resources as r, os, sink; "
         "print(api.__file__); print(sink.__file__); print(os.path.exists('/src')); "
         "print(sorted(p.name for p in r.files('api.ui').joinpath('templates').iterdir())[:1]); "
-        "print(any(r.files('sink.storage').joinpath('sql').iterdir()))"
+        "print(all(any(r.files(f'sink.storage.{b}').joinpath('sql').iterdir()) "
+        "for b in ('sqlite', 'postgres')))"
     )
     out = podman.run("run", "--rm", image, "python", "-c", script).splitlines()
     site = "/opt/runsink/lib/python3.11/site-packages/"
