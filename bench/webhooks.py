@@ -2,8 +2,10 @@
 
     .venv/bin/python bench/webhooks.py            # the full run (about two minutes)
     .venv/bin/python bench/webhooks.py --quick    # a smoke run (< 40 s)
+    .venv/bin/python bench/webhooks.py --postgres # the same on PostgreSQL (its own cluster)
 
-What it measures, on one runsink (SQLite) and a receiver in this process that verifies every
+What it measures, on one runsink (SQLite; with ``--postgres`` a PostgreSQL it starts itself,
+tests/pg_cluster.py, one database per runsink) and a receiver in this process that verifies every
 signature (``sink.client.verify_webhook``) and answers 204:
 - latency: one message at a time, from the 250 after DATA to (a) the webhook delivery of its
   ``message`` event at the receiver and (b) the same event on ``/v1/events?run_id=`` read by
@@ -48,6 +50,7 @@ from _common import (  # the bench folder is not a package: see sys.path above
 )
 
 from sink.client import WebhookVerificationError, verify_webhook
+from tests.pg_cluster import Cluster  # the same server the test suite starts
 
 MESSAGE_BYTES = 4096
 DEADLINE_S = 30.0  # the longest any one event may take to arrive before the run gives up
@@ -358,7 +361,8 @@ def report(
 ) -> dict[str, Any]:
     mode = "quick" if args.quick else "full"
     print()
-    print(f"runsink webhook benchmark ({mode}; SQLite; receiver and SSE reader in one process)")
+    backend = "PostgreSQL" if args.postgres else "SQLite"
+    print(f"runsink webhook benchmark ({mode}; {backend}; receiver and SSE reader in one process)")
     print(f"load average {args.load_at_start:.2f} at start, {os.getloadavg()[0]:.2f} at end")
     hook_p50, hook_p99 = percentile(hook_ms, 50), percentile(hook_ms, 99)
     sse_p50, sse_p99 = percentile(sse_ms, 50), percentile(sse_ms, 99)
@@ -395,6 +399,7 @@ def report(
         f"({'met' if ratio >= 0.95 else 'MISSED'})"
     )
     return {
+        "backend": backend,
         "webhook_ms": {"p50": hook_p50, "p99": hook_p99, "count": len(hook_ms)},
         "sse_ms": {"p50": sse_p50, "p99": sse_p99, "count": len(sse_ms)},
         "deliveries": rate,
@@ -413,10 +418,19 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     policy_file = folder / "policies.toml"
     policy_file.write_text(POLICIES)
     servers: list[ServerProcess] = []
+    cluster = Cluster.create() if args.postgres else None
     try:
-        first = start_runsink(folder / "runsink", name="runsink", policy_file=policy_file)
+        databases: list[list[str]] = [[], []]
+        if cluster is not None:
+            cluster.start()
+            databases = [["--db", cluster.dsn(cluster.new_database())] for _ in range(2)]
+        first = start_runsink(
+            folder / "runsink", name="runsink", policy_file=policy_file, extra_args=databases[0]
+        )
         servers.append(first)
-        second = start_runsink(folder / "hooked", name="hooked", policy_file=policy_file)
+        second = start_runsink(
+            folder / "hooked", name="hooked", policy_file=policy_file, extra_args=databases[1]
+        )
         servers.append(second)
         print(f"servers up in {folder}", file=sys.stderr, flush=True)
         hook_ms, sse_ms = await measure_latency(first, args.count, args.gap)
@@ -426,6 +440,8 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     finally:
         for server in servers:
             server.stop()
+        if cluster is not None:
+            cluster.destroy()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -438,6 +454,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--duration", type=float, help="seconds per ingest measurement")
     parser.add_argument("--repeats", type=int, help="rounds of the ingest comparison")
+    parser.add_argument(
+        "--postgres", action="store_true", help="on a PostgreSQL this starts (not SQLite)"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     args.count = args.count or (50 if args.quick else 300)
