@@ -7,6 +7,7 @@ import time
 import httpx
 import pytest
 
+from sink.ingest import DataVerdict
 from tests.inproc import InProcess
 from tests.support import create_inbox, new_run_id
 
@@ -45,3 +46,16 @@ def test_an_event_stream_is_read_as_it_comes(app: InProcess) -> None:
         seen = ""
         while inbox["inbox_id"] not in seen:
             seen += next(lines)
+
+
+def test_ingest_delivers_through_the_real_ingest_without_a_socket(app: InProcess) -> None:
+    """InProcess.ingest routes and stores a message as SMTP would: the inbox's wait gets it."""
+    with app.http() as client:
+        inbox = create_inbox(client)
+        raw = (
+            f"From: app@example.test\r\nTo: {inbox['address']}\r\nSubject: Direct\r\n\r\n"
+            "Your code is 482913.\r\n"
+        ).encode()
+        assert app.ingest(raw, [inbox["address"]]) == DataVerdict.STORED
+        body = client.post(f"/v1/inboxes/{inbox['inbox_id']}/wait", json={"timeout_s": 5}).json()
+    assert body["state"] == "received" and body["message"]["subject"] == "Direct"
