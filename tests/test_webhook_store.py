@@ -232,6 +232,27 @@ def test_leases_give_each_attempt_to_one_taker_and_at_most_eight_per_webhook(
     backend(scenario)
 
 
+def test_a_webhook_at_its_cap_does_not_hold_back_another(backend: Callable[..., Any]) -> None:
+    """A webhook with hundreds due and 8 in flight leaves the next take to the others: a
+    quiet webhook's delivery due later is taken at once (SQLite looked only at the oldest
+    rows due, all the busy one's, and a retry waited for the backlog to drain)."""
+
+    async def scenario(store: Any) -> None:
+        busy, quiet = _hook(events=("run_event",), run_id="busy"), _hook(run_id="quiet")
+        await store.webhooks.create_webhook(busy)
+        await store.webhooks.create_webhook(quiet)
+        await store.add_events(
+            [Event("busy", "breaker_opened", clock.now(), "ib_x") for _ in range(300)]
+        )
+        await store.add_events([Event("quiet", "breaker_opened", clock.now(), "ib_y")])
+        taken = await store.webhooks.take_due(NOW, 56)
+        by_hook = [d.webhook_id for d in taken]
+        assert by_hook.count(busy.webhook_id) == IN_FLIGHT_MAX
+        assert by_hook.count(quiet.webhook_id) == 1
+
+    backend(scenario)
+
+
 def test_attempts_are_listed_newest_first_and_the_last_failure_is_a_run_event(
     backend: Callable[..., Any],
 ) -> None:

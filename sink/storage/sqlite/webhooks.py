@@ -217,13 +217,7 @@ class SQLiteWebhooks:
                     (now,),
                 ).fetchall()
             )
-            rows = db.execute(
-                "SELECT d.*, w.url, w.secret FROM webhook_deliveries d "
-                "JOIN webhooks w ON w.webhook_id = d.webhook_id "
-                "WHERE d.state = 'pending' AND d.next_attempt_at <= ? AND d.lease_until <= ? "
-                "AND w.disabled_at IS NULL ORDER BY d.next_attempt_at, d.seq LIMIT ?",
-                (now, now, limit + IN_FLIGHT_MAX * 8),
-            ).fetchall()
+            rows = db.execute(_DUE, (now, IN_FLIGHT_MAX, limit)).fetchall()
             taken: list[Due] = []
             for row in rows:
                 hook = row["webhook_id"]
@@ -354,6 +348,23 @@ class SQLiteWebhooks:
         result: int = await self._transaction(work)
         return result
 
+
+# The oldest due deliveries that each webhook's cap (IN_FLIGHT_MAX leased) leaves room for:
+# a webhook with a backlog at its cap must not fill the window and hold back the others'.
+_DUE = """
+WITH leased AS (
+    SELECT webhook_id, COUNT(*) AS n FROM webhook_deliveries
+    WHERE state = 'pending' AND lease_until > ?1 GROUP BY webhook_id
+)
+SELECT r.* FROM (
+    SELECT d.*, w.url, w.secret, row_number() OVER (
+        PARTITION BY d.webhook_id ORDER BY d.next_attempt_at, d.seq) AS rn
+    FROM webhook_deliveries d JOIN webhooks w ON w.webhook_id = d.webhook_id
+    WHERE d.state = 'pending' AND d.next_attempt_at <= ?1 AND d.lease_until <= ?1
+      AND w.disabled_at IS NULL
+) r LEFT JOIN leased l ON l.webhook_id = r.webhook_id
+WHERE r.rn <= ?2 - COALESCE(l.n, 0) ORDER BY r.next_attempt_at, r.seq LIMIT ?3
+"""
 
 # A 410 disabled the webhook: its deliveries waiting for a retry will get none, so their
 # newest attempt rows say failed (no next_attempt_at) instead of pending for ever.
