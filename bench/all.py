@@ -39,6 +39,7 @@ SCRIPTS: dict[str, tuple[str, list[str]]] = {
     "near_miss": ("near_miss.py", ["--quick"]),
     "webhooks": ("webhooks.py", ["--quick"]),
     "agent": ("agent.py", []),
+    "run_token": ("run_token.py", ["--duration", "1"]),
 }
 
 

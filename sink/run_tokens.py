@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from sink import clock
 from sink.logs import log
 from sink.policy import Policy
-from sink.storage.base import Event, Store
+from sink.storage.base import RUN_RELEASED, Event, Store
 from sink.tokens import Grant, Keyring
 from sink.vocabulary import State
 
@@ -78,15 +78,15 @@ async def mint(
     return MintedToken(token, run_id, expires_at)
 
 
-RUN_RELEASED = "run_released"
-
-
 def release_event(run_id: str, now: float) -> Event:
     """The run report's entry for a release: from then on, the run's tokens are refused."""
     return Event(run_id=run_id, type=RUN_RELEASED, at=now)
 
 
 async def released_since(store: Store, run_id: str, issued_at: float) -> bool:
-    """Was the run released at or after ``issued_at`` (so a token issued then has ended)?"""
-    _, events = await store.run_report(run_id)
-    return any(e.type == RUN_RELEASED and e.at >= issued_at for e in events)
+    """Was the run released at or after ``issued_at`` (so a token issued then has ended)?
+
+    Asked on every request a run token makes: one indexed look-up of the run's latest
+    release, in the store (no answer kept here, so a release on one replica counts on all)."""
+    released_at = await store.run_released_at(run_id)
+    return released_at is not None and released_at >= issued_at

@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from sink.client import ApiError, Sink
+from sink.storage.base import Event
 from sink.storage.memory import memory_backend
 from tests.inproc import InProcess, Served
 from tests.support import Server, new_run_id, start_server, wait
@@ -84,6 +85,17 @@ def scoped(tmp_path_factory: pytest.TempPathFactory, policy_file: str) -> Iterat
     """The app with the tokens, in this process over the memory backend."""
     folder = tmp_path_factory.mktemp("scoped")
     running = InProcess(folder, *_flags(folder, policy_file), backend=memory_backend)
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def scoped_sqlite(
+    tmp_path_factory: pytest.TempPathFactory, policy_file: str
+) -> Iterator[InProcess]:
+    """The same app over a SQLite file."""
+    folder = tmp_path_factory.mktemp("scoped-sqlite")
+    running = InProcess(folder, *_flags(folder, policy_file))
     yield running
     running.stop()
 
@@ -542,6 +554,25 @@ def test_a_run_token_ends_when_its_run_is_released(scoped: InProcess) -> None:
     assert "run_released" in events
     with scoped.http(headers=bearer(again)) as agent:
         assert agent.get(f"/v1/runs/{world.run_id}").status_code == 200
+
+
+@pytest.mark.parametrize("app", ["scoped", "scoped_sqlite"])
+def test_a_run_token_ends_at_a_release_past_the_run_reports_event_cap(
+    app: str, request: pytest.FixtureRequest
+) -> None:
+    """A run with more events than its report shows (10,000, oldest first) still has its
+    token refused after a release: the release is looked up, not read from the report."""
+    served: InProcess = request.getfixturevalue(app)
+    world = make_world(served)
+    now = time.time()
+    many = [Event(world.run_id, "token_minted", now) for _ in range(10_001)]
+    served.call(served.runtime.store.add_events(many))
+    with served.http(headers=bearer(world.run_token)) as agent:
+        assert agent.get(f"/v1/inboxes/{world.inbox_id}").status_code == 200
+        assert agent.delete(f"/v1/runs/{world.run_id}").status_code == 204
+        refused = agent.get(f"/v1/inboxes/{world.inbox_id}")
+    assert refused.status_code == 401, refused.text
+    assert "released" in refused.json()["error"]["message"]
 
 
 def test_the_run_report_records_the_minting_but_never_the_token(scoped: InProcess) -> None:

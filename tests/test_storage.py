@@ -21,7 +21,15 @@ from sink import clock, ids
 from sink.inbox import Claim, Inbox, ScanResult, State, after_poll
 from sink.message import summarize
 from sink.policy import CI
-from sink.storage.base import CreateOutcome, Delivered, Event, Incoming, NewInbox, Storage
+from sink.storage.base import (
+    RUN_RELEASED,
+    CreateOutcome,
+    Delivered,
+    Event,
+    Incoming,
+    NewInbox,
+    Storage,
+)
 from sink.storage.memory import MemoryStore
 from sink.storage.postgres.store import PostgresStore
 from sink.storage.sqlite.migrate import migrations
@@ -437,6 +445,27 @@ def test_the_signing_key_is_made_once_and_kept(backend: Backend) -> None:
 
     keys = backend.run(scenario)
     assert len(keys[0]) == 32 and len(set(keys)) == 1
+
+
+def test_run_released_at_is_the_runs_latest_release_past_the_reports_cap(
+    backend: Backend,
+) -> None:
+    """run_released_at: None before any release, then the run's latest release (in any
+    order, however many events came before it), never another run's."""
+
+    async def scenario(store: Storage) -> list[float | None]:
+        seen = [await store.run_released_at("run-x")]
+        many = [Event("run-x", "token_minted", 10.0 + n / 1e4) for n in range(10_001)]
+        await store.add_events(many)  # more than the run report shows (it keeps the oldest)
+        seen.append(await store.run_released_at("run-x"))
+        await store.add_events([Event("run-x", RUN_RELEASED, 300.0)])
+        await store.add_events([Event("run-x", RUN_RELEASED, 200.0)])
+        await store.add_events([Event("run-y", RUN_RELEASED, 400.0)])
+        seen.append(await store.run_released_at("run-x"))
+        seen.append(await store.run_released_at("run-z"))
+        return seen
+
+    assert backend.run(scenario) == [None, None, 300.0, None]
 
 
 # -- SQLite only: the file itself ---------------------------------------------------------

@@ -109,6 +109,9 @@ class StoredMessage:
     auth_user: str | None = None
 
 
+RUN_RELEASED = "run_released"  # the event type of a release (``run_released_at`` finds it)
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     run_id: str
@@ -215,6 +218,10 @@ class Store(Protocol):
         evidence was last claimed, newest first (ties by arrival order)."""
 
     async def run_report(self, run_id: str) -> tuple[list[InboxReport], list[Event]]: ...
+
+    async def run_released_at(self, run_id: str) -> float | None:
+        """When the run was last released (its latest ``run_released`` event), or None: one
+        indexed look-up, read from the store itself (so every process sharing it agrees)."""
 
     async def signing_key(self) -> bytes:
         """The server's secret for run tokens: 32 random bytes made at the first call, then

@@ -25,6 +25,7 @@ from sink.nearmiss import LiveAddress, NearIndex
 from sink.search import Query, texts_match
 from sink.storage.backend import Announced, Backend
 from sink.storage.base import (
+    RUN_RELEASED,
     CaughtMessage,
     CreateOutcome,
     CreateResult,
@@ -118,6 +119,7 @@ class MemoryStore:
         self._pks = itertools.count(1)
         self._listing_seq = itertools.count(1)
         self._events: list[Event] = []
+        self._release_at: dict[str, float] = {}  # run -> its latest release (run_released_at)
         self._near = NearIndex()  # the live inboxes' local parts, for near misses
         self._near_misses: dict[str, list[NearMiss]] = {}  # by inbox, in arrival order
         self._signing_key = secrets.token_bytes(32)  # lives as long as the store, as its data
@@ -436,6 +438,10 @@ class MemoryStore:
         )
         return reports, events[:10_000]
 
+    async def run_released_at(self, run_id: str) -> float | None:
+        self._check()
+        return self._release_at.get(run_id)
+
     async def signing_key(self) -> bytes:
         self._check()
         return self._signing_key
@@ -703,6 +709,10 @@ class MemoryStore:
         if not events:
             return
         self._events.extend(events)
+        for event in events:
+            if event.type == RUN_RELEASED:
+                last = self._release_at.get(event.run_id, event.at)
+                self._release_at[event.run_id] = max(last, event.at)
         stored = [replace(e, seq=next(self._event_rows)) for e in events]
         if self._on_events is not None:
             self._on_events(stored)

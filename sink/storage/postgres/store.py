@@ -122,6 +122,10 @@ SELECT d.seq, d.message_id, d.inbox_id, m.subject, m.from_addr, m.received_at, m
 FROM deliveries d JOIN messages m ON m.message_key = d.message_key
 """
 
+# The run's latest release: the type a literal, so that the partial index of
+# sql/012_released_index.sql (WHERE type = 'run_released') serves it.
+_RELEASED_AT = "SELECT MAX(at) FROM events WHERE run_id = $1 AND type = 'run_released'"
+
 
 class _Forbidden(Exception):
     """Rolls back a create that the per-purpose limit refused."""
@@ -753,6 +757,10 @@ class PostgresStore:
         )
         events = [Event(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in event_rows]
         return reports, events
+
+    async def run_released_at(self, run_id: str) -> float | None:
+        rows = await self.fetch("run_released_at", _RELEASED_AT, run_id)
+        return None if rows[0][0] is None else float(rows[0][0])
 
     async def signing_key(self) -> bytes:
         fresh = secrets.token_bytes(32)

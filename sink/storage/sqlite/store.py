@@ -87,6 +87,9 @@ _LAST_CLAIM = (
     "SELECT COALESCE(MAX(claimed_at), -1) FROM deliveries "
     "WHERE inbox_id = ? AND claim_id IS NOT NULL"
 )
+# The run's latest release: the type a literal, so that the partial index of
+# sql/010_released_index.sql (WHERE type = 'run_released') serves it.
+_RELEASED_AT = "SELECT MAX(at) FROM events WHERE run_id = ? AND type = 'run_released'"
 
 
 def _probe_commit(db: sqlite3.Connection) -> None:
@@ -535,6 +538,10 @@ class SQLiteStore:
         )
         events = [Event(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in event_rows]
         return reports, events
+
+    async def run_released_at(self, run_id: str) -> float | None:
+        rows = await self._read(_RELEASED_AT, (run_id,))
+        return None if rows[0][0] is None else float(rows[0][0])
 
     async def signing_key(self) -> bytes:
         fresh = secrets.token_bytes(32)
