@@ -7,9 +7,12 @@
 
 Each round leases what is due (``take_due``: at most 8 in flight per webhook, across
 replicas on PostgreSQL), posts each delivery in a task of its own, and sleeps until the
-next is due, a wake-up (a commit queued one, an attempt ended), or ``LOOK_S`` at the most:
-deliveries queued by another replica, or left pending by a process that died, go out within
-that. An attempt is one POST of the delivery's stored body with fresh Standard Webhooks
+next is due, a wake-up (a commit queued one, or an attempt ended while something waited: a
+retry was scheduled, or the last look saw deliveries due that the caps kept back), or
+``LOOK_S`` at the most: deliveries queued by another replica, or left pending by a process
+that died, go out within that. An attempt that ends delivered with nothing waiting wakes
+nobody: with the hand-off (SQLite) a steady stream of deliveries needs no round at all.
+An attempt is one POST of the delivery's stored body with fresh Standard Webhooks
 headers (the timestamp is the attempt's), on ``http.py``'s kept-alive connections (64 at
 most), no redirects followed, 5 s in all; a 2xx is delivered, a 410 disables the webhook,
 anything else is retried on the schedule
@@ -61,6 +64,9 @@ class Worker:
         self._tasks: set[asyncio.Task[None]] = set()  # attempts in flight (kept: not GC'd)
         self._running = False
         self._due_at: float | None = None  # when the next delivery is due, at the last look
+        # Something may be due that no round has taken (caps, a retry, a settle not written):
+        # an attempt that ends then wakes the worker. Cleared by a round that sees none.
+        self._waiting = True
         self._pruned_at = -_PRUNE_EVERY_S  # monotonic: the first round prunes
 
     def wake(self) -> None:
@@ -106,6 +112,7 @@ class Worker:
             for due in taken:
                 self._start(due)
             next_at = self._due_at = await self._store.next_due()
+            self._waiting = next_at is not None and next_at <= self._clock.now()
             self._metrics.webhook_pending.set(await self._store.pending_count())
         except Exception as exc:  # the store's trouble (or ours): the loop goes on
             warn("webhook_outbox_unavailable", error=type(exc).__name__)
@@ -124,7 +131,8 @@ class Worker:
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        self.wake()
+        if self._waiting or task.cancelled() or task.exception() is not None:
+            self.wake()
 
     async def _attempt(self, due: Due) -> None:
         body = due.body.encode()
@@ -149,6 +157,8 @@ class Worker:
         except Exception as exc:  # never a crash: a failed attempt, retried
             error = type(exc).__name__.lower()
         outcome = self._outcome(due, status, error)
+        if outcome.state is not DeliveryState.DELIVERED:
+            self._waiting = True  # a retry to schedule, or caps that change: look again
         self._metrics.webhook_deliveries.labels(_result(outcome)).inc()
         log(
             "webhook_attempt",
@@ -166,6 +176,7 @@ class Worker:
             await self._store.settle(outcome)
         except StorageError as exc:
             # Not recorded: when the lease ends the delivery is taken again (at least once).
+            self._waiting = True
             warn("webhook_settle_failed", delivery_id=due.delivery_id, error=type(exc).__name__)
 
     def _outcome(self, due: Due, status: int | None, error: str | None) -> Outcome:
