@@ -509,7 +509,7 @@ def test_sqlite_hands_new_deliveries_to_its_worker_in_their_commit_within_the_ca
     tmp_path: Path,
 ) -> None:
     """With a worker's hand set, SQLite leases new deliveries in the commit that writes them
-    and hands them over after it: 8 per webhook, the rest left for take_due."""
+    and hands them over after it, 8 per webhook; a settle hands over the next due one."""
 
     async def scenario() -> None:
         store = SQLiteStore(tmp_path / "s.db")
@@ -528,8 +528,9 @@ def test_sqlite_hands_new_deliveries_to_its_worker_in_their_commit_within_the_ca
             await store.webhooks.settle(
                 Outcome(first.delivery_id, 1, clock.now(), 200, None, DeliveryState.DELIVERED)
             )
-            [next_one] = await store.webhooks.take_due(clock.now() + 1, 100)
-            assert next_one.delivery_id not in {d.delivery_id for d in handed}
+            [next_one] = handed[IN_FLIGHT_MAX:]
+            assert next_one.delivery_id not in {d.delivery_id for d in handed[:IN_FLIGHT_MAX]}
+            assert await store.webhooks.take_due(clock.now() + 1, 100) == []  # leased already
         finally:
             await store.close()
 

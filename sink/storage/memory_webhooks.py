@@ -51,6 +51,7 @@ class MemoryWebhooks:
         self._seq = 0
         self.wake: Callable[[], None] | None = None  # the delivery worker's, once it runs
         self.hand: Callable[[list[Due]], None] | None = None  # unused: taken by take_due
+        self.refills = False
 
     # -- the outbox: written with the events -----------------------------------------
 

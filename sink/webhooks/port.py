@@ -25,6 +25,10 @@ class WebhookStore(Protocol):
     # Set by the worker too, for a store that leases new deliveries to it in their own
     # commit (SQLite): these were, attempt them now.
     hand: Callable[[list[Due]], None] | None
+    # True for a store that, in the commit settling an attempt, also leases that webhook's
+    # next due deliveries to the worker (``hand``, SQLite): the end of an attempt then needs
+    # no round for the per-webhook cap.
+    refills: bool
 
     async def create_webhook(self, webhook: Webhook) -> None: ...
 

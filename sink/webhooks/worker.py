@@ -64,9 +64,10 @@ class Worker:
         self._tasks: set[asyncio.Task[None]] = set()  # attempts in flight (kept: not GC'd)
         self._running = False
         self._due_at: float | None = None  # when the next delivery is due, at the last look
-        # Something may be due that no round has taken (caps, a retry, a settle not written):
-        # an attempt that ends then wakes the worker. Cleared by a round that sees none.
+        # The last round saw deliveries due that it did not take (the caps): an attempt that
+        # ends then wakes the worker, unless the store refills the webhook's cap itself.
         self._waiting = True
+        self._capped = False  # the last round left due deliveries for want of IN_FLIGHT room
         self._pruned_at = -_PRUNE_EVERY_S  # monotonic: the first round prunes
 
     def wake(self) -> None:
@@ -107,8 +108,10 @@ class Worker:
                 await self._store.prune(now - HISTORY_S)
             taken = []
             looking = woken or (self._due_at is not None and self._due_at <= now)
-            if looking and len(self._tasks) < IN_FLIGHT:
-                taken = await self._store.take_due(now, IN_FLIGHT - len(self._tasks))
+            room = IN_FLIGHT - len(self._tasks)
+            if looking and room > 0:
+                taken = await self._store.take_due(now, room)
+            self._capped = looking and len(taken) >= room
             for due in taken:
                 self._start(due)
             next_at = self._due_at = await self._store.next_due()
@@ -131,8 +134,10 @@ class Worker:
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        if self._waiting or task.cancelled() or task.exception() is not None:
+        if task.cancelled() or task.exception() is not None:
             self.wake()
+        elif self._waiting and (self._capped or not self._store.refills):
+            self.wake()  # (a store that refills has leased the webhook's next ones already)
 
     async def _attempt(self, due: Due) -> None:
         body = due.body.encode()
@@ -157,8 +162,6 @@ class Worker:
         except Exception as exc:  # never a crash: a failed attempt, retried
             error = type(exc).__name__.lower()
         outcome = self._outcome(due, status, error)
-        if outcome.state is not DeliveryState.DELIVERED:
-            self._waiting = True  # a retry to schedule, or caps that change: look again
         self._metrics.webhook_deliveries.labels(_result(outcome)).inc()
         log(
             "webhook_attempt",
@@ -176,8 +179,11 @@ class Worker:
             await self._store.settle(outcome)
         except StorageError as exc:
             # Not recorded: when the lease ends the delivery is taken again (at least once).
-            self._waiting = True
             warn("webhook_settle_failed", delivery_id=due.delivery_id, error=type(exc).__name__)
+            self.wake()
+            return
+        if outcome.state is not DeliveryState.DELIVERED:
+            self.wake()  # a retry to schedule, or a webhook disabled: the next round knows
 
     def _outcome(self, due: Due, status: int | None, error: str | None) -> Outcome:
         ended = self._clock.now()

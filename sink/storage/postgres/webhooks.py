@@ -136,6 +136,7 @@ class PostgresWebhooks:
         self._ids = EventIds()  # keyed by the store's signing key at open
         self.wake: Callable[[], None] | None = None  # the delivery worker's, once it runs
         self.hand: Callable[[list[Due]], None] | None = None  # unused: taken by take_due
+        self.refills = False
 
     def keyed(self, signing_key: bytes) -> None:
         self._ids = EventIds(signing_key)

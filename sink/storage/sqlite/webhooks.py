@@ -9,7 +9,9 @@ otherwise it writes the delivery rows in that same transaction, leased to this p
 worker as far as the per-webhook cap allows, and hands those to the worker once the commit
 is durable (``handed``, from ``SQLiteStore._committed``): a first attempt needs no
 transaction of its own. What is not handed over wakes the worker to take it. Settles
-waiting together are written as one (the writer's shared batch). Leases are cleared at
+waiting together are written as one (the writer's shared batch), and each leases the next
+due deliveries of its webhook to the worker in that commit (``_refill``): a webhook with a
+backlog at its cap needs no take_due round per attempt. Leases are cleared at
 open: the process that held them is gone.
 """
 
@@ -75,6 +77,7 @@ class SQLiteWebhooks:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.wake: Callable[[], None] | None = None  # the delivery worker's, once it runs
         self.hand: Callable[[list[Due]], None] | None = None  # the worker's: attempt these now
+        self.refills = True  # a settle leases its webhook's next due deliveries (_refill)
 
     async def open(self, signing_key: bytes) -> None:
         """At the store's open: load the cache, free the leases of the process before."""
@@ -252,6 +255,7 @@ class SQLiteWebhooks:
         attempts: list[tuple[Any, ...]] = []
         updates: list[tuple[Any, ...]] = []
         more: list[tuple[Any, Outcome, bool]] = []  # failed or gone: more to record
+        freed: dict[str, float] = {}  # webhooks with a lease freed: when (their clock)
         for outcome in outcomes:
             row = rows.pop(outcome.delivery_id, None)
             if row is None or row["attempts"] + 1 != outcome.attempt:
@@ -275,6 +279,7 @@ class SQLiteWebhooks:
             updates.append((made.state.value, made.attempt, made.next_attempt_at, row["seq"]))
             hook_id = row["webhook_id"]
             self._leased[hook_id] = max(0, self._leased.get(hook_id, 0) - 1)
+            freed[hook_id] = max(made.at, freed.get(hook_id, made.at))
             if made.disable or made.state is DeliveryState.FAILED:
                 more.append((row, made, ended))
         db.executemany(
@@ -289,6 +294,42 @@ class SQLiteWebhooks:
         )
         for row, made, ended in more:
             self._ended(db, row, made, ended)
+        if self.hand is not None:
+            for hook_id, now in freed.items():
+                self._refill(db, hook_id, now)
+
+    def _refill(self, db: sqlite3.Connection, hook_id: str, now: float) -> None:
+        """Lease what of this webhook is due and its cap has room for, to this process's
+        worker once this commit is durable (as the hand-off of new deliveries)."""
+        hook = self._hooks.get(hook_id)
+        room = IN_FLIGHT_MAX - self._leased.get(hook_id, 0)
+        if hook is None or hook.disabled_at is not None or room <= 0:
+            return
+        rows = db.execute(_DUE_OF_ONE, (hook_id, now, room)).fetchall()
+        if not rows:
+            return
+        lease_until = now + LEASE_S
+        dues = [
+            Due(
+                r["delivery_id"],
+                hook_id,
+                hook.url,
+                hook.secret,
+                r["event_id"],
+                r["type"],
+                r["run_id"],
+                r["body"],
+                int(r["attempts"]) + 1,
+                lease_until,
+            )
+            for r in rows
+        ]
+        db.executemany(
+            "UPDATE webhook_deliveries SET lease_until = ? WHERE delivery_id = ?",
+            [(lease_until, d.delivery_id) for d in dues],
+        )
+        self._leased[hook_id] = self._leased.get(hook_id, 0) + len(dues)
+        note(db, dues)
 
     def _ended(self, db: sqlite3.Connection, row: Any, made: Outcome, ended: bool) -> None:
         """A delivery failed: its webhook disabled (410), its run told (webhook_failed) unless
@@ -365,6 +406,14 @@ SELECT r.* FROM (
 ) r LEFT JOIN leased l ON l.webhook_id = r.webhook_id
 WHERE r.rn <= ?2 - COALESCE(l.n, 0) ORDER BY r.next_attempt_at, r.seq LIMIT ?3
 """
+
+# One webhook's due deliveries, oldest first, read through the partial index of pending rows
+# (``+webhook_id``: the index by webhook would walk its settled history too).
+_DUE_OF_ONE = (
+    "SELECT delivery_id, event_id, type, run_id, body, attempts FROM webhook_deliveries "
+    "WHERE state = 'pending' AND next_attempt_at <= ?2 AND lease_until <= ?2 "
+    "AND +webhook_id = ?1 ORDER BY next_attempt_at, seq LIMIT ?3"
+)
 
 # A 410 disabled the webhook: its deliveries waiting for a retry will get none, so their
 # newest attempt rows say failed (no next_attempt_at) instead of pending for ever.
