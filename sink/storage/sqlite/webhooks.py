@@ -216,7 +216,7 @@ class SQLiteWebhooks:
             leased = dict(
                 db.execute(
                     "SELECT webhook_id, COUNT(*) FROM webhook_deliveries "
-                    "WHERE state = 'pending' AND lease_until > ? GROUP BY webhook_id",
+                    "WHERE state = 'pending' AND lease_until > ? GROUP BY +webhook_id",
                     (now,),
                 ).fetchall()
             )
@@ -395,7 +395,7 @@ class SQLiteWebhooks:
 _DUE = """
 WITH leased AS (
     SELECT webhook_id, COUNT(*) AS n FROM webhook_deliveries
-    WHERE state = 'pending' AND lease_until > ?1 GROUP BY webhook_id
+    WHERE state = 'pending' AND lease_until > ?1 GROUP BY +webhook_id
 )
 SELECT r.* FROM (
     SELECT d.*, w.url, w.secret, row_number() OVER (
