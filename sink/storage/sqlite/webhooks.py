@@ -249,7 +249,9 @@ class SQLiteWebhooks:
         rows = {
             r["delivery_id"]: r
             for r in db.execute(
-                f"SELECT * FROM webhook_deliveries WHERE delivery_id IN ({marks})", ids
+                "SELECT seq, delivery_id, webhook_id, attempts, state, run_id "
+                f"FROM webhook_deliveries WHERE delivery_id IN ({marks})",
+                ids,
             ).fetchall()
         }
         attempts: list[tuple[Any, ...]] = []
@@ -349,14 +351,19 @@ class SQLiteWebhooks:
             if hook is not None:
                 self._hooks[hook_id] = _disabled(hook, made.at)
         if made.state is DeliveryState.FAILED and row["run_id"] is not None and not ended:
+            # The rest of the row (the body above all) is read only here: few settles fail.
+            rest = db.execute(
+                "SELECT event_id, type, body, created_at FROM webhook_deliveries WHERE seq = ?",
+                (row["seq"],),
+            ).fetchone()
             delivery = Delivery(
                 row["delivery_id"],
                 hook_id,
-                row["event_id"],
-                row["type"],
+                rest["event_id"],
+                rest["type"],
                 row["run_id"],
-                row["body"],
-                row["created_at"],
+                rest["body"],
+                rest["created_at"],
             )
             if not reports_a_failure(delivery):
                 self._insert_events(db, [failed_event(delivery, made)])
