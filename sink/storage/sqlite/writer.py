@@ -24,7 +24,6 @@ import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -361,21 +360,29 @@ def all_rows(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> li
     return list(db.execute(sql, params).fetchall())
 
 
+_INSERT_EVENT = (
+    "INSERT INTO events (run_id, inbox_id, message_id, at, type, detail_json) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
+
+
 def insert_events(db: sqlite3.Connection, events: Iterable[Event]) -> None:
     """Inside a write: store ``events`` (noted for after the commit) and their webhook mail."""
     recorded = list(events)
-    db.executemany(
-        "INSERT INTO events (run_id, inbox_id, message_id, at, type, detail_json) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        [
-            (e.run_id, e.inbox_id, e.message_id, e.at, e.type, json.dumps(e.detail))
-            for e in recorded
-        ],
-    )
-    # One writer connection: the rows just inserted took consecutive ids up to the last one.
-    last = int(db.execute("SELECT last_insert_rowid()").fetchone()[0])
+    rows = [
+        (e.run_id, e.inbox_id, e.message_id, e.at, e.type, json.dumps(e.detail)) for e in recorded
+    ]
+    if len(rows) == 1:  # most writes (one message, one release): its id comes with the insert
+        last = db.execute(_INSERT_EVENT, rows[0]).lastrowid or 0
+    else:
+        db.executemany(_INSERT_EVENT, rows)
+        # One writer connection: the rows just inserted took consecutive ids up to the last one.
+        last = int(db.execute("SELECT last_insert_rowid()").fetchone()[0])
     first = last - len(recorded) + 1
-    stored = [replace(e, seq=first + n) for n, e in enumerate(recorded)]
+    stored = [
+        Event(e.run_id, e.type, e.at, e.inbox_id, e.message_id, e.detail, first + n)
+        for n, e in enumerate(recorded)
+    ]
     note(db, stored)
     outbox: SQLiteWebhooks | None = getattr(db, "outbox", None)
     if outbox is not None:
