@@ -227,7 +227,7 @@ def test_leases_give_each_attempt_to_one_taker_and_at_most_eight_per_webhook(
         assert await store.webhooks.take_due(NOW + 1, 100) == []
         later = await store.webhooks.take_due(NOW + LEASE_S + 1, 100)
         assert len(later) == IN_FLIGHT_MAX  # the leases ran out: taken again (by anyone)
-        assert await store.webhooks.next_due() is not None
+        assert (await store.webhooks.next_due(NOW + LEASE_S + 1)).pending is not None
 
     backend(scenario)
 
@@ -249,6 +249,32 @@ def test_a_webhook_at_its_cap_does_not_hold_back_another(backend: Callable[..., 
         by_hook = [d.webhook_id for d in taken]
         assert by_hook.count(busy.webhook_id) == IN_FLIGHT_MAX
         assert by_hook.count(quiet.webhook_id) == 1
+
+    backend(scenario)
+
+
+def test_the_next_due_is_what_can_be_taken_not_a_backlog_at_its_cap(
+    backend: Callable[..., Any],
+) -> None:
+    """With a webhook at its cap and more of it due, the next takeable is another webhook's
+    retry (or a lease's end), not the capped backlog, which still counts as pending."""
+
+    async def scenario(store: Any) -> None:
+        busy, quiet = _hook(events=("run_event",), run_id="busy"), _hook(run_id="quiet")
+        for hook in (busy, quiet):
+            await store.webhooks.create_webhook(hook)
+        await store.add_events([Event("quiet", "breaker_opened", clock.now(), "ib_y")])
+        for due in await store.webhooks.take_due(NOW, 10):
+            await store.webhooks.settle(
+                Outcome(due.delivery_id, 1, NOW, 500, "http_500", DeliveryState.PENDING, NOW + 5)
+            )
+        await store.add_events(
+            [Event("busy", "breaker_opened", clock.now(), "ib_x") for _ in range(20)]
+        )
+        assert len(await store.webhooks.take_due(NOW, 64)) == IN_FLIGHT_MAX
+        ahead = await store.webhooks.next_due(NOW)
+        assert ahead.takeable == NOW + 5
+        assert ahead.pending is not None and ahead.pending <= NOW  # the backlog is pending
 
     backend(scenario)
 

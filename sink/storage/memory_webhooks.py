@@ -28,7 +28,7 @@ from sink.webhooks.model import (
     new_delivery_id,
     reports_a_failure,
 )
-from sink.webhooks.port import IN_FLIGHT_MAX, LEASE_S
+from sink.webhooks.port import IN_FLIGHT_MAX, LEASE_S, NextDue
 
 
 @dataclass(slots=True)
@@ -198,13 +198,21 @@ class MemoryWebhooks:
         ):
             self._record([failed_event(d, outcome)])
 
-    async def next_due(self) -> float | None:
-        times = [
-            max(r.next_attempt_at, r.lease_until)
-            for r in self._rows.values()
-            if r.state is DeliveryState.PENDING
+    async def next_due(self, now: float) -> NextDue:
+        pending = [r for r in self._rows.values() if r.state is DeliveryState.PENDING]
+        leased: dict[str, int] = {}
+        for r in pending:
+            if r.lease_until > now:
+                leased[r.delivery.webhook_id] = leased.get(r.delivery.webhook_id, 0) + 1
+        takeable = [
+            r
+            for r in pending
+            if r.lease_until > now or leased.get(r.delivery.webhook_id, 0) < IN_FLIGHT_MAX
         ]
-        return min(times, default=None)
+        return NextDue(
+            min((max(r.next_attempt_at, r.lease_until) for r in pending), default=None),
+            min((max(r.next_attempt_at, r.lease_until) for r in takeable), default=None),
+        )
 
     async def pending_count(self) -> int:
         return sum(r.state is DeliveryState.PENDING for r in self._rows.values())

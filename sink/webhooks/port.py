@@ -12,12 +12,17 @@ row to one of them, ``FOR UPDATE SKIP LOCKED``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from sink.webhooks.model import Attempt, Due, Outcome, Webhook
 
 LEASE_S = 10.0  # a taken delivery is any replica's to retry after this (an attempt lasts <= 5 s)
 IN_FLIGHT_MAX = 8  # deliveries of one webhook in flight at once (take_due never leases more)
+
+
+class NextDue(NamedTuple):
+    pending: float | None  # the earliest pending delivery (None: none is pending)
+    takeable: float | None  # the earliest one not held back by its webhook's cap
 
 
 class WebhookStore(Protocol):
@@ -60,8 +65,11 @@ class WebhookStore(Protocol):
         ``webhook_failed`` run event for its run, in the same commit); ``disable`` sets the
         webhook's ``disabled_at`` and fails its other pending deliveries."""
 
-    async def next_due(self) -> float | None:
-        """When the earliest pending delivery is due (leased ones: when their lease ends)."""
+    async def next_due(self, now: float) -> NextDue:
+        """When the earliest pending delivery is due (leased ones: when their lease ends), and
+        when the earliest one that can be taken is: a webhook at its cap at ``now``
+        (``IN_FLIGHT_MAX`` leased) counts there only by its leases, as the rest of it waits
+        for one of its attempts to end."""
 
     async def pending_count(self) -> int: ...
 

@@ -42,7 +42,7 @@ from sink.webhooks.port import WebhookStore
 ATTEMPT_S = 5.0  # a 2xx within this is delivered; after it the attempt is a timeout
 LOOK_S = 2.0  # the longest sleep: others' deliveries (replicas, a restart) go out within this
 IN_FLIGHT = 64  # attempts in flight in this process, all webhooks together
-_IDLE_S = 0.25  # due deliveries exist but none could be taken (caps, leases): look again
+_IDLE_S = 0.25  # deliveries due that no cap holds back, yet none taken (IN_FLIGHT, a lock): again
 HISTORY_S = 7 * 86400  # settled deliveries (and their attempts) are listed for a week
 _PRUNE_EVERY_S = 3600.0
 
@@ -114,8 +114,11 @@ class Worker:
             self._capped = looking and len(taken) >= room
             for due in taken:
                 self._start(due)
-            next_at = self._due_at = await self._store.next_due()
-            self._waiting = next_at is not None and next_at <= self._clock.now()
+            # Sleep until the next delivery that can be taken: a webhook's backlog at its cap
+            # waits for one of its attempts to end, which wakes the worker (``_waiting``).
+            ahead = await self._store.next_due(self._clock.now())
+            next_at = self._due_at = ahead.takeable
+            self._waiting = ahead.pending is not None and ahead.pending <= self._clock.now()
             self._metrics.webhook_pending.set(await self._store.pending_count())
         except Exception as exc:  # the store's trouble (or ours): the loop goes on
             warn("webhook_outbox_unavailable", error=type(exc).__name__)

@@ -39,7 +39,7 @@ from sink.webhooks.model import (
     new_delivery_id,
     reports_a_failure,
 )
-from sink.webhooks.port import IN_FLIGHT_MAX, LEASE_S
+from sink.webhooks.port import IN_FLIGHT_MAX, LEASE_S, NextDue
 from sink.webhooks.rows import WEBHOOK_COLUMNS, attempt_from, webhook_from, webhook_values
 
 if TYPE_CHECKING:  # the driver's classes are generic only in its stubs
@@ -123,6 +123,18 @@ UPDATE webhook_attempts a SET state = 'failed', next_attempt_at = NULL
 WHERE a.webhook_id = $1 AND a.state = 'pending' AND EXISTS (
     SELECT 1 FROM webhook_deliveries d
     WHERE d.seq = a.delivery_seq AND d.attempts = a.attempt AND d.state = 'pending')
+"""
+
+# When the earliest pending delivery is due, and the earliest not held back by its webhook's
+# cap (IN_FLIGHT_MAX leased at $1: its unleased ones wait for one of its attempts to end).
+_NEXT_DUE = f"""
+SELECT MIN(GREATEST(next_attempt_at, lease_until)),
+       MIN(GREATEST(next_attempt_at, lease_until)) FILTER (
+           WHERE lease_until > $1 OR webhook_id NOT IN (
+               SELECT webhook_id FROM webhook_deliveries
+               WHERE state = 'pending' AND lease_until > $1
+               GROUP BY webhook_id HAVING COUNT(*) >= {IN_FLIGHT_MAX}))
+FROM webhook_deliveries WHERE state = 'pending'
 """
 
 _EVENT_ROWS = EVENT_SELECT + " WHERE e.id = ANY($1::bigint[])"
@@ -378,14 +390,9 @@ class PostgresWebhooks:
 
         await self._transaction("settle", work)
 
-    async def next_due(self) -> float | None:
-        rows = await self._fetch(
-            "next_due",
-            "SELECT MIN(GREATEST(next_attempt_at, lease_until)) FROM webhook_deliveries "
-            "WHERE state = 'pending'",
-        )
-        value = rows[0][0]
-        return None if value is None else float(value)
+    async def next_due(self, now: float) -> NextDue:
+        rows = await self._fetch("next_due", _NEXT_DUE, now)
+        return NextDue(*(None if v is None else float(v) for v in rows[0]))
 
     async def pending_count(self) -> int:
         rows = await self._fetch(

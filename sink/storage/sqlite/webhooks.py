@@ -43,7 +43,7 @@ from sink.webhooks.model import (
     new_delivery_id,
     reports_a_failure,
 )
-from sink.webhooks.port import IN_FLIGHT_MAX, LEASE_S
+from sink.webhooks.port import IN_FLIGHT_MAX, LEASE_S, NextDue
 from sink.webhooks.rows import (
     LISTING,
     WEBHOOK_COLUMNS,
@@ -368,14 +368,9 @@ class SQLiteWebhooks:
             if not reports_a_failure(delivery):
                 self._insert_events(db, [failed_event(delivery, made)])
 
-    async def next_due(self) -> float | None:
-        rows = await self._read(
-            "SELECT MIN(MAX(next_attempt_at, lease_until)) FROM webhook_deliveries "
-            "WHERE state = 'pending'",
-            (),
-        )
-        value = rows[0][0]
-        return None if value is None else float(value)
+    async def next_due(self, now: float) -> NextDue:
+        rows = await self._read(_NEXT_DUE, (now, IN_FLIGHT_MAX))
+        return NextDue(*(None if v is None else float(v) for v in rows[0]))
 
     async def pending_count(self) -> int:
         rows = await self._read(
@@ -421,6 +416,18 @@ _DUE_OF_ONE = (
     "WHERE state = 'pending' AND next_attempt_at <= ?2 AND lease_until <= ?2 "
     "AND +webhook_id = ?1 ORDER BY next_attempt_at, seq LIMIT ?3"
 )
+
+# When the earliest pending delivery is due, and the earliest not held back by its webhook's
+# cap (IN_FLIGHT_MAX leased at ?1: its unleased ones wait for one of its attempts to end).
+_NEXT_DUE = """
+SELECT MIN(MAX(next_attempt_at, lease_until)),
+       MIN(CASE WHEN lease_until > ?1 OR webhook_id NOT IN (
+               SELECT webhook_id FROM webhook_deliveries
+               WHERE state = 'pending' AND lease_until > ?1
+               GROUP BY +webhook_id HAVING COUNT(*) >= ?2)
+           THEN MAX(next_attempt_at, lease_until) END)
+FROM webhook_deliveries WHERE state = 'pending'
+"""
 
 # A 410 disabled the webhook: its deliveries waiting for a retry will get none, so their
 # newest attempt rows say failed (no next_attempt_at) instead of pending for ever.
