@@ -19,6 +19,7 @@ from sink.event_ids import EventIds
 from sink.message import summarize
 from sink.storage.base import Event, Incoming
 from sink.storage.memory import MemoryStore
+from sink.storage.postgres import webhooks as pg_webhooks
 from sink.storage.postgres.store import PostgresStore
 from sink.storage.sqlite.store import SQLiteStore
 from sink.webhook_signature import new_secret
@@ -614,3 +615,57 @@ def test_postgres_makes_the_live_kinds_python_makes(pg_dsn: str) -> None:
 
     for kind, sql, python in asyncio.run(scenario()):
         assert sql == python, kind
+
+
+def _scans(plan: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """(node type, index) of every node of a JSON plan that reads webhook_deliveries."""
+    found = []
+    if plan.get("Relation Name") == "webhook_deliveries":
+        index = plan.get("Index Name")
+        if plan["Node Type"] == "Bitmap Heap Scan":  # its index is its children's
+            index = ",".join(sorted({c.get("Index Name", "") for c in plan["Plans"]}))
+        found.append((plan["Node Type"], index))
+    for child in plan.get("Plans", []):
+        found.extend(_scans(child))
+    return found
+
+
+def test_postgres_worker_reads_the_pending_index_not_the_settled_history(pg_dsn: str) -> None:
+    """Beside 20,000 settled deliveries (a week's history), take_due's two queries and
+    next_due's read webhook_deliveries only through its partial index of pending rows."""
+
+    async def scenario() -> dict[str, list[tuple[str, str | None]]]:
+        store = PostgresStore(pg_dsn)
+        await store.open()
+        try:
+            hooks = [_hook() for _ in range(3)]
+            for i, hook in enumerate(hooks):
+                await store.webhooks.create_webhook(hook)
+                await store.fetch(
+                    "test",
+                    "INSERT INTO webhook_deliveries (delivery_id, webhook_id, kind, created_at,"
+                    " state, attempts, next_attempt_at) SELECT 'dlv_old_' || $2 || '_' || g, $1,"
+                    " 'ping', $3, 'delivered', 1, $3 FROM generate_series(1, $4) g",
+                    hook.webhook_id,
+                    str(i),
+                    NOW - 3600,
+                    16000 if i == 0 else 2000,
+                )
+                await store.webhooks.enqueue_ping(hook.webhook_id, NOW)
+            await store.fetch("test", "ANALYZE webhook_deliveries")
+            ids = [h.webhook_id for h in hooks]
+            plans = {}
+            for name, args in (
+                ("_DUE_HOOKS", (NOW, 64)),
+                ("_DUE", (NOW, ids, 64)),
+                ("_NEXT_DUE", (NOW,)),
+            ):
+                sql = getattr(pg_webhooks, name)
+                [row] = await store.fetch("test", "EXPLAIN (FORMAT JSON) " + sql, *args)
+                plans[name] = _scans(json.loads(row[0])[0]["Plan"])
+            return plans
+        finally:
+            await store.close()
+
+    for name, scans in asyncio.run(scenario()).items():
+        assert scans and all(index == "webhook_deliveries_due" for _, index in scans), (name, scans)
