@@ -5,84 +5,32 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, TypeVar
 
 import asyncpg
-import pytest
 
 from sink import clock, event_shapes, ids
 from sink.event_ids import EventIds
 from sink.message import summarize
 from sink.storage.base import Event, Incoming
-from sink.storage.memory import MemoryStore
 from sink.storage.postgres import webhooks as pg_webhooks
 from sink.storage.postgres.store import PostgresStore
 from sink.storage.sqlite.store import SQLiteStore
 from sink.webhook_signature import new_secret
 from sink.webhooks.model import DeliveryState, Outcome, Webhook, new_webhook_id
 from sink.webhooks.port import IN_FLIGHT_MAX, LEASE_S
-from tests.test_storage import created_event, incoming, new_inbox
+from tests.test_storage import (  # noqa: F401  (backend: the parametrised fixture)
+    Backend,
+    backend,
+    created_event,
+    incoming,
+    new_inbox,
+)
 
 T = TypeVar("T")
-Opener = Callable[[Path], AbstractAsyncContextManager[Any]]
 NOW = clock.now() + 3600  # after every event the tests record
-
-
-@asynccontextmanager
-async def _memory(folder: Path) -> AsyncIterator[Any]:
-    store = MemoryStore()
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
-@asynccontextmanager
-async def _sqlite(folder: Path) -> AsyncIterator[Any]:
-    store = SQLiteStore(folder / "s.db")
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
-def _postgres(dsn: str) -> Opener:
-    @asynccontextmanager
-    async def opener(folder: Path) -> AsyncIterator[Any]:
-        store = PostgresStore(dsn)
-        await store.open()
-        try:
-            yield store
-        finally:
-            await store.close()
-
-    return opener
-
-
-OPENERS: dict[str, Opener] = {"memory": _memory, "sqlite": _sqlite, "postgres": _sqlite}
-"""``postgres`` is opened on a fresh database of the session's server (see ``backend``)."""
-
-
-@pytest.fixture(params=list(OPENERS))
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., Any]:
-    opener = OPENERS[request.param]
-    if request.param == "postgres":
-        opener = _postgres(request.getfixturevalue("pg_dsn"))
-
-    def run(scenario: Callable[[Any], Awaitable[T]]) -> T:
-        async def main() -> T:
-            async with opener(tmp_path) as store:
-                return await scenario(store)
-
-        return asyncio.run(main())
-
-    return run
 
 
 def _hook(**fields: Any) -> Webhook:
@@ -126,7 +74,7 @@ async def _types(store: Any, hook: Webhook) -> list[str]:
     return sorted(a.type for a in await store.webhooks.deliveries(hook.webhook_id, None, 100))
 
 
-def test_an_event_goes_to_every_webhook_whose_filter_wants_it(backend: Callable[..., Any]) -> None:
+def test_an_event_goes_to_every_webhook_whose_filter_wants_it(backend: Backend) -> None:  # noqa: F811
     """Types, run_id and run_glob filter; caught mail goes only to an admin's unfiltered webhook."""
 
     async def scenario(store: Any) -> None:
@@ -152,11 +100,11 @@ def test_an_event_goes_to_every_webhook_whose_filter_wants_it(backend: Callable[
         assert got["other"] == []
         assert got["messages"] == ["message", "message"]
 
-    backend(scenario)
+    backend.run(scenario)
 
 
 def test_the_body_is_the_live_event_and_its_id_is_the_events_id(
-    backend: Callable[..., Any],
+    backend: Backend,  # noqa: F811
 ) -> None:
     """A delivery's body is {type, id, timestamp, data} with data exactly as SSE shows it."""
 
@@ -189,11 +137,11 @@ def test_the_body_is_the_live_event_and_its_id_is_the_events_id(
             "reason": None,
         }
 
-    backend(scenario)
+    backend.run(scenario)
 
 
 def test_nothing_is_queued_without_a_webhook_or_for_a_deleted_one(
-    backend: Callable[..., Any],
+    backend: Backend,  # noqa: F811
 ) -> None:
     """No webhook: no delivery; a deleted webhook's deliveries go with it."""
 
@@ -209,11 +157,11 @@ def test_nothing_is_queued_without_a_webhook_or_for_a_deleted_one(
         assert await store.webhooks.pending_count() == 0
         assert await store.webhooks.webhook(hook.webhook_id) is None
 
-    backend(scenario)
+    backend.run(scenario)
 
 
 def test_leases_give_each_attempt_to_one_taker_and_at_most_eight_per_webhook(
-    backend: Callable[..., Any],
+    backend: Backend,  # noqa: F811
 ) -> None:
     """A taken delivery is not taken again until its lease ends; never more than 8 leased."""
 
@@ -230,10 +178,10 @@ def test_leases_give_each_attempt_to_one_taker_and_at_most_eight_per_webhook(
         assert len(later) == IN_FLIGHT_MAX  # the leases ran out: taken again (by anyone)
         assert (await store.webhooks.next_due(NOW + LEASE_S + 1)).pending is not None
 
-    backend(scenario)
+    backend.run(scenario)
 
 
-def test_a_webhook_at_its_cap_does_not_hold_back_another(backend: Callable[..., Any]) -> None:
+def test_a_webhook_at_its_cap_does_not_hold_back_another(backend: Backend) -> None:  # noqa: F811
     """A webhook with hundreds due and 8 in flight leaves the next take to the others: a
     quiet webhook's delivery due later is taken at once (SQLite looked only at the oldest
     rows due, all the busy one's, and a retry waited for the backlog to drain)."""
@@ -251,11 +199,11 @@ def test_a_webhook_at_its_cap_does_not_hold_back_another(backend: Callable[..., 
         assert by_hook.count(busy.webhook_id) == IN_FLIGHT_MAX
         assert by_hook.count(quiet.webhook_id) == 1
 
-    backend(scenario)
+    backend.run(scenario)
 
 
 def test_the_next_due_is_what_can_be_taken_not_a_backlog_at_its_cap(
-    backend: Callable[..., Any],
+    backend: Backend,  # noqa: F811
 ) -> None:
     """With a webhook at its cap and more of it due, the next takeable is another webhook's
     retry (or a lease's end), not the capped backlog, which still counts as pending."""
@@ -277,11 +225,11 @@ def test_the_next_due_is_what_can_be_taken_not_a_backlog_at_its_cap(
         assert ahead.takeable == NOW + 5
         assert ahead.pending is not None and ahead.pending <= NOW  # the backlog is pending
 
-    backend(scenario)
+    backend.run(scenario)
 
 
 def test_attempts_are_listed_newest_first_and_the_last_failure_is_a_run_event(
-    backend: Callable[..., Any],
+    backend: Backend,  # noqa: F811
 ) -> None:
     """Pending (retried), then failed: one row per attempt, and a webhook_failed run event."""
 
@@ -319,11 +267,11 @@ def test_attempts_are_listed_newest_first_and_the_last_failure_is_a_run_event(
         failed = [e for e in events if e.type == "webhook_failed"]
         assert len(failed) == 1 and failed[0].detail["event_id"] == due.event_id
 
-    backend(scenario)
+    backend.run(scenario)
 
 
 def test_gone_disables_the_webhook_and_fails_its_other_deliveries(
-    backend: Callable[..., Any],
+    backend: Backend,  # noqa: F811
 ) -> None:
     """A 410 sets disabled_at; nothing more is queued or taken for it."""
 
@@ -343,11 +291,11 @@ def test_gone_disables_the_webhook_and_fails_its_other_deliveries(
         await _mail(store, "r3")
         assert await store.webhooks.pending_count() == 0
 
-    backend(scenario)
+    backend.run(scenario)
 
 
 def test_after_a_410_no_attempt_row_stays_pending_and_late_attempts_are_listed(
-    backend: Callable[..., Any],
+    backend: Backend,  # noqa: F811
 ) -> None:
     """A 410 turns the newest row of each delivery waiting for a retry into failed (no
     next_attempt_at); attempts in flight then are still listed, never retried, and only
@@ -390,10 +338,10 @@ def test_after_a_410_no_attempt_row_stays_pending_and_late_attempts_are_listed(
             failed += [e.detail["delivery_id"] for e in events if e.type == "webhook_failed"]
         assert failed == [gone.delivery_id]
 
-    backend(scenario)
+    backend.run(scenario)
 
 
-def test_two_410s_settled_at_once_are_both_listed(backend: Callable[..., Any]) -> None:
+def test_two_410s_settled_at_once_are_both_listed(backend: Backend) -> None:  # noqa: F811
     """Two attempts of one webhook answered 410 together settle side by side (on PostgreSQL
     they took each other's rows and one died as a deadlock, its attempt lost)."""
 
@@ -418,11 +366,11 @@ def test_two_410s_settled_at_once_are_both_listed(backend: Callable[..., Any]) -
             (1, DeliveryState.FAILED, 410)
         ] * len(taken)
 
-    backend(scenario)
+    backend.run(scenario)
 
 
 def test_a_failed_webhook_failed_delivery_reports_nothing_more(
-    backend: Callable[..., Any],
+    backend: Backend,  # noqa: F811
 ) -> None:
     """Two dead webhooks of one run: each gets the other's webhook_failed event, and failing
     that records no further one (it did, and the two fed each other without end)."""
@@ -443,10 +391,10 @@ def test_a_failed_webhook_failed_delivery_reports_nothing_more(
         assert sum(e.type == "webhook_failed" for e in events) == 2
         assert await store.webhooks.pending_count() == 0
 
-    backend(scenario)
+    backend.run(scenario)
 
 
-def test_a_ping_is_queued_at_once(backend: Callable[..., Any]) -> None:
+def test_a_ping_is_queued_at_once(backend: Backend) -> None:  # noqa: F811
     """enqueue_ping queues a ping due now; an unknown webhook gets None."""
 
     async def scenario(store: Any) -> None:
@@ -458,7 +406,7 @@ def test_a_ping_is_queued_at_once(backend: Callable[..., Any]) -> None:
         assert due.delivery_id == delivery_id and due.type == "ping"
         assert json.loads(due.body)["data"] == {"webhook_id": hook.webhook_id}
 
-    backend(scenario)
+    backend.run(scenario)
 
 
 def test_two_postgres_replicas_never_lease_one_delivery_twice(pg_dsn: str) -> None:
@@ -494,7 +442,7 @@ GLOBS = ["team-a-*", "t?am-*", "[tx]eam-a-1", "[!t]eam-*", "team.a:*", "run[", "
 RUNS = ["team-a-1", "team-b-2", "xeam-a-1", "team.a:9", "run[", "tEam-a-1", "Team-a-1"]
 
 
-def test_run_globs_match_as_fnmatchcase_does(backend: Callable[..., Any]) -> None:
+def test_run_globs_match_as_fnmatchcase_does(backend: Backend) -> None:  # noqa: F811
     """A run_glob selects exactly the runs Python's fnmatchcase matches (also in SQL)."""
 
     async def scenario(store: Any) -> dict[str, set[str]]:
@@ -507,12 +455,12 @@ def test_run_globs_match_as_fnmatchcase_does(backend: Callable[..., Any]) -> Non
             for glob, hook in hooks.items()
         }
 
-    got = backend(scenario)
+    got = backend.run(scenario)
     assert got == {glob: {r for r in RUNS if fnmatchcase(r, glob)} for glob in GLOBS}
 
 
 def test_settled_deliveries_are_forgotten_after_their_history_pending_ones_never(
-    backend: Callable[..., Any],
+    backend: Backend,  # noqa: F811
 ) -> None:
     """prune drops delivered and failed deliveries (and their attempts) older than its bound."""
 
@@ -529,7 +477,7 @@ def test_settled_deliveries_are_forgotten_after_their_history_pending_ones_never
         assert [r.state for r in rows] == [DeliveryState.PENDING]
         assert await store.webhooks.pending_count() == 1
 
-    backend(scenario)
+    backend.run(scenario)
 
 
 def test_sqlite_hands_new_deliveries_to_its_worker_in_their_commit_within_the_cap(
