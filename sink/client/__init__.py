@@ -17,6 +17,7 @@ from __future__ import annotations
 from sink.client.aio import AsyncSink
 from sink.client.base import AsyncClock, AsyncSinkApi, Clock, SinkApi
 from sink.client.errors import (
+    ERROR_CODES,
     ApiError,
     ExpectationFailed,
     OwnershipRefused,
@@ -49,6 +50,7 @@ from sink.client.sync import Sink
 from sink.client.webhooks import WebhookEvent, verify_webhook
 
 __all__ = [
+    "ERROR_CODES",
     "ApiError",
     "AsyncClock",
     "AsyncInbox",

@@ -20,6 +20,47 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sink.client.models import Envelope
 
+# The ``error.code`` values a runsink server answers with (``ApiError.code``); a newer server
+# may add one, so code on ``ApiError`` stays a plain string. tests/test_error_codes.py reads
+# the server's code and fails when one is missing here.
+ERROR_CODES: frozenset[str] = frozenset(
+    {
+        # the caller's arguments (next action fix_arguments)
+        "invalid_request",
+        "invalid_cursor",
+        "unknown_policy",
+        "idempotency_key_conflict",
+        # refusals (next action stop)
+        "not_found",
+        "policy_forbids",
+        "evidence_released",
+        "live_evidence",
+        "webhook_disabled",
+        "unauthorized",
+        "forbidden_scope",
+        "wrong_run",
+        "claimed_by_other_run",
+        "lease_expired",
+        # temporary (next action wait_then_retry, with retry_after)
+        "provider_timeout",
+        "provider_error",
+        "circuit_open",
+        "over_capacity",
+        "too_many_failures",
+        "too_many_streams",
+        "internal_error",
+        # the HTTP request itself
+        "method_not_allowed",
+        "unsupported_media_type",
+        "cross_site_request",
+        "host_not_allowed",
+        "forbidden",
+        "request_timeout",
+        "uri_too_long",
+        "header_too_large",
+    }
+)
+
 
 class RunsinkClientError(Exception):
     """Base of every error the runsink client raises."""
@@ -34,7 +75,10 @@ class ProtocolError(RunsinkClientError):
 
 
 class ApiError(RunsinkClientError):
-    """The server answered with an error object: ``{"error": {code, message, details}}``."""
+    """The server answered with an error object: ``{"error": {code, message, details}}``.
+
+    ``code`` is one of ``ERROR_CODES`` (or one a newer server added).
+    """
 
     def __init__(
         self,

@@ -17,7 +17,9 @@
  *     │   ├── ProviderError             provider_error
  *     │   ├── OverCapacity              over_capacity
  *     │   ├── CircuitOpen               circuit_open
- *     │   └── TooEarly                  too_early
+ *     │   ├── TooEarly                  too_early
+ *     │   ├── TooManyRequests           too_many_failures, too_many_streams (429)
+ *     │   └── InternalError             internal_error (500)
  *     ├── OwnershipRefused              next action stop; nothing of the other run is said
  *     │   ├── WrongRun                  wrong_run
  *     │   └── AlreadyClaimedByOther     claimed_by_other_run
@@ -25,10 +27,16 @@
  *     │   ├── InvalidRequest            invalid_request
  *     │   ├── InvalidCursor             invalid_cursor
  *     │   ├── UnknownPolicy             unknown_policy
- *     │   └── IdempotencyKeyConflict    idempotency_key_conflict
+ *     │   ├── IdempotencyKeyConflict    idempotency_key_conflict
+ *     │   └── RequestRefused            the HTTP request itself: method_not_allowed,
+ *     │                                 unsupported_media_type, cross_site_request,
+ *     │                                 host_not_allowed, forbidden, request_timeout,
+ *     │                                 uri_too_long, header_too_large
  *     ├── NotFound                      not_found
  *     ├── PolicyForbids                 policy_forbids
  *     ├── EvidenceReleased              evidence_released
+ *     ├── LiveEvidence                  live_evidence: the mail is a live inbox's evidence
+ *     ├── WebhookDisabled               webhook_disabled: the webhook was disabled (a 410)
  *     ├── Unauthorized                  unauthorized
  *     ├── ForbiddenScope                forbidden_scope
  *     └── UnexpectedMessage             expectNoMessage: a matching message did arrive
@@ -118,6 +126,8 @@ export class ProviderError extends Unavailable {}
 export class OverCapacity extends Unavailable {}
 export class CircuitOpen extends Unavailable {}
 export class TooEarly extends Unavailable {}
+export class TooManyRequests extends Unavailable {}
+export class InternalError extends Unavailable {}
 
 export class OwnershipRefused extends RunsinkError {}
 export class WrongRun extends OwnershipRefused {}
@@ -128,10 +138,13 @@ export class InvalidRequest extends InvalidArguments {}
 export class InvalidCursor extends InvalidArguments {}
 export class UnknownPolicy extends InvalidArguments {}
 export class IdempotencyKeyConflict extends InvalidArguments {}
+export class RequestRefused extends InvalidArguments {}
 
 export class NotFound extends RunsinkError {}
 export class PolicyForbids extends RunsinkError {}
 export class EvidenceReleased extends RunsinkError {}
+export class LiveEvidence extends RunsinkError {}
+export class WebhookDisabled extends RunsinkError {}
 export class Unauthorized extends RunsinkError {}
 export class ForbiddenScope extends RunsinkError {}
 
@@ -161,15 +174,28 @@ const CLASSES: Record<string, ErrorClass> = {
   over_capacity: OverCapacity,
   circuit_open: CircuitOpen,
   too_early: TooEarly,
+  too_many_failures: TooManyRequests,
+  too_many_streams: TooManyRequests,
+  internal_error: InternalError,
   wrong_run: WrongRun,
   claimed_by_other_run: AlreadyClaimedByOther,
   invalid_request: InvalidRequest,
   invalid_cursor: InvalidCursor,
   unknown_policy: UnknownPolicy,
   idempotency_key_conflict: IdempotencyKeyConflict,
+  method_not_allowed: RequestRefused,
+  unsupported_media_type: RequestRefused,
+  cross_site_request: RequestRefused,
+  host_not_allowed: RequestRefused,
+  forbidden: RequestRefused,
+  request_timeout: RequestRefused,
+  uri_too_long: RequestRefused,
+  header_too_large: RequestRefused,
   not_found: NotFound,
   policy_forbids: PolicyForbids,
   evidence_released: EvidenceReleased,
+  live_evidence: LiveEvidence,
+  webhook_disabled: WebhookDisabled,
   unauthorized: Unauthorized,
   forbidden_scope: ForbiddenScope,
 };
@@ -204,6 +230,19 @@ const REASON_TEXT: Record<string, string> = {
   evidence_released: "the evidence was released: bodies are gone, metadata kept",
   unauthorized: "the API token is missing or wrong",
   forbidden_scope: "the token's scope does not cover this call",
+  live_evidence: "the mail is evidence of a live inbox and cannot be deleted now",
+  webhook_disabled: "the webhook is disabled (its receiver answered 410 Gone)",
+  too_many_failures: "too many calls from this address gave a wrong API token",
+  too_many_streams: "too many live-event streams are open for this run or token",
+  internal_error: "the server failed on this call",
+  method_not_allowed: "this endpoint does not take that HTTP method",
+  unsupported_media_type: "a request body must be JSON",
+  cross_site_request: "the server refuses a change sent from another site",
+  host_not_allowed: "the request's Host is not one this server answers for",
+  forbidden: "a signed-in browser's change lacks its CSRF header",
+  request_timeout: "the request did not arrive in time",
+  uri_too_long: "the request target is too long",
+  header_too_large: "the request head is too large",
 };
 
 /** What each next action asks the caller to do. */
@@ -248,6 +287,19 @@ const FALLBACK_HINTS: Record<string, string> = {
   evidence_released: "The evidence was released: only its metadata is left.",
   unauthorized: "Send a valid API token (Authorization: Bearer ...).",
   forbidden_scope: "Use a token whose scope covers this call.",
+  live_evidence: "The mail is a live inbox's evidence: delete it once that inbox has expired or its run is released.",
+  webhook_disabled: "The webhook is disabled: create a new one for a receiver that accepts deliveries.",
+  too_many_failures: "Wait retry_after seconds, then call again with a valid API token.",
+  too_many_streams: "Close a live-event stream of this run or token, or wait and retry.",
+  internal_error: "The server failed: wait retry_after seconds and call again.",
+  method_not_allowed: "Use a method the endpoint takes (the answer's Allow header).",
+  unsupported_media_type: "Send the request body as JSON (Content-Type: application/json).",
+  cross_site_request: "Call the API from a program, not a web page of another site.",
+  host_not_allowed: "Call the server by a host name it answers for.",
+  forbidden: "Send the signed-in browser's X-Runsink-CSRF header with the change.",
+  request_timeout: "Send the whole request promptly, then call again.",
+  uri_too_long: "Shorten the request target (fewer or shorter query parameters).",
+  header_too_large: "Send fewer or smaller request headers.",
 };
 
 export function explainReason(reason: string | null | undefined): string | null {

@@ -171,7 +171,7 @@ function defaultAction(status: number, code: string): string {
     return "fix_arguments";
   }
   if (
-    status === 503 ||
+    status >= 500 ||
     status === 429 ||
     ["provider_timeout", "provider_error", "circuit_open", "over_capacity"].includes(code)
   ) {

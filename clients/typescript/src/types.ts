@@ -40,7 +40,10 @@ export const REASONS = [
   "wrong_run",
   "lease_expired",
 ] as const;
-/** The `error.code` values the contract names for answers that are not envelope states. */
+/**
+ * The `error.code` values a server answers with (besides envelope states); a Python test
+ * (tests/test_error_codes.py) reads the server's code and fails when one is missing here.
+ */
 export const ERROR_CODES = [
   "invalid_request",
   "invalid_cursor",
@@ -58,6 +61,19 @@ export const ERROR_CODES = [
   "wrong_run",
   "claimed_by_other_run",
   "lease_expired",
+  "live_evidence",
+  "webhook_disabled",
+  "internal_error",
+  "too_many_failures",
+  "too_many_streams",
+  "method_not_allowed",
+  "unsupported_media_type",
+  "cross_site_request",
+  "host_not_allowed",
+  "forbidden",
+  "request_timeout",
+  "uri_too_long",
+  "header_too_large",
 ] as const;
 /** The MCP tools `next_tool` names; the client's methods map 1:1 (see README). */
 export const TOOLS = [

@@ -57,11 +57,15 @@ describe("errors", () => {
     assert.equal(errors.errorClassFor("lease"), errors.InboxExpired);
     assert.equal(errors.errorClassFor("claimed_by_other_run"), errors.AlreadyClaimedByOther);
     assert.equal(errors.errorClassFor("circuit_open"), errors.CircuitOpen);
+    assert.equal(errors.errorClassFor("live_evidence"), errors.LiveEvidence);
+    assert.equal(errors.errorClassFor("webhook_disabled"), errors.WebhookDisabled);
+    assert.equal(errors.errorClassFor("internal_error"), errors.InternalError);
+    assert.ok(errors.errorClassFor("method_not_allowed").prototype instanceof errors.InvalidArguments);
     assert.equal(errors.errorClassFor("something_new"), errors.HttpError);
   });
 
   it("says the reason, the next action and the hint for every error code, with or without a v3 body", () => {
-    for (const code of CONTRACT_CODES) {
+    for (const code of new Set([...CONTRACT_CODES, ...ERROR_CODES])) {
       const v1 = errorFromAnswer(answer(400, { error: { code, message: "bad", details: {} } }), "POST /v1/x");
       assert.equal(v1.reason, code);
       assert.match(v1.message, new RegExp(`reason=${code}, next_action=\\w+`));
@@ -140,13 +144,22 @@ describe("errors", () => {
     assert.equal(error.nextAction, "create_new_inbox");
   });
 
-  it("names an answer outside the contract HttpError with its status", () => {
+  it("names an answer with a code it does not know HttpError with its status", () => {
+    const error = errorFromAnswer(
+      answer(418, { error: { code: "a_newer_code", message: "new", details: {} } }),
+      "POST x",
+    );
+    assert.ok(error instanceof errors.HttpError);
+    assert.equal(error.httpStatus, 418);
+    assert.match(error.message, /^POST x: 418: reason=a_newer_code/);
+  });
+
+  it("reads a request the server refused as such (RequestRefused), not a plain HttpError", () => {
     const error = errorFromAnswer(
       answer(415, { error: { code: "unsupported_media_type", message: "json only", details: {} } }),
       "POST x",
     );
-    assert.ok(error instanceof errors.HttpError);
+    assert.ok(error instanceof errors.RequestRefused);
     assert.equal(error.httpStatus, 415);
-    assert.match(error.message, /^POST x: 415: reason=unsupported_media_type/);
   });
 });
