@@ -11,12 +11,8 @@ The wire models are imported where they are used (start-up imports no pydantic).
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import re
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -24,26 +20,17 @@ from starlette.responses import JSONResponse, Response
 from api.auth import grant_of
 from api.inputs import model, parse_json
 from api.state import state_of
-from sink import clock, scopes
-from sink.errors import (
-    ForbiddenScope,
-    InvalidCursor,
-    InvalidRequest,
-    NotFound,
-    RequestTooLarge,
-    WebhookDisabled,
-)
+from sink import clock, scopes, webhook_calls
+from sink.errors import ForbiddenScope, InvalidRequest, RequestTooLarge
 from sink.scopes import Kind, Scope
-from sink.webhook_signature import new_secret
-from sink.webhooks.model import EVENT_TYPES, Webhook, new_webhook_id
+from sink.webhook_calls import LIMIT_MAX, no_webhook
 
 if TYPE_CHECKING:
     from api.schemas import DeliveryOut, WebhookOut
-    from sink.webhooks.model import Attempt
+    from sink.webhooks.model import Attempt, Webhook
     from sink.webhooks.port import WebhookStore
 
 _WEBHOOK_ID = re.compile(r"wh_[a-z0-9]{1,64}")
-_LIMIT_DEFAULT, _LIMIT_MAX = 50, 500
 
 
 def _store(request: Request) -> WebhookStore:
@@ -59,21 +46,18 @@ async def create_webhook(request: Request) -> Response:
     except BodyTooLarge as exc:
         raise RequestTooLarge(BODY_TOO_LARGE) from exc
     given = model(WebhookIn, parse_json(raw))
-    url = _checked_url(given.url)
+    webhook_calls.checked_url(given.url)  # 422 before any scope's 403
     scope = _allowed(request, scopes.WEBHOOK_CHANGE)
     if not scopes.covers_webhook(scope, given.run_id, given.run_glob):
         raise _outside(scope, given.run_id)
-    wanted = set(given.events or EVENT_TYPES)
-    hook = Webhook(
-        webhook_id=new_webhook_id(),
-        url=url,
-        events=tuple(kind for kind in EVENT_TYPES if kind in wanted),
+    hook = webhook_calls.new_webhook(
+        given.url,
+        events=list(given.events) if given.events else None,
         run_id=given.run_id,
         run_glob=given.run_glob,
         description=given.description,
-        secret=new_secret(),
-        created_at=clock.now(),
-        created_by_admin=scope.kind is Kind.ADMIN,
+        now=clock.now(),
+        by_admin=scope.kind is Kind.ADMIN,
     )
     await _store(request).create_webhook(hook)
     out = CreatedWebhookOut(**_webhook_out(hook).model_dump(), secret=hook.secret)
@@ -97,7 +81,7 @@ async def get_webhook(request: Request) -> Response:
 async def delete_webhook(request: Request) -> Response:
     hook = await _visible(request, scopes.WEBHOOK_CHANGE)
     if not await _store(request).delete_webhook(hook.webhook_id):
-        raise _no_webhook(hook.webhook_id)  # deleted by another request meanwhile
+        raise no_webhook(hook.webhook_id)  # deleted by another request meanwhile
     return Response(status_code=204)
 
 
@@ -106,12 +90,12 @@ async def list_deliveries(request: Request) -> Response:
 
     hook = await _visible(request, scopes.WEBHOOKS)
     limit = _limit(request)
-    before = _position(request.query_params.get("cursor"))
+    before = webhook_calls.position(request.query_params.get("cursor"))
     rows = await _store(request).deliveries(hook.webhook_id, before, limit + 1)
     page, has_more = rows[:limit], len(rows) > limit
     out = DeliveryListOut(
         deliveries=[_delivery_out(a) for a in page],
-        next_cursor=_cursor(page[-1].position) if has_more and page else None,
+        next_cursor=webhook_calls.cursor(page[-1].position) if has_more and page else None,
         has_more=has_more,
     )
     return JSONResponse(out.model_dump(mode="json"))
@@ -121,15 +105,7 @@ async def test_webhook(request: Request) -> Response:
     from api.schemas import PingOut
 
     hook = await _visible(request, scopes.WEBHOOK_CHANGE)
-    if hook.disabled_at is not None:
-        raise WebhookDisabled(
-            f"webhook {hook.webhook_id} was disabled at {clock.rfc3339(hook.disabled_at)} (its "
-            "receiver answered 410 Gone) and sends nothing more: create a new webhook",
-            {"disabled_at": clock.rfc3339(hook.disabled_at)},
-        )
-    delivery_id = await _store(request).enqueue_ping(hook.webhook_id, clock.now())
-    if delivery_id is None:
-        raise _no_webhook(hook.webhook_id)
+    delivery_id = await webhook_calls.ping(_store(request), hook, clock.now())
     return JSONResponse(PingOut(delivery_id=delivery_id).model_dump(mode="json"), status_code=202)
 
 
@@ -155,10 +131,10 @@ async def _visible(request: Request, op: scopes.Op) -> Webhook:
     scope = _allowed(request, op)
     webhook_id: str = request.path_params["webhook_id"]
     if not _WEBHOOK_ID.fullmatch(webhook_id):
-        raise _no_webhook(webhook_id)
+        raise no_webhook(webhook_id)
     hook = await _store(request).webhook(webhook_id)
     if hook is None:
-        raise _no_webhook(webhook_id)
+        raise no_webhook(webhook_id)
     if not scopes.covers_webhook(scope, hook.run_id, hook.run_glob):
         needed = "admin" if op.changes else "read"
         raise ForbiddenScope(
@@ -179,75 +155,18 @@ def _outside(scope: Scope, run_id: str | None) -> ForbiddenScope:
     )
 
 
-def _no_webhook(webhook_id: str) -> NotFound:
-    return NotFound(
-        f"no webhook {webhook_id[:64]!r} (GET /v1/webhooks lists the ones this token may see)"
-    )
-
-
 # -- input -------------------------------------------------------------------------------
-
-
-def _checked_url(url: str) -> str:
-    """An http(s) URL with a host (any host: receivers are usually local); 422 otherwise."""
-    problem = _url_problem(url)
-    if problem is not None:
-        raise InvalidRequest(f"url: {problem}", {"field": "url"})
-    return url
-
-
-def _url_problem(url: str) -> str | None:
-    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
-        return "no spaces or control characters"
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 (a port out of range raises here)
-    except ValueError:
-        return "not a URL (expected http://host[:port]/path or https://...)"
-    if parts.scheme.lower() not in ("http", "https"):
-        return f"the scheme must be http or https, not {parts.scheme[:16]!r}"
-    if not parts.hostname:
-        return "a host is required (e.g. http://127.0.0.1:9000/hooks)"
-    if parts.username is not None or parts.password is not None:
-        return "no user or password in the URL (receivers check the signature instead)"
-    return None
 
 
 def _limit(request: Request) -> int:
     text = request.query_params.get("limit")
     if text is None:
-        return _LIMIT_DEFAULT
-    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= _LIMIT_MAX:
+        return webhook_calls.LIMIT_DEFAULT
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= LIMIT_MAX:
         raise InvalidRequest(
-            f"limit: expected a whole number from 1 to {_LIMIT_MAX}", {"field": "limit"}
+            f"limit: expected a whole number from 1 to {LIMIT_MAX}", {"field": "limit"}
         )
     return int(text)
-
-
-def _cursor(position: tuple[float, int, int]) -> str:
-    raw = json.dumps(list(position), separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _position(cursor: str | None) -> tuple[float, int, int] | None:
-    if cursor is None or cursor == "":
-        return None
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        at, seq, attempt = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
-        if (
-            isinstance(at, int | float)
-            and not isinstance(at, bool)
-            and isinstance(seq, int)
-            and isinstance(attempt, int)
-        ):
-            return float(at), seq, attempt
-    except (ValueError, TypeError, UnicodeEncodeError, binascii.Error):
-        pass
-    raise InvalidCursor(
-        "cursor: not one this server gave; pass next_cursor back as it is, or none for the newest",
-        {"field": "cursor"},
-    )
 
 
 # -- output ------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ circuit_open or too_early), as injected faults are on the server.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -17,6 +18,8 @@ import pytest
 
 from sink.client import (
     ApiError,
+    AsyncSink,
+    AsyncSinkApi,
     Envelope,
     ExpectationFailed,
     Match,
@@ -25,6 +28,7 @@ from sink.client import (
     SinkApi,
 )
 from sink.fake import (
+    AsyncFakeSink,
     Expired,
     FakeSink,
     ProviderError,
@@ -420,3 +424,124 @@ def test_a_resend_is_counted_and_order_newest_takes_it(world: World) -> None:
     newest = inbox.wait(subject_contains="code", order="newest")
     assert newest.message is not None and newest.message.subject == "Your code 222"
     assert newest.newer_matching == 0 and newest.near_misses == ()
+
+
+# -- webhooks: the fake keeps them in the memory store and never sends; the server sends
+# (to a closed port here), so the cases read what both agree on: ids, types, shapes, errors.
+
+RECEIVER = "http://127.0.0.1:9/hooks"  # nothing listens: the server's attempts fail
+
+
+def test_webhook_create_list_get_delete(world: World) -> None:
+    """A webhook is shown with its secret once, listed and read without it, then deleted."""
+    run_id = new_run_id()
+    made = world.sink.create_webhook(
+        RECEIVER, events=["message"], run_id=run_id, description="signup mail"
+    )
+    try:
+        assert made.secret is not None and made.secret.startswith("whsec_")
+        assert (made.url, made.events, made.run_id, made.run_glob) == (
+            RECEIVER,
+            ("message",),
+            run_id,
+            None,
+        )
+        assert made.description == "signup mail" and made.disabled_at is None
+        listed = [h for h in world.sink.list_webhooks() if h.webhook_id == made.webhook_id]
+        got = world.sink.get_webhook(made.webhook_id)
+        for seen in (*listed, got):
+            assert seen.secret is None
+            assert (seen.url, seen.events, seen.run_id, seen.created_at) == (
+                made.url,
+                made.events,
+                made.run_id,
+                made.created_at,
+            )
+        assert len(listed) == 1
+    finally:
+        world.sink.delete_webhook(made.webhook_id)
+    for gone in (world.sink.get_webhook, world.sink.delete_webhook, world.sink.test_webhook):
+        with pytest.raises(ApiError) as error:
+            gone(made.webhook_id)
+        assert (error.value.status, error.value.code) == (404, "not_found")
+
+
+def test_webhook_deliveries_list_its_runs_events_and_pings(world: World) -> None:
+    """Mail for the webhook's run queues a message delivery; test_webhook queues a ping."""
+    world.script(RESET)
+    run_id = new_run_id()
+    hook = world.sink.create_webhook(RECEIVER, events=["message"], run_id=run_id)
+    try:
+        world.sink.create_inbox(run_id, "password-reset").wait(timeout_s=5)
+        ping = world.sink.test_webhook(hook.webhook_id)
+        page = world.sink.list_deliveries(hook.webhook_id, limit=500)
+        types = {d.delivery_id: d.type for d in page.deliveries}
+        assert types[ping] == "ping"
+        assert sorted(set(types.values())) == ["message", "ping"]
+        assert all(d.attempt >= 1 and d.event_id for d in page.deliveries)
+        assert not page.has_more and page.next_cursor is None
+    finally:
+        world.sink.delete_webhook(hook.webhook_id)
+
+
+@pytest.mark.parametrize(
+    ("call", "status", "code"),
+    [
+        (lambda s: s.create_webhook("ftp://example.test/x"), 422, "invalid_request"),
+        (lambda s: s.create_webhook(RECEIVER, events=["nope"]), 422, "invalid_request"),
+        (lambda s: s.create_webhook(RECEIVER, run_id="bad run"), 422, "invalid_request"),
+        (lambda s: s.get_webhook("wh_aaaaaaaaaaaaaaaaaaaaaaaa"), 404, "not_found"),
+        (lambda s: s.list_deliveries("wh_aaaaaaaaaaaaaaaaaaaaaaaa"), 404, "not_found"),
+    ],
+    ids=["bad-url", "bad-event", "bad-run-id", "no-webhook", "no-webhook-deliveries"],
+)
+def test_webhook_errors_carry_status_and_code(
+    world: World, call: Any, status: int, code: str
+) -> None:
+    """The webhook calls refuse bad input and unknown ids with the contract's status and code."""
+    with pytest.raises(ApiError) as error:
+        call(world.sink)
+    assert (error.value.status, error.value.code) == (status, code)
+
+
+def test_webhook_deliveries_refuse_a_bad_cursor_or_limit(world: World) -> None:
+    """A cursor the server never gave is 400 invalid_cursor; a limit of 0 is 422."""
+    hook = world.sink.create_webhook(RECEIVER, run_id=new_run_id())
+    try:
+        with pytest.raises(ApiError) as cursor:
+            world.sink.list_deliveries(hook.webhook_id, cursor="not-a-cursor")
+        assert (cursor.value.status, cursor.value.code) == (400, "invalid_cursor")
+        with pytest.raises(ApiError) as limit:
+            world.sink.list_deliveries(hook.webhook_id, limit=0)
+        assert (limit.value.status, limit.value.code) == (422, "invalid_request")
+    finally:
+        world.sink.delete_webhook(hook.webhook_id)
+
+
+@pytest.mark.parametrize("kind", ["fake", "server"])
+def test_async_webhook_calls_agree(kind: str, request: pytest.FixtureRequest) -> None:
+    """AsyncFakeSink and AsyncSink answer the webhook calls alike."""
+
+    async def scenario(sink: AsyncSinkApi) -> tuple[Any, ...]:
+        hook = await sink.create_webhook(RECEIVER, run_glob="loose-*", events=["inbox"])
+        ping = await sink.test_webhook(hook.webhook_id)
+        got = await sink.get_webhook(hook.webhook_id)
+        listed = [h.webhook_id for h in await sink.list_webhooks()]
+        page = await sink.list_deliveries(hook.webhook_id)
+        await sink.delete_webhook(hook.webhook_id)
+        return (
+            hook.secret is not None,
+            got.run_glob,
+            got.events,
+            hook.webhook_id in listed,
+            [d.type for d in page.deliveries if d.delivery_id == ping][:1],
+            hook.webhook_id in [h.webhook_id for h in await sink.list_webhooks()],
+        )
+
+    async def run() -> tuple[Any, ...]:
+        if kind == "fake":
+            return await scenario(AsyncFakeSink())
+        async with AsyncSink(request.getfixturevalue("server").url) as sink:
+            return await scenario(sink)
+
+    assert asyncio.run(run()) == (True, "loose-*", ("inbox",), True, ["ping"], False)

@@ -12,8 +12,18 @@ import time
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from sink.client.inbox import AsyncInbox, Inbox
-    from sink.client.models import Envelope, Match, Message, MessagePage, RunReport
+    from sink.client.models import (
+        DeliveryPage,
+        Envelope,
+        Match,
+        Message,
+        MessagePage,
+        RunReport,
+        Webhook,
+    )
 
 
 class Clock(Protocol):
@@ -98,6 +108,28 @@ class SinkApi(Protocol):
 
     def release_run(self, run_id: str) -> None: ...
 
+    def create_webhook(
+        self,
+        url: str,
+        *,
+        events: Sequence[str] | None = None,
+        run_id: str | None = None,
+        run_glob: str | None = None,
+        description: str | None = None,
+    ) -> Webhook: ...
+
+    def list_webhooks(self) -> tuple[Webhook, ...]: ...
+
+    def get_webhook(self, webhook_id: str) -> Webhook: ...
+
+    def delete_webhook(self, webhook_id: str) -> None: ...
+
+    def list_deliveries(
+        self, webhook_id: str, *, cursor: str | None = None, limit: int | None = None
+    ) -> DeliveryPage: ...
+
+    def test_webhook(self, webhook_id: str) -> str: ...
+
 
 class AsyncSinkApi(Protocol):
     @property
@@ -146,3 +178,25 @@ class AsyncSinkApi(Protocol):
     async def run_report(self, run_id: str) -> RunReport: ...
 
     async def release_run(self, run_id: str) -> None: ...
+
+    async def create_webhook(
+        self,
+        url: str,
+        *,
+        events: Sequence[str] | None = None,
+        run_id: str | None = None,
+        run_glob: str | None = None,
+        description: str | None = None,
+    ) -> Webhook: ...
+
+    async def list_webhooks(self) -> tuple[Webhook, ...]: ...
+
+    async def get_webhook(self, webhook_id: str) -> Webhook: ...
+
+    async def delete_webhook(self, webhook_id: str) -> None: ...
+
+    async def list_deliveries(
+        self, webhook_id: str, *, cursor: str | None = None, limit: int | None = None
+    ) -> DeliveryPage: ...
+
+    async def test_webhook(self, webhook_id: str) -> str: ...

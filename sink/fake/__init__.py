@@ -11,7 +11,7 @@ same exceptions. What happens during each wait is scripted::
 Other scripts: ``[Expired("lease")]``; ``[ProviderTimeout(), CircuitOpen(retry_after=5)]``.
 Steps are used, in order, by the waits that reach the provider (as injected faults are on the
 server); once the script is used up, nothing more arrives. ``deliver`` lets mail arrive
-outside a wait, as SMTP would.
+outside a wait, as SMTP would. Webhooks are kept and their deliveries queued, never sent.
 
 The fake is the product itself: the real ``sink.agent.Agent`` and ``sink.ingest.Ingest`` over
 the memory store (``sink.storage.memory``), and each step goes in through the product's own

@@ -10,18 +10,27 @@ product's hooks before the wait that uses each step (``script.py``).
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Coroutine, Iterable, Mapping
+import re
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from email.message import EmailMessage
 from email.policy import SMTP
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sink import ids
+from sink import ids, webhook_calls
 from sink.agent import Agent, CreateRequest, WaitRequest
 from sink.breaker import BreakerKey
 from sink.client.inbox import AsyncInbox
-from sink.client.models import Envelope, Match, Message, MessagePage, RunReport
+from sink.client.models import (
+    DeliveryPage,
+    Envelope,
+    Match,
+    Message,
+    MessagePage,
+    RunReport,
+    Webhook,
+)
 from sink.clock import FakeClock
 from sink.config import Settings
 from sink.errors import RunsinkError
@@ -42,6 +51,7 @@ from sink.metrics import Metrics
 from sink.policy import BUILTIN, Policy, load_policies
 from sink.storage.memory import MemoryStore
 from sink.waiters import Waiters
+from sink.webhooks import model as webhook_model
 
 if TYPE_CHECKING:
     from sink.fake.sink import FakeSink
@@ -50,6 +60,7 @@ T = TypeVar("T")
 
 _RUN_ID = ids.RUN_ID
 _PURPOSE = ids.PURPOSE
+_RUN_GLOB = re.compile(r"[A-Za-z0-9._:\-*?\[\]!]{1,128}")  # api/schemas.py's RunGlob
 
 
 @dataclass(slots=True)
@@ -216,6 +227,79 @@ class AsyncFakeSink:
         _check_run(run_id)
         await self._call(self._agent.release(run_id, None))
 
+    # -- webhooks: the memory store's, over the same rules as the HTTP API ------------------
+    # Deliveries are queued as events happen (list_deliveries shows them pending) but never
+    # sent: the fake makes no network calls.
+
+    async def create_webhook(
+        self,
+        url: str,
+        *,
+        events: Sequence[str] | None = None,
+        run_id: str | None = None,
+        run_glob: str | None = None,
+        description: str | None = None,
+    ) -> Webhook:
+        if not 1 <= len(url) <= 2048:
+            raise render.invalid("url", "expected 1 to 2048 characters")
+        if events is not None and (
+            not 1 <= len(events) <= 3 or not set(events) <= set(webhook_model.EVENT_TYPES)
+        ):
+            kinds = ", ".join(webhook_model.EVENT_TYPES)
+            raise render.invalid("events", f"expected 1 to 3 of {kinds}")
+        _check_run(run_id)
+        if run_glob is not None and not _RUN_GLOB.fullmatch(run_glob):
+            raise render.invalid("run_glob", "a run_glob is 1-128 chars of A-Za-z0-9._:-*?[]!")
+        if description is not None and len(description) > 500:
+            raise render.invalid("description", "expected at most 500 characters")
+        hook = _checked(
+            lambda: webhook_calls.new_webhook(
+                url,
+                events=None if events is None else list(events),
+                run_id=run_id,
+                run_glob=run_glob,
+                description=description,
+                now=self._clock.now(),
+                by_admin=True,  # the fake has no tokens: every call is the admin's
+            )
+        )
+        await self._store.webhooks.create_webhook(hook)
+        return render.webhook(hook, with_secret=True)
+
+    async def list_webhooks(self) -> tuple[Webhook, ...]:
+        return tuple(render.webhook(h) for h in await self._store.webhooks.webhooks())
+
+    async def get_webhook(self, webhook_id: str) -> Webhook:
+        return render.webhook(await self._hook(webhook_id))
+
+    async def delete_webhook(self, webhook_id: str) -> None:
+        if not await self._store.webhooks.delete_webhook(webhook_id):
+            raise render.error(webhook_calls.no_webhook(webhook_id))
+
+    async def list_deliveries(
+        self, webhook_id: str, *, cursor: str | None = None, limit: int | None = None
+    ) -> DeliveryPage:
+        count = webhook_calls.LIMIT_DEFAULT if limit is None else limit
+        if not 1 <= count <= webhook_calls.LIMIT_MAX:
+            most = webhook_calls.LIMIT_MAX
+            raise render.invalid("limit", f"expected a whole number from 1 to {most}")
+        hook = await self._hook(webhook_id)
+        before = _checked(lambda: webhook_calls.position(cursor))
+        rows = await self._store.webhooks.deliveries(hook.webhook_id, before, count + 1)
+        page, has_more = rows[:count], len(rows) > count
+        after = webhook_calls.cursor(page[-1].position) if has_more and page else None
+        return render.deliveries(page, after, has_more)
+
+    async def test_webhook(self, webhook_id: str) -> str:
+        hook = await self._hook(webhook_id)
+        return await self._call(webhook_calls.ping(self._store.webhooks, hook, self._clock.now()))
+
+    async def _hook(self, webhook_id: str) -> webhook_model.Webhook:
+        hook = await self._store.webhooks.webhook(webhook_id)
+        if hook is None:
+            raise render.error(webhook_calls.no_webhook(webhook_id))
+        return hook
+
     # -- for FakeSink (the same calls, answered without the async handle) ---------------------
 
     async def create(
@@ -346,6 +430,14 @@ def _at_once(work: Coroutine[Any, Any, T]) -> T:
         return done.value  # type: ignore[no-any-return]
     work.close()
     raise RuntimeError("the fake's ingest suspended; it must run on the fake's loop")
+
+
+def _checked(work: Callable[[], T]) -> T:
+    """A rule's check; its error as the server would answer it (the client's exception)."""
+    try:
+        return work()
+    except RunsinkError as exc:
+        raise render.error(exc) from None
 
 
 def _check_run(run_id: str | None) -> None:

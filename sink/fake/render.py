@@ -13,8 +13,16 @@ from typing import Any
 from sink import agent, errors
 from sink import envelope as domain
 from sink.client import errors as client
-from sink.client.models import Envelope, Message, MessagePage, RunReport
+from sink.client.models import (
+    DeliveryPage,
+    Envelope,
+    Message,
+    MessagePage,
+    RunReport,
+    Webhook,
+)
 from sink.clock import rfc3339, rfc3339_or_none, seconds_up
+from sink.webhooks import model as webhooks
 
 
 def envelope(view: domain.Envelope) -> Envelope:
@@ -180,6 +188,49 @@ def report(result: agent.RunReport) -> RunReport:
                 }
                 for e in result.events
             ],
+        }
+    )
+
+
+def webhook(hook: webhooks.Webhook, *, with_secret: bool = False) -> Webhook:
+    """A webhook as ``api/webhooks.py`` answers it (the secret only when it was created)."""
+    data: dict[str, Any] = {
+        "webhook_id": hook.webhook_id,
+        "url": hook.url,
+        "events": list(hook.events),
+        "run_id": hook.run_id,
+        "run_glob": hook.run_glob,
+        "description": hook.description,
+        "created_at": rfc3339(hook.created_at),
+        "disabled_at": rfc3339_or_none(hook.disabled_at),
+    }
+    if with_secret:
+        data["secret"] = hook.secret
+    return Webhook.from_json(data)
+
+
+def deliveries(
+    attempts: list[webhooks.Attempt], next_cursor: str | None, has_more: bool
+) -> DeliveryPage:
+    """A page of attempts as ``GET /v1/webhooks/{id}/deliveries`` answers it."""
+    return DeliveryPage.from_json(
+        {
+            "deliveries": [
+                {
+                    "delivery_id": a.delivery_id,
+                    "event_id": a.event_id,
+                    "type": a.type,
+                    "attempt": a.attempt,
+                    "state": a.state.value,
+                    "status_code": a.status_code,
+                    "error": a.error,
+                    "at": rfc3339(a.at),
+                    "next_attempt_at": rfc3339_or_none(a.next_attempt_at),
+                }
+                for a in attempts
+            ],
+            "next_cursor": next_cursor,
+            "has_more": has_more,
         }
     )
 

@@ -10,13 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
 from sink.client.inbox import Inbox
-from sink.client.models import Envelope, Match, Message, MessagePage, RunReport
+from sink.client.models import (
+    DeliveryPage,
+    Envelope,
+    Match,
+    Message,
+    MessagePage,
+    RunReport,
+    Webhook,
+)
 from sink.clock import FakeClock
 from sink.fake.aio import AsyncFakeSink
 from sink.fake.script import Step
@@ -164,6 +172,40 @@ class FakeSink:
 
     def release_run(self, run_id: str) -> None:
         _portal(self.aio.release_run(run_id))
+
+    # -- webhooks (queued as events happen, never sent: see AsyncFakeSink) -------------------
+
+    def create_webhook(
+        self,
+        url: str,
+        *,
+        events: Sequence[str] | None = None,
+        run_id: str | None = None,
+        run_glob: str | None = None,
+        description: str | None = None,
+    ) -> Webhook:
+        return _portal(
+            self.aio.create_webhook(
+                url, events=events, run_id=run_id, run_glob=run_glob, description=description
+            )
+        )
+
+    def list_webhooks(self) -> tuple[Webhook, ...]:
+        return _portal(self.aio.list_webhooks())
+
+    def get_webhook(self, webhook_id: str) -> Webhook:
+        return _portal(self.aio.get_webhook(webhook_id))
+
+    def delete_webhook(self, webhook_id: str) -> None:
+        _portal(self.aio.delete_webhook(webhook_id))
+
+    def list_deliveries(
+        self, webhook_id: str, *, cursor: str | None = None, limit: int | None = None
+    ) -> DeliveryPage:
+        return _portal(self.aio.list_deliveries(webhook_id, cursor=cursor, limit=limit))
+
+    def test_webhook(self, webhook_id: str) -> str:
+        return _portal(self.aio.test_webhook(webhook_id))
 
 
 def _portal(work: Coroutine[Any, Any, T]) -> T:
