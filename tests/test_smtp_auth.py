@@ -249,6 +249,18 @@ def test_auth_before_ehlo_is_refused(server: Server) -> None:
         assert client.cmd(f"AUTH PLAIN {plain('early', 'pw')}") == 235
 
 
+def test_auth_after_helo_is_503_send_ehlo_first(server: Server) -> None:
+    """AUTH after HELO (a session without extensions) is 503 5.5.1 asking for EHLO, not a
+    500; after EHLO it works."""
+    with Client(server.smtp_port) as client:
+        assert client.code() == 220
+        assert client.cmd("HELO client.example.test") == 250
+        assert client.cmd(f"AUTH PLAIN {plain('old', 'pw')}") == 503
+        assert client.last.startswith("503 5.5.1 ") and "EHLO" in client.last
+        assert client.cmd("EHLO client.example.test") == 250
+        assert client.cmd(f"AUTH PLAIN {plain('old', 'pw')}") == 235
+
+
 # -- --smtp-auth: checking --------------------------------------------------------------------
 
 

@@ -613,7 +613,7 @@ class RunsinkSMTP(LeanLoopSMTP):
 
     @syntax("AUTH <mechanism>", when="offers_auth")
     async def smtp_AUTH(self, arg: str | None) -> None:
-        # aiosmtpd's, with three replies of RFC 4954's and RFC 3207's that it lacks; its
+        # aiosmtpd's, with four replies of RFC 4954's and RFC 3207's that it lacks; its
         # mechanisms (sink/smtp/auth.py) and its replies to a malformed exchange stay.
         if not self.offers_auth:
             await self.push("502 5.5.1 AUTH is not enabled on this server")
@@ -625,6 +625,11 @@ class RunsinkSMTP(LeanLoopSMTP):
             return
         if self.envelope is not None and self.envelope.mail_from is not None:
             await self.push("503 5.5.1 AUTH is not allowed during a mail transaction")  # 4954 4
+            return
+        if self.session is not None and self.session.host_name and not self.session.extended_smtp:
+            # After HELO: AUTH is an extension (RFC 4954 3), and only EHLO starts a session
+            # with extensions. aiosmtpd says "500 command not recognized", a syntax error.
+            await self.push("503 5.5.1 Send EHLO first: AUTH is an extension, HELO has none")
             return
         if arg:
             # Mechanism names are case-insensitive (RFC 4954 4); aiosmtpd's lookup is not.
