@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, TypeVar
@@ -436,6 +437,65 @@ def test_two_postgres_replicas_never_lease_one_delivery_twice(pg_dsn: str) -> No
     taken = one + two
     per_hook = {h: sum(d.webhook_id == h for d in taken) for h in {d.webhook_id for d in taken}}
     assert sorted(per_hook.values()) == [IN_FLIGHT_MAX, IN_FLIGHT_MAX]
+
+
+def test_resume_makes_every_pending_delivery_due_now(backend: Backend) -> None:  # noqa: F811
+    """A worker starting makes a retry minutes away due now (its listing says so too); a
+    delivery settled stays as it was."""
+
+    async def scenario(store: Any) -> None:
+        hook = _hook(events=("run_event",))
+        await store.webhooks.create_webhook(hook)
+        await store.add_events([Event("r", "breaker_opened", clock.now(), "ib_x")] * 2)
+        retried, delivered = await store.webhooks.take_due(NOW, 10)
+        later = NOW + 120
+        await store.webhooks.settle(
+            Outcome(retried.delivery_id, 1, NOW, None, "connect", DeliveryState.PENDING, later)
+        )
+        await store.webhooks.settle(
+            Outcome(delivered.delivery_id, 1, NOW, 200, None, DeliveryState.DELIVERED)
+        )
+        assert await store.webhooks.take_due(NOW + 1, 10) == []
+        await store.webhooks.resume(NOW + 1)
+        [again] = await store.webhooks.take_due(NOW + 1, 10)
+        assert (again.delivery_id, again.attempt) == (retried.delivery_id, 2)
+        rows = await store.webhooks.deliveries(hook.webhook_id, None, 10)
+        listed = {r.delivery_id: r.next_attempt_at for r in rows}
+        assert listed == {retried.delivery_id: NOW + 1, delivered.delivery_id: None}
+
+    backend.run(scenario)
+
+
+def test_a_postgres_replica_gone_leaves_its_leases_to_the_others_at_once(pg_dsn: str) -> None:
+    """Leases name their worker's presence lock: while it is held they stand, once its
+    connection is gone any replica's reclaim frees them (before the lease's end)."""
+
+    async def scenario() -> None:
+        gone, stays = PostgresStore(pg_dsn), PostgresStore(pg_dsn)
+        for store in (gone, stays):
+            await store.open()
+        try:
+            await gone.webhooks.create_webhook(_hook(events=("run_event",)))
+            await gone.add_events([Event("r", "breaker_opened", clock.now(), "ib_x")] * 3)
+            await gone.webhooks.resume(NOW)
+            await stays.webhooks.resume(NOW)
+            taken = await gone.webhooks.take_due(NOW, 10)
+            assert len(taken) == 3 and gone.webhooks.holder is not None
+            assert await stays.webhooks.reclaim(NOW + 1) == 0  # its holder is alive
+            assert await stays.webhooks.take_due(NOW + 1, 10) == []
+            await gone.webhooks.close()  # as its connection closes when the process dies
+            deadline = time.monotonic() + 5  # (its server process ends a moment after)
+            while (freed := await stays.webhooks.reclaim(NOW + 1)) == 0:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+            assert freed == 3
+            again = await stays.webhooks.take_due(NOW + 1, 10)
+            assert {d.delivery_id for d in again} == {d.delivery_id for d in taken}
+        finally:
+            for store in (gone, stays):
+                await store.close()
+
+    asyncio.run(scenario())
 
 
 GLOBS = ["team-a-*", "t?am-*", "[tx]eam-a-1", "[!t]eam-*", "team.a:*", "run[", "*-1", "*"]

@@ -198,6 +198,22 @@ class MemoryWebhooks:
         ):
             self._record([failed_event(d, outcome)])
 
+    async def resume(self, now: float) -> None:
+        # (Nothing outlives this process here: a worker starting again makes its retries due.)
+        moved: set[tuple[str, int]] = set()
+        for r in self._rows.values():
+            if r.state is DeliveryState.PENDING and r.next_attempt_at > now:
+                r.next_attempt_at = now
+                moved.add((r.delivery.delivery_id, r.attempts))
+        for hook_id, attempts in self._attempts.items():
+            self._attempts[hook_id] = [
+                replace(a, next_attempt_at=now) if (a.delivery_id, a.attempt) in moved else a
+                for a in attempts
+            ]
+
+    async def reclaim(self, now: float) -> int:
+        return 0  # one process owns the rows
+
     async def next_due(self, now: float) -> NextDue:
         pending = [r for r in self._rows.values() if r.state is DeliveryState.PENDING]
         leased: dict[str, int] = {}

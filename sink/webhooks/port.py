@@ -16,7 +16,9 @@ from typing import NamedTuple, Protocol
 
 from sink.webhooks.model import Attempt, Due, Outcome, Webhook
 
-LEASE_S = 10.0  # a taken delivery is any replica's to retry after this (an attempt lasts <= 5 s)
+# A taken delivery is any replica's to retry after this (an attempt lasts <= 5 s); sooner when
+# the process that took it is known to be gone (``resume``, ``reclaim``).
+LEASE_S = 10.0
 IN_FLIGHT_MAX = 8  # deliveries of one webhook in flight at once (take_due never leases more)
 
 
@@ -55,6 +57,15 @@ class WebhookStore(Protocol):
         """Queue a ``ping`` delivery (due at once); its delivery_id, or None if no webhook."""
 
     # -- the worker's side -------------------------------------------------------------
+
+    async def resume(self, now: float) -> None:
+        """A worker starts (after a restart, or a new replica): every pending delivery is due
+        by ``now`` (a retry's schedule does not outlive the process that made it), and the
+        leases of processes that are gone are free."""
+
+    async def reclaim(self, now: float) -> int:
+        """Free the leases held by processes that are gone (a replica killed mid-attempt:
+        PostgreSQL); how many. Where one process owns the outbox, 0 (open frees them)."""
 
     async def take_due(self, now: float, limit: int) -> list[Due]:
         """Lease up to ``limit`` pending deliveries due by ``now`` (not leased, of an enabled

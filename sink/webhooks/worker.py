@@ -10,8 +10,13 @@ replicas on PostgreSQL), posts each delivery in a task of its own, and sleeps un
 next is due, a wake-up (a commit queued one, or an attempt ended while something waited: a
 retry was scheduled, or the last look saw deliveries due that the caps kept back), or
 ``LOOK_S`` at the most: deliveries queued by another replica, or left pending by a process
-that died, go out within that. An attempt that ends delivered with nothing waiting wakes
-nobody: with the hand-off (SQLite) a steady stream of deliveries needs no round at all.
+that died, go out within that. When the worker starts, every pending delivery is due at
+once (``resume``: after a restart each gets an attempt within seconds, its retry schedule
+notwithstanding), and each round (once a second at most) frees the leases of replicas that
+are gone (``reclaim``), so a replica killed mid-attempt leaves its deliveries to the others
+within ``LOOK_S`` and a second, not its 10 s leases. An attempt that ends delivered with
+nothing waiting wakes nobody: with the hand-off (SQLite) a steady stream of deliveries
+needs no round at all.
 An attempt is one POST of the delivery's stored body with fresh Standard Webhooks
 headers (the timestamp is the attempt's), on ``http.py``'s kept-alive connections (64 at
 most), no redirects followed, 5 s in all; a 2xx is delivered, a 410 disables the webhook,
@@ -42,6 +47,7 @@ from sink.webhooks.port import WebhookStore
 ATTEMPT_S = 5.0  # a 2xx within this is delivered; after it the attempt is a timeout
 LOOK_S = 2.0  # the longest sleep: others' deliveries (replicas, a restart) go out within this
 IN_FLIGHT = 64  # attempts in flight in this process, all webhooks together
+RECLAIM_S = 1.0  # how often a round looks for leases of replicas that are gone
 _IDLE_S = 0.25  # deliveries due that no cap holds back, yet none taken (IN_FLIGHT, a lock): again
 HISTORY_S = 7 * 86400  # settled deliveries (and their attempts) are listed for a week
 _PRUNE_EVERY_S = 3600.0
@@ -69,6 +75,7 @@ class Worker:
         self._waiting = True
         self._capped = False  # the last round left due deliveries for want of IN_FLIGHT room
         self._pruned_at = -_PRUNE_EVERY_S  # monotonic: the first round prunes
+        self._reclaimed_at = time.monotonic()  # (resume reclaims at the start)
 
     def wake(self) -> None:
         """Deliveries were queued (or an attempt ended): look now."""
@@ -85,6 +92,10 @@ class Worker:
         woken = True  # the first round takes what the process before left pending
         self._running = True
         try:
+            try:
+                await self._store.resume(self._clock.now())
+            except Exception as exc:  # the store's trouble: the rounds go on (LEASE_S, retries)
+                warn("webhook_outbox_unavailable", error=type(exc).__name__)
             while not stopping.is_set():
                 self._wakeup.clear()
                 delay = await self._round(woken)
@@ -108,6 +119,9 @@ class Worker:
                 await self._store.prune(now - HISTORY_S)
             taken = []
             looking = woken or (self._due_at is not None and self._due_at <= now)
+            if time.monotonic() - self._reclaimed_at >= RECLAIM_S:
+                self._reclaimed_at = time.monotonic()
+                looking = await self._store.reclaim(now) > 0 or looking
             room = IN_FLIGHT - len(self._tasks)
             if looking and room > 0:
                 taken = await self._store.take_due(now, room)

@@ -169,7 +169,9 @@ class PostgresStore:
         # Caught mail, search and deletes (the v2 mail ports): mail.py.
         self.mail = PostgresMail(self)
         # Webhooks and their outbox (written by a trigger with the events: webhooks.py).
-        self.webhooks = PostgresWebhooks(self.transaction, self.fetch, insert_events)
+        self.webhooks = PostgresWebhooks(
+            self.transaction, self.fetch, insert_events, self._connect_alone
+        )
         # The fleet's breakers (breakers.py) and the web UI's run index (runs.py).
         self.breakers = PostgresBreakers(self)
         self.runs = PostgresRuns(self)
@@ -234,6 +236,7 @@ class PostgresStore:
         await self._listener.connected.wait()
 
     async def close(self) -> None:
+        await self.webhooks.close()
         await self._deliveries.close()
         await self.mail.close()
         if self._listener is not None:
@@ -249,6 +252,14 @@ class PostgresStore:
         self._pool = self._leases = None
 
     # -- plumbing ----------------------------------------------------------------
+
+    async def _connect_alone(self) -> asyncpg.Connection[Record]:
+        """A connection of its own, outside the pools (a worker's presence lock)."""
+        async with translated("connecting"):
+            connection: asyncpg.Connection[Record] = await asyncpg.connect(
+                self._dsn, timeout=CONNECT_TIMEOUT_S, server_settings=NAMED
+            )
+        return connection
 
     @staticmethod
     async def _live_addresses(db: Connection | asyncpg.Pool) -> list[LiveAddress]:

@@ -8,13 +8,20 @@ from that row (``sink/event_shapes.py``, the live event's own shape) and keeps t
 
 Taking is ``FOR UPDATE SKIP LOCKED`` on the webhooks with something due: one replica at a
 time leases a webhook's deliveries, at most ``IN_FLIGHT_MAX`` leased per webhook fleet-wide,
-each until ``LEASE_S`` from now; a replica that dies mid-attempt leaves a lease that runs
-out, and any replica retries the delivery then.
+each until ``LEASE_S`` from now, in the name of the taking worker's presence key. A worker
+holds its presence lock (a session advisory lock on a connection of its own) while it runs,
+so the leases of a replica that dies lose their holder's lock when its connection closes:
+any replica's ``reclaim`` (each worker round, once a second) or ``resume`` (a worker
+starting) frees them at once, not at the end of the lease, which remains the bound for a
+replica alive but stuck. A worker starting also makes every pending delivery of the fleet
+due at once (``resume``): after a restart each gets an attempt within seconds.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
+import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -49,6 +56,7 @@ if TYPE_CHECKING:  # the driver's classes are generic only in its stubs
     Connection: TypeAlias = _Connection[Record] | PoolConnectionProxy[Record]
 
 Transaction = Callable[[str, Callable[["Connection"], Awaitable[Any]]], Awaitable[Any]]
+Connect = Callable[[], Awaitable["_Connection[Record]"]]  # a connection of its own
 Fetch = Callable[..., Awaitable[list[Record]]]  # (what, sql, *args)
 InsertEvents = Callable[["Connection", Iterable[Event]], Awaitable[None]]
 
@@ -137,14 +145,52 @@ SELECT MIN(GREATEST(next_attempt_at, lease_until)),
 FROM webhook_deliveries WHERE state = 'pending'
 """
 
+# The presence locks' first key: (PRESENCE, holder) is held by the worker named holder.
+_PRESENCE = zlib.crc32(b"runsink:webhook-presence") & 0x7FFFFFFF
+
+# Leases whose holder is gone: no session in this database holds its presence lock.
+_RECLAIM = f"""
+WITH freed AS (
+    UPDATE webhook_deliveries SET lease_until = 0
+    WHERE state = 'pending' AND lease_until > $1 AND lease_holder IS NOT NULL
+      AND lease_holder NOT IN (
+          SELECT objid::bigint FROM pg_locks
+          WHERE locktype = 'advisory' AND classid::bigint = {_PRESENCE} AND objsubid = 2
+            AND granted AND database = (
+                SELECT oid FROM pg_database WHERE datname = current_database()))
+    RETURNING 1
+)
+SELECT COUNT(*) FROM freed
+"""
+
+# A worker starts: every pending delivery is due now, and the newest attempt row of one
+# waiting for its retry says so too (its listed next_attempt_at).
+_RESUME_ATTEMPTS = """
+UPDATE webhook_attempts a SET next_attempt_at = $1
+FROM webhook_deliveries d
+WHERE d.state = 'pending' AND d.next_attempt_at > $1
+  AND a.delivery_seq = d.seq AND a.attempt = d.attempts
+"""
+_RESUME = (
+    "UPDATE webhook_deliveries SET next_attempt_at = $1 "
+    "WHERE state = 'pending' AND next_attempt_at > $1"
+)
+
 _EVENT_ROWS = EVENT_SELECT + " WHERE e.id = ANY($1::bigint[])"
 
 
 class PostgresWebhooks:
-    def __init__(self, transaction: Transaction, fetch: Fetch, insert_events: InsertEvents) -> None:
+    def __init__(
+        self, transaction: Transaction, fetch: Fetch, insert_events: InsertEvents, connect: Connect
+    ) -> None:
         self._transaction = transaction
         self._fetch = fetch
         self._insert_events = insert_events
+        self._connect = connect
+        # This worker's presence lock, once it runs (resume): its connection, and the key
+        # its leases carry (None: no lock held, and leases name no holder).
+        self._presence: _Connection[Record] | None = None
+        self.holder: int | None = None
         self._ids = EventIds()  # keyed by the store's signing key at open
         self.wake: Callable[[], None] | None = None  # the delivery worker's, once it runs
         self.hand: Callable[[list[Due]], None] | None = None  # unused: taken by take_due
@@ -152,6 +198,12 @@ class PostgresWebhooks:
 
     def keyed(self, signing_key: bytes) -> None:
         self._ids = EventIds(signing_key)
+
+    async def close(self) -> None:
+        """Give up the presence lock (its connection)."""
+        presence, self._presence, self.holder = self._presence, None, None
+        if presence is not None:
+            presence.terminate()
 
     def notified(self) -> None:
         """A replica's commit queued deliveries (``db h``): the worker looks now."""
@@ -236,6 +288,38 @@ class PostgresWebhooks:
 
         return delivery_id if await self._transaction("enqueue_ping", work) else None
 
+    async def resume(self, now: float) -> None:
+        await self._present()
+
+        async def work(db: Connection) -> None:
+            await db.fetch(_RECLAIM, now)
+            await db.execute(_RESUME_ATTEMPTS, now)
+            await db.execute(_RESUME, now)
+
+        await self._transaction("resume", work)
+
+    async def reclaim(self, now: float) -> int:
+        await self._present()
+        rows = await self._fetch("reclaim", _RECLAIM, now)
+        return int(rows[0][0])
+
+    async def _present(self) -> None:
+        """Hold this worker's presence lock: taken anew (a new key) if its connection was
+        lost, as the leases it named may have been freed meanwhile."""
+        if self._presence is not None and not self._presence.is_closed():
+            return
+        await self.close()
+        connection = await self._connect()
+        try:
+            while True:
+                key = secrets.randbelow(2**31 - 1) + 1
+                if await connection.fetchval("SELECT pg_try_advisory_lock($1, $2)", _PRESENCE, key):
+                    break
+        except BaseException:
+            connection.terminate()
+            raise
+        self._presence, self.holder = connection, key
+
     async def take_due(self, now: float, limit: int) -> list[Due]:
         async def work(db: Connection) -> list[Due]:
             # Not waiting for the WAL flush: all this writes (leases, ids and bodies made from
@@ -294,10 +378,11 @@ class PostgresWebhooks:
                     [m[2] for m in made_rows],
                 )
             await db.execute(
-                "UPDATE webhook_deliveries SET lease_until = $1 "
+                "UPDATE webhook_deliveries SET lease_until = $1, lease_holder = $3 "
                 "WHERE delivery_id = ANY($2::text[])",
                 lease_until,
                 [d.delivery_id for d in taken],
+                self.holder,
             )
             return taken
 

@@ -12,7 +12,8 @@ transaction of its own. What is not handed over wakes the worker to take it. Set
 waiting together are written as one (the writer's shared batch), and each leases the next
 due deliveries of its webhook to the worker in that commit (``_refill``): a webhook with a
 backlog at its cap needs no take_due round per attempt. Leases are cleared at
-open: the process that held them is gone.
+open: the process that held them is gone; and when the worker starts (``resume``) every
+pending delivery is due at once, a retry's schedule included.
 """
 
 from __future__ import annotations
@@ -210,6 +211,20 @@ class SQLiteWebhooks:
         if self.wake is not None:
             self.wake()
         return delivery_id
+
+    async def resume(self, now: float) -> None:
+        def work(db: sqlite3.Connection) -> None:
+            db.execute(_RESUME_ATTEMPTS, (now,))
+            db.execute(
+                "UPDATE webhook_deliveries SET next_attempt_at = ? "
+                "WHERE state = 'pending' AND next_attempt_at > ?",
+                (now, now),
+            )
+
+        await self._transaction(work)
+
+    async def reclaim(self, now: float) -> int:
+        return 0  # one process owns the file: open freed the leases of the one before
 
     async def take_due(self, now: float, limit: int) -> list[Due]:
         def work(db: sqlite3.Connection) -> list[Due]:
@@ -427,6 +442,14 @@ SELECT MIN(MAX(next_attempt_at, lease_until)),
                GROUP BY +webhook_id HAVING COUNT(*) >= ?2)
            THEN MAX(next_attempt_at, lease_until) END)
 FROM webhook_deliveries WHERE state = 'pending'
+"""
+
+# The worker starts: the newest attempt row of a delivery waiting for its retry says the retry
+# is now (its listed next_attempt_at), as the delivery's row does.
+_RESUME_ATTEMPTS = """
+UPDATE webhook_attempts SET next_attempt_at = ?1
+WHERE (delivery_seq, attempt) IN (
+    SELECT seq, attempts FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at > ?1)
 """
 
 # A 410 disabled the webhook: its deliveries waiting for a retry will get none, so their
