@@ -29,6 +29,7 @@ class Received:
     body: dict[str, Any]
     raw: bytes
     verified: bool
+    wall: float = 0.0  # time.time() when the request arrived (the server's clock, in process)
 
 
 class Receiver:
@@ -66,6 +67,7 @@ class Receiver:
                     json.loads(raw),
                     raw,
                     verified,
+                    time.time(),
                 )
                 with receiver._lock:
                     receiver.got.append(item)
