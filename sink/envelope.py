@@ -176,4 +176,6 @@ def lease_expired(view: Envelope, can_create_another: bool) -> Envelope:
         retry_after=None,
         message=None,
         claim=None,
+        newer_matching=None,  # it names no message, so no newer one either (v3: null)
+        newest_matching=None,
     )

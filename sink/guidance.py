@@ -283,7 +283,6 @@ def _retry_hint(envelope: Envelope) -> str:
 _EXPIRY_WHY = {
     Reason.LEASE: "its lease ended",
     Reason.TIMEOUT: "its poll budget was spent",
-    Reason.LEASE_EXPIRED: "its lease ended before this claim",
 }
 
 
@@ -291,6 +290,17 @@ def _expired_hint(envelope: Envelope, known: Known) -> str:
     why = _EXPIRY_WHY.get(envelope.reason or Reason.LEASE, "it is over")
     left = known.inboxes_left
     allowed = "" if left is None else f" ({left} more allowed for this run and purpose)"
+    if envelope.reason is Reason.LEASE_EXPIRED:
+        # A claim after the lease claimed nothing (the inbox may hold an earlier claim, so
+        # never say "without evidence" here).
+        then = (
+            f"create_inbox with these arguments makes the run's next inbox{allowed}; then "
+            "trigger the app again"
+            if envelope.next_action is NextAction.CREATE_NEW_INBOX
+            else "no more inboxes are allowed for this run and purpose: stop; get_run_report "
+            "explains what happened"
+        )
+        return f"This claim came after the inbox's lease ended, so it claimed nothing: {then}."
     never = not known.mail_seen and envelope.message is None
     if envelope.next_action is NextAction.CREATE_NEW_INBOX:
         if never:

@@ -135,6 +135,27 @@ def test_an_answer_without_a_message_has_no_newer_matching(backend: Backend) -> 
     scenario(backend, work)
 
 
+def test_a_claim_after_the_lease_names_no_message_and_no_newer_one(backend: Backend) -> None:  # noqa: F811
+    """lease_expired beside an earlier claim: newer_matching null, no "without evidence"."""
+
+    async def work(world: World) -> None:
+        inbox = await world.create()
+        await world.send(inbox.address, "Your code 111")
+        await world.send(inbox.address, "Your code 222")
+        waited = await world.wait(inbox.inbox_id)
+        assert waited.message is not None and waited.newer_matching == 1
+        await world.agent.claim(waited.message.message_id, world.run_id, None)
+        page = await world.agent.messages(inbox.inbox_id, None, 50, world.run_id)
+        (other,) = [d.message_id for d in page.messages if d.claim is None]
+        world.clock.advance(3600)  # past the lease
+        late = await world.agent.claim(other, world.run_id, None)
+        assert late.reason is Reason.LEASE_EXPIRED and late.message is None
+        assert late.newer_matching is None
+        assert late.hint is not None and "without evidence" not in late.hint
+
+    scenario(backend, work)
+
+
 def test_order_newest_returns_the_newest_match_and_passes_older_ones_over(
     backend: Backend,  # noqa: F811
 ) -> None:
