@@ -37,18 +37,19 @@ from sink.storage.base import (
 from sink.storage.routecache import RouteCache
 from sink.storage.rows import (
     LIVE_ADDRESSES,
-    accepted_event,
+    EventFields,
+    accepted_fields,
     claimed_event,
     delivery_from_row,
     expired_event,
     inbox_from_row,
     inbox_values,
     json_strings,
-    late_events,
+    late_fields,
     live_from_row,
     match_json_or_none,
     message_values,
-    near_miss_event,
+    near_miss_fields,
     route_from_row,
     stored_message_from_row,
 )
@@ -64,6 +65,7 @@ from sink.storage.sqlite.writer import (
     Row,
     Writer,
     all_rows,
+    insert_event_fields,
     insert_events,
 )
 from sink.vocabulary import Reason, State
@@ -589,7 +591,7 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
     deliveries: list[tuple[Any, ...]] = []
     caught: list[tuple[Any, ...]] = []
     near: list[tuple[Any, ...]] = []
-    events: list[Event] = []
+    events: list[EventFields] = []  # built as Events once, with their row ids
     for item in items:
         size = len(item.raw)
         if item.deliveries or item.caught_id:
@@ -597,13 +599,13 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
             messages.append(message_values(pk, item, size))
             for d in item.deliveries:
                 deliveries.append((d.message_id, d.inbox_id, pk, json_strings(d.rcpts)))
-                events.append(accepted_event(d, item.received_at, size))
+                events.append(accepted_fields(d, item.received_at, size))
             if item.caught_id:
                 caught.append((item.caught_id, pk, json_strings(item.unrouted), item.caught_until))
             for found in item.near_misses:
                 near.append((found.inbox_id, found.address, item.received_at, found.distance))
-                events.append(near_miss_event(found, item.received_at))
-        events.extend(late_events(item.late, item.received_at, size))
+                events.append(near_miss_fields(found, item.received_at))
+        events.extend(late_fields(item.late, item.received_at, size))
     if messages:
         db.executemany(
             "INSERT INTO messages (message_pk, raw, size, subject, from_addr, to_json, cc_json, "
@@ -625,7 +627,7 @@ def _insert_batch(db: sqlite3.Connection, items: list[Incoming]) -> None:
             near,
         )
     if events:
-        insert_events(db, events)
+        insert_event_fields(db, events)
     outbox: SQLiteWebhooks | None = getattr(db, "outbox", None)
     if outbox is not None:
         outbox.queue_mail(db, items)

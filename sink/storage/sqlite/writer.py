@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sink.errors import StorageError, StoreFull
 from sink.logs import warn
 from sink.storage.base import Event
+from sink.storage.rows import EventFields
 
 if TYPE_CHECKING:
     from sink.storage.sqlite.webhooks import SQLiteWebhooks
@@ -368,9 +369,16 @@ _INSERT_EVENT = (
 
 def insert_events(db: sqlite3.Connection, events: Iterable[Event]) -> None:
     """Inside a write: store ``events`` (noted for after the commit) and their webhook mail."""
-    recorded = list(events)
+    insert_event_fields(
+        db, [(e.run_id, e.type, e.at, e.inbox_id, e.message_id, e.detail) for e in events]
+    )
+
+
+def insert_event_fields(db: sqlite3.Connection, recorded: list[EventFields]) -> None:
+    """``insert_events`` for events not built yet: each is built once, with its row id."""
     rows = [
-        (e.run_id, e.inbox_id, e.message_id, e.at, e.type, json.dumps(e.detail)) for e in recorded
+        (run_id, inbox_id, message_id, at, kind, json.dumps(detail))
+        for run_id, kind, at, inbox_id, message_id, detail in recorded
     ]
     if len(rows) == 1:  # most writes (one message, one release): its id comes with the insert
         last = db.execute(_INSERT_EVENT, rows[0]).lastrowid or 0
@@ -379,10 +387,7 @@ def insert_events(db: sqlite3.Connection, events: Iterable[Event]) -> None:
         # One writer connection: the rows just inserted took consecutive ids up to the last one.
         last = int(db.execute("SELECT last_insert_rowid()").fetchone()[0])
     first = last - len(recorded) + 1
-    stored = [
-        Event(e.run_id, e.type, e.at, e.inbox_id, e.message_id, e.detail, first + n)
-        for n, e in enumerate(recorded)
-    ]
+    stored = [Event(*fields, first + n) for n, fields in enumerate(recorded)]
     note(db, stored)
     outbox: SQLiteWebhooks | None = getattr(db, "outbox", None)
     if outbox is not None:
