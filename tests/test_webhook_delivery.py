@@ -323,3 +323,34 @@ def test_a_webhook_delivers_each_event_under_its_live_stream_id(start: Start) ->
     assert {(i, kind) for i, kind, _ in streamed} == {(g.webhook_id, g.body["type"]) for g in got}
     by_id = {i: data for i, _, data in streamed}
     assert all(g.body["data"] == by_id[g.webhook_id] for g in got)
+
+
+def test_a_new_delivery_is_attempted_without_a_take_due_round(start: Start) -> None:
+    """The process that commits mail leases its webhook delivery to its own worker in that
+    commit and attempts it after it: no take_due round ever returns that delivery."""
+    server = start()
+    secret = new_secret()
+    receiver = Receiver(secret).start()
+    store = server.runtime.webhooks
+    take_due = store.take_due
+    taken: list[str] = []
+
+    async def counted(now: float, limit: int) -> Any:
+        dues = await take_due(now, limit)
+        taken.extend(d.event_id for d in dues)
+        return dues
+
+    store.take_due = counted  # type: ignore[method-assign]
+    try:
+        run_id = new_run_id()
+        _webhook(server, receiver.url, secret, run_id=run_id)
+        with server.http() as client:
+            inbox = create_inbox(client, run_id)
+        for n in range(3):
+            server.send(inbox["address"], subject=f"Handed {n}")
+        got = receiver.until(lambda got: len(got) >= 3)
+    finally:
+        receiver.stop()
+    assert all(g.verified for g in got)
+    assert sorted(g.body["data"]["subject"] for g in got) == ["Handed 0", "Handed 1", "Handed 2"]
+    assert not {g.webhook_id for g in got} & set(taken)

@@ -677,3 +677,169 @@ def test_postgres_worker_reads_the_pending_index_not_the_settled_history(pg_dsn:
 
     for name, scans in asyncio.run(scenario()).items():
         assert scans and all(index == "webhook_deliveries_due" for _, index in scans), (name, scans)
+
+
+async def _opened(dsn: str, handed: list[Any] | None) -> PostgresStore:
+    """A PostgreSQL replica; with ``handed``, its worker's hand (what it is handed, kept)."""
+    store = PostgresStore(dsn)
+    await store.open()
+    if handed is not None:
+        store.webhooks.hand = handed.extend
+    return store
+
+
+async def _notified(dsn: str) -> tuple[asyncpg.Connection, list[str]]:
+    """A connection listening on the channel, and the payloads it has heard (in commit order)."""
+    heard: list[str] = []
+    connection = await asyncpg.connect(dsn)
+    await connection.add_listener("runsink", lambda *args: heard.append(str(args[3])))
+    return connection, heard
+
+
+async def _hears(connection: asyncpg.Connection, heard: list[str]) -> list[str]:
+    """What was heard up to now: a marker NOTIFYed after every commit before it arrives last."""
+    marker = f"test {ids.new_inbox_id()}"
+    await connection.execute("SELECT pg_notify('runsink', $1)", marker)
+    for _ in range(500):
+        if marker in heard:
+            return [h for h in heard[: heard.index(marker)] if h == "db h"]
+        await asyncio.sleep(0.01)
+    raise AssertionError("the marker was not heard within 5 s")
+
+
+def test_postgres_hands_new_deliveries_to_its_worker_in_their_commit_within_the_cap(
+    pg_dsn: str,
+) -> None:
+    """A replica whose worker runs leases the deliveries its commit writes (8 per webhook) to
+    that worker in that commit: no take_due and no NOTIFY for them; the rest are NOTIFYed and
+    taken as before; a retry of a handed one sends the same id and bytes."""
+
+    async def scenario() -> None:
+        handed: list[Any] = []
+        store = await _opened(pg_dsn, handed)
+        other = await _opened(pg_dsn, None)
+        listening, heard = await _notified(pg_dsn)
+        try:
+            hook = _hook(events=("message", "run_event"), run_id="r1")
+            await store.webhooks.create_webhook(hook)
+            item = await _mail(store, "r1")
+            assert sorted(d.type for d in handed) == ["message", "run_event", "run_event"]
+            assert await _hears(listening, heard) == []  # nobody woken: all handed over
+            assert await other.webhooks.take_due(clock.now(), 100) == []  # leased in the commit
+            message = next(d for d in handed if d.type == "message")
+            [delivered] = item.deliveries
+            assert json.loads(message.body)["data"]["message_id"] == delivered.message_id
+            assert message.event_id == EventIds(await store.signing_key()).of_message(
+                delivered.message_id
+            )
+            assert message.url == hook.url and message.secret == hook.secret
+            # The retry (after the lease's settle) is made from the row: the same id, body.
+            await store.webhooks.settle(
+                Outcome(
+                    message.delivery_id,
+                    1,
+                    clock.now(),
+                    500,
+                    "http_500",
+                    DeliveryState.PENDING,
+                    clock.now(),
+                )
+            )
+            [again] = await other.webhooks.take_due(clock.now() + 1, 100)
+            assert (again.delivery_id, again.attempt) == (message.delivery_id, 2)
+            assert (again.event_id, again.body) == (message.event_id, message.body)
+            # Beyond the cap: 8 handed over in all (5 more), the rest NOTIFYed and taken.
+            handed.clear()
+            await store.add_events(
+                [Event("r1", "breaker_opened", clock.now(), "ib_x") for _ in range(12)]
+            )
+            assert len(handed) == IN_FLIGHT_MAX - 3 and all(d.attempt == 1 for d in handed)
+            assert await _hears(listening, heard) == ["db h"]
+            assert await other.webhooks.take_due(clock.now(), 100) == []  # the cap holds
+            later = await other.webhooks.take_due(clock.now() + LEASE_S + 1, 100)
+            assert len(later) == IN_FLIGHT_MAX
+        finally:
+            await listening.close()
+            for opened in (store, other):
+                await opened.close()
+
+    asyncio.run(scenario())
+
+
+def test_postgres_hand_off_holds_the_cap_fleet_wide_across_replicas(pg_dsn: str) -> None:
+    """Two replicas handing over at once lease at most 8 of one webhook together; a webhook
+    locked by another transaction (a take or a hand-off in progress) hands nothing over: its
+    deliveries are NOTIFYed to every worker instead."""
+
+    async def scenario() -> None:
+        handed: list[list[Any]] = [[], []]
+        stores = [await _opened(pg_dsn, handed[0]), await _opened(pg_dsn, handed[1])]
+        listening, heard = await _notified(pg_dsn)
+        try:
+            hook = _hook(events=("run_event",), run_id="r")
+            await stores[0].webhooks.create_webhook(hook)
+            for _ in range(5):
+                await asyncio.gather(
+                    *(
+                        store.add_events(
+                            [Event("r", "breaker_opened", clock.now(), "ib_x") for _ in range(6)]
+                        )
+                        for store in stores
+                    )
+                )
+            every = handed[0] + handed[1]
+            assert len(every) == IN_FLIGHT_MAX
+            assert len({d.delivery_id for d in every}) == IN_FLIGHT_MAX
+            assert await stores[0].webhooks.take_due(clock.now(), 100) == []
+            # Locked elsewhere: nothing handed over, every worker woken.
+            quiet = _hook(events=("run_event",), run_id="quiet")
+            await stores[0].webhooks.create_webhook(quiet)
+            _ = await _hears(listening, heard)
+            heard.clear()
+            handed[1].clear()
+            async with listening.transaction():
+                await listening.execute(
+                    "SELECT 1 FROM webhooks WHERE webhook_id = $1 FOR UPDATE", quiet.webhook_id
+                )
+                await stores[1].add_events([Event("quiet", "breaker_opened", clock.now(), "ib")])
+            assert handed[1] == []
+            assert await _hears(listening, heard) == ["db h"]
+            [taken] = await stores[0].webhooks.take_due(clock.now(), 100)
+            assert taken.webhook_id == quiet.webhook_id
+        finally:
+            await listening.close()
+            for store in stores:
+                await store.close()
+
+    asyncio.run(scenario())
+
+
+def test_postgres_a_webhook_made_on_another_replica_gets_its_deliveries_at_once(
+    pg_dsn: str,
+) -> None:
+    """A replica that found no webhook inserts events as without webhooks; a webhook another
+    replica makes meanwhile still gets their deliveries, in their commit, and every worker is
+    woken for them."""
+
+    async def scenario() -> None:
+        handed: list[Any] = []
+        store = await _opened(pg_dsn, handed)
+        other = await _opened(pg_dsn, None)
+        listening, heard = await _notified(pg_dsn)
+        try:
+            await store.add_events([Event("r", "breaker_opened", clock.now(), "ib_x")])
+            assert not store.webhooks.handing_over  # none found: the plain statements
+            hook = _hook(events=("run_event",))
+            await other.webhooks.create_webhook(hook)
+            await store.add_events([Event("r", "breaker_opened", clock.now(), "ib_x")])
+            assert handed == [] and await _hears(listening, heard) == ["db h"]
+            [due] = await other.webhooks.take_due(clock.now(), 100)
+            assert due.webhook_id == hook.webhook_id
+            store.webhooks.notified()  # what its listener does on that 'db h'
+            assert store.webhooks.handing_over
+        finally:
+            await listening.close()
+            for opened in (store, other):
+                await opened.close()
+
+    asyncio.run(scenario())

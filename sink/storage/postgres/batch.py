@@ -26,6 +26,7 @@ from sink.storage.postgres.driver import (
     unnest_columns,
 )
 from sink.storage.postgres.feed import CAUGHT
+from sink.storage.postgres.webhooks import handing
 from sink.storage.rows import (
     accepted_event,
     json_strings,
@@ -36,13 +37,20 @@ from sink.storage.rows import (
 
 if TYPE_CHECKING:
     from sink.storage.postgres.driver import Connection
+    from sink.storage.postgres.webhooks import PostgresWebhooks
 
 _BATCH_MAX = 256
 _BATCHES_IN_FLIGHT = 3
 
 
-async def insert_batch(db: Connection, items: Sequence[Incoming], replica_id: str) -> None:
-    """Store ``items`` in one statement (inside the batch's transaction); NOTIFY their inboxes."""
+async def insert_batch(
+    db: Connection,
+    items: Sequence[Incoming],
+    replica_id: str,
+    hooks: PostgresWebhooks | None = None,
+) -> None:
+    """Store ``items`` in one statement (inside the batch's transaction); NOTIFY their inboxes.
+    With ``hooks`` (a worker runs here), their webhook deliveries are handed over to it."""
     per_inbox: dict[str, int] = {}
     for item in items:
         for d in item.deliveries:
@@ -129,8 +137,7 @@ async def insert_batch(db: Connection, items: Sequence[Incoming], replica_id: st
         for i in range(0, len(ids), NOTIFY_IDS_PER_PAYLOAD)
     ]
     noted(events)
-    await db.execute(
-        _BATCH_INSERT,
+    args = (
         *unnest_columns(messages, 11),
         *unnest_columns(deliveries, 5),
         *unnest_columns(caught, 4),
@@ -139,6 +146,10 @@ async def insert_batch(db: Connection, items: Sequence[Incoming], replica_id: st
         CHANNEL,
         payloads,
     )
+    if hooks is None:
+        await db.execute(_BATCH_INSERT, *args)
+    else:
+        await hooks.handing_said(db, await db.fetchrow(_BATCH_INSERT_HANDING, *args))
     if near:
         await db.executemany(
             "INSERT INTO near_misses (inbox_id, address, received_at, distance) "
@@ -171,8 +182,15 @@ WITH m AS (
     SELECT * FROM unnest($25::text[], $26::text[], $27::text[], $28::float8[], $29::text[],
                          $30::text[])
 )
-SELECT pg_notify($31, p) FROM unnest($32::text[]) AS p
 """
+_NOTIFY = "SELECT pg_notify($31, p) FROM unnest($32::text[]) AS p"
+# The same, saying whether the deliveries its events make are handed over (webhooks.py).
+_BATCH_INSERT_HANDING = (
+    _BATCH_INSERT
+    + f"SELECT {handing('$25::text[]')}, "
+    + "(SELECT COUNT(pg_notify($31, p)) FROM unnest($32::text[]) p)"
+)
+_BATCH_INSERT += _NOTIFY
 
 
 class Deliveries:

@@ -30,7 +30,7 @@ import secrets
 import time
 import uuid
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -70,6 +70,7 @@ from sink.storage.postgres.driver import (
     Record,
     event_tuples,
     insert_events,
+    noted,
     translate,
     translated,
     unnest_columns,
@@ -83,7 +84,7 @@ from sink.storage.postgres.retention import persist_expiry, release
 from sink.storage.postgres.runs import PostgresRuns
 from sink.storage.postgres.slots import PostgresPollSlots
 from sink.storage.postgres.space import SpaceGate, probe
-from sink.storage.postgres.webhooks import PostgresWebhooks
+from sink.storage.postgres.webhooks import PostgresWebhooks, handed_over, handing
 from sink.storage.routecache import RouteCache
 from sink.storage.rows import (
     LIVE_ADDRESSES,
@@ -170,7 +171,7 @@ class PostgresStore:
         self.mail = PostgresMail(self)
         # Webhooks and their outbox (written by a trigger with the events: webhooks.py).
         self.webhooks = PostgresWebhooks(
-            self.transaction, self.fetch, insert_events, self._connect_alone
+            self.transaction, self.fetch, self._insert_events, self._connect_alone
         )
         # The fleet's breakers (breakers.py) and the web UI's run index (runs.py).
         self.breakers = PostgresBreakers(self)
@@ -299,20 +300,36 @@ class PostgresStore:
             return list(await self.pool.fetch(sql, *args, timeout=30))
 
     async def transaction(self, what: str, work: Callable[[Connection], Awaitable[T]]) -> T:
-        """``work`` in one transaction; it returns after COMMIT (then its events are told)."""
-        with writing() as written:
+        """``work`` in one transaction; it returns after COMMIT (then its events are told,
+        and the webhook deliveries it handed over go to the worker)."""
+        with writing() as written, handed_over() as handed:
             async with (
                 translated(what),
                 self.pool.acquire() as connection,
                 connection.transaction(),
             ):
                 result = await work(connection)
+        self.webhooks.handed(handed)
         self._committed(written)
         return result
 
     async def _write_batch(self, items: list[Incoming]) -> None:
         """One transaction storing a batch of deliveries (``batch.py``'s group commit)."""
-        await self.transaction("save_message", lambda db: insert_batch(db, items, self.replica_id))
+        hooks = self.webhooks if self.webhooks.handing_over else None
+        await self.transaction(
+            "save_message", lambda db: insert_batch(db, items, self.replica_id, hooks)
+        )
+
+    async def _insert_events(self, db: Connection, events: Iterable[Event]) -> None:
+        """Inside a transaction: ``insert_events``, handing their webhook deliveries over
+        (``webhooks.py``) while a worker runs here and an enabled webhook exists."""
+        events = list(events)
+        if not self.webhooks.handing_over or not events:
+            await insert_events(db, events)
+            return
+        noted(events)
+        row = await db.fetchrow(_EVENTS_HANDING, *unnest_columns(event_tuples(events), 6))
+        await self.webhooks.handing_said(db, row)
 
     def _committed(self, events: list[Event]) -> None:
         if events and self._on_events is not None:
@@ -423,7 +440,7 @@ class PostgresStore:
                     inbox.inbox_id,
                     new.request_json,
                 )
-            await insert_events(db, [event])
+            await self._insert_events(db, [event])
             # Every other replica's near-miss index learns of it at COMMIT (see listener.py).
             await db.execute("SELECT pg_notify($1, $2)", CHANNEL, self._created_payload(inbox))
             return CreateResult(CreateOutcome.CREATED, inbox)
@@ -658,10 +675,7 @@ class PostgresStore:
                 delivery.seq,
                 delivery.inbox_id,
             )
-            await insert_events(
-                db,
-                [claimed_event(claim, delivery.inbox_id)],
-            )
+            await self._insert_events(db, [claimed_event(claim, delivery.inbox_id)])
             return claim
 
         return await self.transaction("claim", work)
@@ -735,7 +749,7 @@ class PostgresStore:
 
     async def add_events(self, events: list[Event]) -> None:
         async def work(db: Connection) -> None:
-            await insert_events(db, events)
+            await self._insert_events(db, events)
 
         await self.transaction("add_events", work)
 
@@ -812,6 +826,18 @@ WITH u AS (
 SELECT (SELECT COUNT(*) FROM u),
        (SELECT COUNT(*) FROM (SELECT pg_notify($20, p) FROM unnest($21::text[]) AS p
                               WHERE EXISTS (SELECT 1 FROM u)) AS n)
+"""
+
+
+# insert_events' rows in one statement that also says whether their webhook deliveries are
+# handed over (webhooks.py's handing).
+_EVENTS_HANDING = f"""
+WITH e AS (
+    INSERT INTO events (run_id, inbox_id, message_id, at, type, detail_json)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::text[],
+                         $6::text[])
+)
+SELECT {handing("$1::text[]")}
 """
 
 

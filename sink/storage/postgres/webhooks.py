@@ -6,6 +6,16 @@ that transaction sees; it NOTIFYs ``db h``, which wakes every replica's worker. 
 row names its events row and kind; the replica that first takes it makes its id and body
 from that row (``sink/event_shapes.py``, the live event's own shape) and keeps them.
 
+The hand-off (migration ``014_hand_over.sql``): this replica's own event inserts (the mail
+batch, run events) mark their statement (``handing``) when an enabled webhook may want their
+runs; the trigger then leaves the NOTIFY to ``_hand_over``, which this replica runs next in
+the same transaction: one statement leasing the new deliveries to its own worker, within the
+cap fleet-wide, their ids and bodies made from the rows just written; after COMMIT
+(``handed_over``) the worker attempts them at once, with no round of its own. What the cap,
+or a webhook locked by another replica's take or hand-off, keeps back is NOTIFYed as before.
+While no enabled webhook exists, event inserts are the statements they were without
+webhooks.
+
 Taking is ``FOR UPDATE SKIP LOCKED`` on the webhooks with something due: one replica at a
 time leases a webhook's deliveries, at most ``IN_FLIGHT_MAX`` leased per webhook fleet-wide,
 each until ``LEASE_S`` from now, in the name of the taking worker's presence key. A worker
@@ -19,10 +29,13 @@ due at once (``resume``): after a restart each gets an attempt within seconds.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
+import time
 import zlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -114,7 +127,8 @@ LIMIT $3
 _SETTLED = """
 WITH d AS (
     UPDATE webhook_deliveries SET state = $3, attempts = $2, lease_until = 0,
-        next_attempt_at = COALESCE($4, next_attempt_at)
+        next_attempt_at = COALESCE($4, next_attempt_at),
+        event_id = COALESCE(event_id, $8), body = COALESCE(body, $9)
     WHERE delivery_id = $1 AND state = 'pending' AND attempts = $2 - 1
     RETURNING seq, webhook_id
 )
@@ -179,6 +193,54 @@ _RESUME = (
 _EVENT_ROWS = EVENT_SELECT + " WHERE e.id = ANY($1::bigint[])"
 
 
+def handing(runs: str) -> str:
+    """Two columns for a statement that inserts events of the runs in the array ``runs`` (a
+    parameter): whether an enabled webhook exists, and whether one may want these runs' events
+    (then the trigger leaves their deliveries to ``_hand_over``, run next)."""
+    return (
+        "(SELECT TRUE FROM webhooks WHERE disabled_at IS NULL LIMIT 1) IS NOT NULL, "
+        "(SELECT set_config('runsink.hand', 'on', true) FROM webhooks WHERE disabled_at IS NULL"
+        f" AND (run_id IS NULL OR run_id = ANY ({runs})) LIMIT 1) IS NOT NULL"
+    )
+
+
+# What the events statement before it wrote and the cap lets this replica lease, leased, with
+# its webhook and what its live event is made of (feed.py's EVENT_SELECT columns).
+_HAND_OVER = f"""
+WITH h AS (
+    SELECT seq FROM runsink_hand_over($1, {IN_FLIGHT_MAX}) AS seq
+), leased AS (
+    UPDATE webhook_deliveries d SET lease_until = $2, lease_holder = $3
+    FROM h WHERE d.seq = h.seq
+    RETURNING d.seq, d.delivery_id, d.webhook_id, d.kind, d.event_row, d.run_id AS hook_run
+)
+SELECT l.seq, l.delivery_id, l.webhook_id, l.kind, l.hook_run, w.url, w.secret,
+       e.id, e.run_id, e.type, e.at, e.inbox_id, e.message_id, e.detail_json,
+       m.subject, m.received_at
+FROM leased l
+JOIN webhooks w ON w.webhook_id = l.webhook_id
+JOIN events e ON e.id = l.event_row
+LEFT JOIN deliveries dl ON e.type = 'message_accepted' AND dl.message_id = e.message_id
+LEFT JOIN caught c ON e.type = 'caught' AND c.caught_id = e.message_id
+LEFT JOIN messages m ON m.message_key = COALESCE(dl.message_key, c.message_key)
+ORDER BY l.seq
+"""
+
+# The deliveries a transaction handed over, to the worker once it commits (``handed_over``).
+_HANDED: ContextVar[list[Due] | None] = ContextVar("runsink_pg_handed", default=None)
+
+
+@contextlib.contextmanager
+def handed_over() -> Iterator[list[Due]]:
+    """Collect what this task's transaction hands over (``_hand_over``) until it ends."""
+    handed: list[Due] = []
+    token = _HANDED.set(handed)
+    try:
+        yield handed
+    finally:
+        _HANDED.reset(token)
+
+
 class PostgresWebhooks:
     def __init__(
         self, transaction: Transaction, fetch: Fetch, insert_events: InsertEvents, connect: Connect
@@ -193,8 +255,15 @@ class PostgresWebhooks:
         self.holder: int | None = None
         self._ids = EventIds()  # keyed by the store's signing key at open
         self.wake: Callable[[], None] | None = None  # the delivery worker's, once it runs
-        self.hand: Callable[[list[Due]], None] | None = None  # unused: taken by take_due
+        self.hand: Callable[[list[Due]], None] | None = None  # the worker's: attempt these now
         self.refills = False
+        # Whether an enabled webhook may exist: while not, event inserts are exactly what they
+        # were without webhooks. Cleared by an insert that found none; set by a webhook made
+        # here and by any replica's deliveries ('db h': the trigger found one).
+        self._hooked = True
+        # What each handed-over delivery in flight carries, written with its settle (a retry
+        # sends the same bytes; a failure's run event names the event).
+        self._made: dict[str, tuple[str, str]] = {}
 
     def keyed(self, signing_key: bytes) -> None:
         self._ids = EventIds(signing_key)
@@ -205,8 +274,62 @@ class PostgresWebhooks:
         if presence is not None:
             presence.terminate()
 
+    @property
+    def handing_over(self) -> bool:
+        """Whether this replica's event inserts ask (``handing``) to hand their deliveries over:
+        a worker runs here and an enabled webhook may exist."""
+        return self.hand is not None and self._hooked
+
+    async def handing_said(self, db: Connection, row: Record | None) -> None:
+        """After an events statement with the ``handing`` columns, in its transaction."""
+        if row is None:
+            return
+        self._hooked = bool(row[0])
+        if row[1]:
+            await self._hand_over(db)
+
+    async def _hand_over(self, db: Connection) -> None:
+        """Lease the deliveries the events statement just wrote to this replica's worker
+        (within the cap); they go to the worker once the transaction commits (``handed``)."""
+        now = time.time()
+        lease_until = now + LEASE_S
+        rows = await db.fetch(_HAND_OVER, now, lease_until, self.holder)
+        if not rows:
+            return
+        made = self._made_of(rows)
+        dues: list[Due] = []
+        for r in rows:
+            live = made.get((int(r["id"]), r["kind"]))
+            if live is None:  # never: the row and its event were written by this transaction
+                continue
+            body = live.body()
+            self._made[r["delivery_id"]] = (live.id, body)
+            dues.append(
+                Due(
+                    r["delivery_id"],
+                    r["webhook_id"],
+                    r["url"],
+                    r["secret"],
+                    live.id,
+                    r["kind"],
+                    r["hook_run"],
+                    body,
+                    1,
+                    lease_until,
+                )
+            )
+        handed = _HANDED.get()
+        if handed is not None:
+            handed.extend(dues)
+
+    def handed(self, dues: list[Due]) -> None:
+        """After the commit that leased them: the worker makes their first attempts now."""
+        if dues and self.hand is not None:
+            self.hand(dues)
+
     def notified(self) -> None:
         """A replica's commit queued deliveries (``db h``): the worker looks now."""
+        self._hooked = True
         if self.wake is not None:
             self.wake()
 
@@ -214,6 +337,7 @@ class PostgresWebhooks:
         regex = None if webhook.run_glob is None else glob_regex(webhook.run_glob)
 
         async def work(db: Connection) -> None:
+            self._hooked = True
             await db.execute(
                 f"INSERT INTO webhooks ({WEBHOOK_COLUMNS}, run_regex) "
                 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
@@ -392,6 +516,8 @@ class PostgresWebhooks:
     async def settle(self, outcome: Outcome) -> None:
         # Delivered or to be retried: one statement (its own transaction, one round trip).
         # Not recorded by it: settled already, or a 410 ended the delivery meanwhile (below).
+        # A handed-over delivery's id and body are written with it (take_due makes them else).
+        event_id, body = self._made.pop(outcome.delivery_id, (None, None))
         if (
             outcome.state is not DeliveryState.FAILED
             and not outcome.disable
@@ -405,6 +531,8 @@ class PostgresWebhooks:
                 outcome.status_code,
                 outcome.error,
                 outcome.at,
+                event_id,
+                body,
             )
         ):
             return
@@ -442,11 +570,14 @@ class PostgresWebhooks:
             )
             await db.execute(
                 "UPDATE webhook_deliveries SET state = $1, attempts = $2, lease_until = 0, "
-                "next_attempt_at = COALESCE($3, next_attempt_at) WHERE seq = $4",
+                "next_attempt_at = COALESCE($3, next_attempt_at), "
+                "event_id = COALESCE(event_id, $5), body = COALESCE(body, $6) WHERE seq = $4",
                 made.state.value,
                 made.attempt,
                 made.next_attempt_at,
                 row["seq"],
+                event_id,
+                body,
             )
             if made.disable:
                 await db.execute(
@@ -464,10 +595,10 @@ class PostgresWebhooks:
                 delivery = Delivery(
                     row["delivery_id"],
                     row["webhook_id"],
-                    row["event_id"] or "",
+                    row["event_id"] or event_id or "",
                     row["kind"],
                     row["run_id"],
-                    row["body"] or "",
+                    row["body"] or body or "",
                     float(row["created_at"]),
                 )
                 if not reports_a_failure(delivery):
@@ -507,6 +638,10 @@ class PostgresWebhooks:
             rows = await db.fetch(_EVENT_ROWS, event_rows)
         else:
             rows = await self._fetch("webhook events", _EVENT_ROWS, event_rows)
+        return self._made_of(rows)
+
+    def _made_of(self, rows: Iterable[Record]) -> dict[tuple[int, str], LiveEvent]:
+        """The live events of events rows (EVENT_SELECT's columns), by (row, kind)."""
         made: dict[tuple[int, str], LiveEvent] = {}
         for r in rows:
             row_id = int(r["id"])
