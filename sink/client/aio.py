@@ -15,7 +15,8 @@ from sink.client.inbox import AsyncInbox
 from sink.client.models import (
     DeliveryPage,
     Envelope,
-    Match,
+    FoundPage,
+    MatchLike,
     Message,
     MessagePage,
     RunReport,
@@ -97,7 +98,7 @@ class AsyncSink:
         ttl_s: int | None = None,
         poll_budget: int | None = None,
         policy: str | None = None,
-        match: Match | None = None,
+        match: MatchLike | None = None,
         idempotency_key: str | None = None,
     ) -> AsyncInbox:
         created = await self._send(
@@ -123,9 +124,9 @@ class AsyncSink:
         self,
         inbox_id: str,
         *,
-        timeout_s: float = 0.0,
+        timeout_s: float | None = None,
         cursor: str | None = None,
-        match: Match | None = None,
+        match: MatchLike | None = None,
         run_id: str | None = None,
         order: str | None = None,
     ) -> Envelope:
@@ -163,6 +164,21 @@ class AsyncSink:
 
     async def run_report(self, run_id: str) -> RunReport:
         return await self._send(wire.run_report(run_id))
+
+    async def get_run_report(self, run_id: str) -> RunReport:
+        """The run report, under the MCP tool's name (every tool has its method)."""
+        return await self.run_report(run_id)
+
+    async def find_mail(
+        self,
+        query: str,
+        *,
+        run_id: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> FoundPage:
+        """Search the mail this client may see, newest first (the MCP tool ``find_mail``)."""
+        return await self._send(wire.find_mail(query, run_id=run_id, limit=limit, cursor=cursor))
 
     async def mint_run_token(self, run_id: str, *, ttl_s: int | None = None) -> RunToken:
         """A token limited to ``run_id`` until its last lease ends (or ``ttl_s``, if sooner).

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from sink.client.models import (
         DeliveryPage,
         Envelope,
-        Match,
+        MatchLike,
         Message,
         MessagePage,
         RunReport,
@@ -72,7 +72,7 @@ class SinkApi(Protocol):
         ttl_s: int | None = None,
         poll_budget: int | None = None,
         policy: str | None = None,
-        match: Match | None = None,
+        match: MatchLike | None = None,
         idempotency_key: str | None = None,
     ) -> Inbox: ...
 
@@ -82,9 +82,9 @@ class SinkApi(Protocol):
         self,
         inbox_id: str,
         *,
-        timeout_s: float = 0.0,
+        timeout_s: float | None = None,
         cursor: str | None = None,
-        match: Match | None = None,
+        match: MatchLike | None = None,
         run_id: str | None = None,
         order: str | None = None,
     ) -> Envelope: ...
@@ -143,7 +143,7 @@ class AsyncSinkApi(Protocol):
         ttl_s: int | None = None,
         poll_budget: int | None = None,
         policy: str | None = None,
-        match: Match | None = None,
+        match: MatchLike | None = None,
         idempotency_key: str | None = None,
     ) -> AsyncInbox: ...
 
@@ -153,9 +153,9 @@ class AsyncSinkApi(Protocol):
         self,
         inbox_id: str,
         *,
-        timeout_s: float = 0.0,
+        timeout_s: float | None = None,
         cursor: str | None = None,
-        match: Match | None = None,
+        match: MatchLike | None = None,
         run_id: str | None = None,
         order: str | None = None,
     ) -> Envelope: ...

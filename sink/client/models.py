@@ -44,8 +44,24 @@ class Match:
     def __bool__(self) -> bool:
         return bool(self.as_json())
 
+    @classmethod
+    def of(cls, given: Match | Mapping[str, Any] | None) -> Match | None:
+        """``given`` as a Match: a plain mapping is what ``next_arguments`` carries (v3), so
+        ``sink.wait_for_message(**envelope.next_arguments)`` works as the tool call would."""
+        if given is None or isinstance(given, Match):
+            return given
+        unknown = set(given) - set(_MATCH_FIELDS)
+        if unknown:
+            names = ", ".join(sorted(map(str, unknown)))
+            raise TypeError(f"match: unknown criteria {names}; it takes {', '.join(_MATCH_FIELDS)}")
+        return cls(**{name: given[name] for name in _MATCH_FIELDS if name in given})
+
     def __str__(self) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in self.as_json().items()) or "(no criteria)"
+
+
+_MATCH_FIELDS = ("subject_contains", "from_contains", "body_contains", "max_age_s")
+MatchLike = Match | Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,6 +377,57 @@ class MessagePage:
                 for m in _list(data, "messages")
             ),
             next_cursor=_str(data, "next_cursor"),
+            has_more=bool(data.get("has_more", False)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FoundMessage:
+    """One search result (``find_mail``): evidence of an inbox, or caught mail."""
+
+    message_id: str
+    caught: bool
+    inbox_id: str | None
+    run_id: str | None
+    subject: str
+    from_: str
+    to: tuple[str, ...]
+    received_at: datetime
+    size: int
+    has_attachment: bool
+    claimed: bool
+    released: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FoundPage:
+    """A page of search results, newest first; ``next_cursor`` is None on the last page."""
+
+    messages: tuple[FoundMessage, ...]
+    next_cursor: str | None
+    has_more: bool
+
+    @classmethod
+    def from_json(cls, data: Json) -> FoundPage:
+        return cls(
+            messages=tuple(
+                FoundMessage(
+                    message_id=_str(m, "message_id"),
+                    caught=bool(m.get("caught", False)),
+                    inbox_id=_optional_str(m, "inbox_id"),
+                    run_id=_optional_str(m, "run_id"),
+                    subject=_str(m, "subject"),
+                    from_=_str(m, "from"),
+                    to=_strs(m, "to") if "to" in m else (),
+                    received_at=_time(m, "received_at"),
+                    size=_int(m, "size"),
+                    has_attachment=bool(m.get("has_attachment", False)),
+                    claimed=bool(m.get("claimed", False)),
+                    released=bool(m.get("released", False)),
+                )
+                for m in _list(data, "messages")
+            ),
+            next_cursor=_optional_str(data, "next_cursor"),
             has_more=bool(data.get("has_more", False)),
         )
 

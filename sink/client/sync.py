@@ -15,7 +15,8 @@ from sink.client.inbox import Inbox
 from sink.client.models import (
     DeliveryPage,
     Envelope,
-    Match,
+    FoundPage,
+    MatchLike,
     Message,
     MessagePage,
     RunReport,
@@ -109,7 +110,7 @@ class Sink:
         ttl_s: int | None = None,
         poll_budget: int | None = None,
         policy: str | None = None,
-        match: Match | None = None,
+        match: MatchLike | None = None,
         idempotency_key: str | None = None,
     ) -> Inbox:
         """Lease an inbox to ``run_id`` for ``purpose`` (a replay returns the live one)."""
@@ -137,13 +138,14 @@ class Sink:
         self,
         inbox_id: str,
         *,
-        timeout_s: float = 0.0,
+        timeout_s: float | None = None,
         cursor: str | None = None,
-        match: Match | None = None,
+        match: MatchLike | None = None,
         run_id: str | None = None,
         order: str | None = None,
     ) -> Envelope:
-        """One wait: long-polls up to ``timeout_s`` (capped by the server); spends one poll."""
+        """One wait: long-polls up to ``timeout_s`` (capped by the server; omitted, the policy's
+        ``long_poll_max_s``, as the tool's default); spends one poll."""
         return self._send(
             wire.wait_for_message(
                 inbox_id,
@@ -176,6 +178,21 @@ class Sink:
 
     def run_report(self, run_id: str) -> RunReport:
         return self._send(wire.run_report(run_id))
+
+    def get_run_report(self, run_id: str) -> RunReport:
+        """The run report, under the MCP tool's name (every tool has its method)."""
+        return self.run_report(run_id)
+
+    def find_mail(
+        self,
+        query: str,
+        *,
+        run_id: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> FoundPage:
+        """Search the mail this client may see, newest first (the MCP tool ``find_mail``)."""
+        return self._send(wire.find_mail(query, run_id=run_id, limit=limit, cursor=cursor))
 
     def mint_run_token(self, run_id: str, *, ttl_s: int | None = None) -> RunToken:
         """A token limited to ``run_id`` until its last lease ends (or ``ttl_s``, if sooner).

@@ -19,7 +19,9 @@ from sink.client.errors import ApiError, OwnershipRefused, ProtocolError, Unavai
 from sink.client.models import (
     DeliveryPage,
     Envelope,
+    FoundPage,
     Match,
+    MatchLike,
     Message,
     MessagePage,
     RunReport,
@@ -31,6 +33,9 @@ T = TypeVar("T")
 
 # A long-poll is held by the server for up to timeout_s; the HTTP read timeout must outlast it.
 LONG_POLL_MARGIN_S = 10.0
+# A wait without timeout_s long-polls for the policy's long_poll_max_s (30 s under ci), which
+# the client does not know: its read allows this much (the server answers by its own cap).
+UNSTATED_LONG_POLL_S = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,15 +69,16 @@ def create_inbox(
     ttl_s: int | None,
     poll_budget: int | None,
     policy: str | None,
-    match: Match | None,
+    match: MatchLike | None,
     idempotency_key: str | None,
 ) -> Call[Created]:
     body: dict[str, Any] = {"run_id": run_id, "purpose": purpose}
     for key, value in (("ttl_s", ttl_s), ("poll_budget", poll_budget), ("policy", policy)):
         if value is not None:
             body[key] = value
-    if match:
-        body["match"] = match.as_json()
+    criteria = Match.of(match)
+    if criteria:
+        body["match"] = criteria.as_json()
     headers = {} if idempotency_key is None else {"Idempotency-Key": idempotency_key}
     return Call("POST", "/v1/inboxes", _created, json=body, headers=headers)
 
@@ -84,23 +90,27 @@ def get_inbox(inbox_id: str) -> Call[Envelope]:
 def wait_for_message(
     inbox_id: str,
     *,
-    timeout_s: float,
+    timeout_s: float | None,
     cursor: str | None,
-    match: Match | None,
+    match: MatchLike | None,
     run_id: str | None,
     order: str | None = None,
 ) -> Call[Envelope]:
-    body: dict[str, Any] = {"timeout_s": timeout_s}
+    body: dict[str, Any] = {}
+    if timeout_s is not None:  # else the policy's long_poll_max_s, as the tool's default
+        body["timeout_s"] = timeout_s
     if order is not None:
         body["order"] = order
     if cursor is not None:
         body["cursor"] = cursor
-    if match is not None:
-        body["match"] = match.as_json()
+    criteria = Match.of(match)
+    if criteria is not None:
+        body["match"] = criteria.as_json()
     if run_id is not None:
         body["run_id"] = run_id
     path = f"/v1/inboxes/{_seg(inbox_id)}/wait"
-    return Call("POST", path, envelope, json=body, long_poll_s=timeout_s)
+    long_poll_s = UNSTATED_LONG_POLL_S if timeout_s is None else timeout_s
+    return Call("POST", path, envelope, json=body, long_poll_s=long_poll_s)
 
 
 def list_messages(
@@ -132,6 +142,19 @@ def claim_message(message_id: str, run_id: str) -> Call[Envelope]:
 
 def run_report(run_id: str) -> Call[RunReport]:
     return Call("GET", f"/v1/runs/{_seg(run_id)}", _reader(RunReport.from_json))
+
+
+def find_mail(
+    query: str, *, run_id: str | None, limit: int | None, cursor: str | None
+) -> Call[FoundPage]:
+    params: dict[str, Any] = {"query": query}
+    if limit is not None:
+        params["limit"] = limit
+    if cursor is not None:
+        params["cursor"] = cursor
+    return Call(
+        "GET", "/v1/messages", _reader(FoundPage.from_json), params=params, headers=_run(run_id)
+    )
 
 
 def release_run(run_id: str) -> Call[None]:

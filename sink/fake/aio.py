@@ -26,6 +26,7 @@ from sink.client.models import (
     DeliveryPage,
     Envelope,
     Match,
+    MatchLike,
     Message,
     MessagePage,
     RunReport,
@@ -155,7 +156,7 @@ class AsyncFakeSink:
         ttl_s: int | None = None,
         poll_budget: int | None = None,
         policy: str | None = None,
-        match: Match | None = None,
+        match: MatchLike | None = None,
         idempotency_key: str | None = None,
     ) -> AsyncInbox:
         envelope, replayed, capped = await self.create(
@@ -170,13 +171,13 @@ class AsyncFakeSink:
         self,
         inbox_id: str,
         *,
-        timeout_s: float = 0.0,
+        timeout_s: float | None = None,
         cursor: str | None = None,
-        match: Match | None = None,
+        match: MatchLike | None = None,
         run_id: str | None = None,
         order: str | None = None,
     ) -> Envelope:
-        if not 0 <= timeout_s <= 86400:
+        if timeout_s is not None and not 0 <= timeout_s <= 86400:
             raise render.invalid("timeout_s", "expected a number from 0 to 86400")
         _check_run(run_id)
         if order not in (None, "oldest", "newest"):
@@ -184,7 +185,7 @@ class AsyncFakeSink:
         request = WaitRequest(
             timeout_s=timeout_s,
             cursor=cursor,
-            match=None if match is None else _criteria(match),
+            match=_criteria(Match.of(match)),
             run_id=run_id,
             order=order or "oldest",
         )
@@ -309,7 +310,7 @@ class AsyncFakeSink:
         ttl_s: int | None,
         poll_budget: int | None,
         policy: str | None,
-        match: Match | None,
+        match: MatchLike | None,
         key: str | None,
     ) -> tuple[Envelope, bool, tuple[str, ...]]:
         if not _RUN_ID.fullmatch(run_id):
@@ -323,15 +324,16 @@ class AsyncFakeSink:
         body: dict[str, Any] = {"run_id": run_id, "purpose": purpose}
         given = {"ttl_s": ttl_s, "poll_budget": poll_budget, "policy": policy}
         body.update({k: v for k, v in given.items() if v is not None})
-        if match:
-            body["match"] = match.as_json()
+        criteria = Match.of(match)
+        if criteria:
+            body["match"] = criteria.as_json()
         request = CreateRequest(
             run_id=run_id,
             purpose=purpose,
             ttl_s=ttl_s,
             poll_budget=poll_budget,
             policy=policy,
-            match=_criteria(match) if match else Criteria(),
+            match=(_criteria(criteria) if criteria else None) or Criteria(),
         )
         created = await self._call(self._agent.create(request, body, key, None))
         return render.envelope(created.envelope), created.replayed, created.capped
@@ -445,7 +447,9 @@ def _check_run(run_id: str | None) -> None:
         raise render.invalid("run_id", "a run_id is 1-128 chars of A-Za-z0-9._:-")
 
 
-def _criteria(match: Match) -> Criteria:
+def _criteria(match: Match | None) -> Criteria | None:
+    if match is None:
+        return None
     return Criteria(
         match.subject_contains, match.from_contains, match.body_contains, match.max_age_s
     )

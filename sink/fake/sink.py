@@ -19,7 +19,7 @@ from sink.client.inbox import Inbox
 from sink.client.models import (
     DeliveryPage,
     Envelope,
-    Match,
+    MatchLike,
     Message,
     MessagePage,
     RunReport,
@@ -116,7 +116,7 @@ class FakeSink:
         ttl_s: int | None = None,
         poll_budget: int | None = None,
         policy: str | None = None,
-        match: Match | None = None,
+        match: MatchLike | None = None,
         idempotency_key: str | None = None,
     ) -> Inbox:
         envelope, replayed, capped = _portal(
@@ -131,9 +131,9 @@ class FakeSink:
         self,
         inbox_id: str,
         *,
-        timeout_s: float = 0.0,
+        timeout_s: float | None = None,
         cursor: str | None = None,
-        match: Match | None = None,
+        match: MatchLike | None = None,
         run_id: str | None = None,
         order: str | None = None,
     ) -> Envelope:
