@@ -86,7 +86,7 @@ def policy_file(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory, policy_file: str) -> Server:
+def server(tmp_path_factory: pytest.TempPathFactory, policy_file: str) -> Iterator[Server]:
     """One shared server for the suite (tests isolate themselves by run_id)."""
     folder = tmp_path_factory.mktemp("server")
     running = start_server(folder, "--policy-file", policy_file, "--enable-faults")

@@ -6,6 +6,7 @@ import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import httpx
 import pytest
@@ -39,11 +40,13 @@ def _claim(client: httpx.Client, message_id: str, run_id: str) -> httpx.Response
     return client.post(f"/v1/messages/{message_id}/claim", json={"run_id": run_id})
 
 
-def _received(server: Served, client: httpx.Client, inbox: dict, subject: str = "Welcome") -> dict:
+def _received(
+    server: Served, client: httpx.Client, inbox: dict[str, Any], subject: str = "Welcome"
+) -> dict[str, Any]:
     server.send(inbox["address"], subject=subject)
     body = wait(client, inbox["inbox_id"], timeout_s=5).json()
     assert body["state"] == "received", body
-    return body
+    return dict(body)
 
 
 def test_created_envelope_has_every_field(app: InProcess) -> None:

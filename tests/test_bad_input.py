@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -48,7 +49,7 @@ def test_create_rejects_bad_run_ids(app: InProcess, run_id: object) -> None:
         {"run_id": "r1", "purpose": "p", "policy": "bad name!"},
     ],
 )
-def test_create_rejects_wrong_shapes(app: InProcess, body: dict) -> None:
+def test_create_rejects_wrong_shapes(app: InProcess, body: dict[str, Any]) -> None:
     """Missing fields, wrong types, unknown fields and absurd numbers are 422 invalid_request."""
     with app.http() as client:
         response = client.post("/v1/inboxes", json=body)
@@ -209,7 +210,7 @@ def test_unknown_ids_are_404(app: InProcess, path: str) -> None:
         {"extra": True},
     ],
 )
-def test_wait_rejects_bad_bodies(app: InProcess, body: dict) -> None:
+def test_wait_rejects_bad_bodies(app: InProcess, body: dict[str, Any]) -> None:
     """Bad wait bodies are 422 and spend no poll."""
     with app.http() as client:
         inbox = create_inbox(client)
@@ -253,7 +254,7 @@ def test_absurd_limits_are_422(app: InProcess, limit: str) -> None:
 
 
 @pytest.mark.parametrize("body", [{}, {"run_id": ""}, {"run_id": "temp gamil com"}, {"run_id": 7}])
-def test_claim_rejects_bad_bodies(app: InProcess, body: dict) -> None:
+def test_claim_rejects_bad_bodies(app: InProcess, body: dict[str, Any]) -> None:
     """A claim needs a valid run_id."""
     with app.http() as client:
         response = client.post("/v1/messages/msg_aaaaaaaaaaaaaaaaaaaaaaaa/claim", json=body)
@@ -289,7 +290,7 @@ def test_wrong_method_is_405_json(app: InProcess) -> None:
         {"target": "wait", "mode": "delay"},
     ],
 )
-def test_fault_specs_are_validated(app: InProcess, body: dict) -> None:
+def test_fault_specs_are_validated(app: InProcess, body: dict[str, Any]) -> None:
     """Bad fault specs are 422 invalid_request."""
     with app.http() as client:
         response = client.post("/v1/faults", json=body)

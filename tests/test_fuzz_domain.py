@@ -33,6 +33,7 @@ from hypothesis.stateful import (
 )
 
 import sink.agent
+import sink.inbox
 from sink import ids
 from sink.agent import Agent, CreateRequest, WaitRequest
 from sink.clock import FakeClock
@@ -40,14 +41,14 @@ from sink.config import Settings
 from sink.envelope import Envelope
 from sink.errors import OwnershipRefused, PolicyForbids
 from sink.guard import Guard
-from sink.inbox import Claim, Delivery, Inbox, Match, ScanResult, State
+from sink.inbox import Claim, Delivery, Inbox, Match, ScanResult
 from sink.ingest import Ingest
 from sink.metrics import Metrics
 from sink.policy import BUILTIN, CI, Policy
 from sink.storage.base import Event
 from sink.storage.memory import MemoryStore
 from sink.vocabulary import NextAction as Action
-from sink.vocabulary import Status
+from sink.vocabulary import Reason, State, Status
 from sink.waiters import Waiters
 
 R = TypeVar("R")
@@ -752,7 +753,7 @@ class TestInboxMachine(InboxMachine.TestCase):  # type: ignore[misc,valid-type]
 
 # -- the machine catches bugs planted in the real code paths ---------------------------------
 
-_after_poll = sink.agent.after_poll
+_after_poll = sink.inbox.after_poll
 
 
 def _poll_spends_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -767,7 +768,9 @@ def _last_empty_poll_keeps_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
         after = _after_poll(inbox, policy, result, a, b)
         if after.reason != "timeout":
             return after
-        return replace(after, state=State.WAITING, reason="evidence_not_found", expired_at=None)
+        return replace(
+            after, state=State.WAITING, reason=Reason.EVIDENCE_NOT_FOUND, expired_at=None
+        )
 
     monkeypatch.setattr(sink.agent, "after_poll", after_poll)
 

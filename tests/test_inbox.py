@@ -15,14 +15,13 @@ from sink.inbox import (
     Inbox,
     Match,
     ScanResult,
-    State,
     after_claim,
     after_poll,
     wait_gate,
 )
 from sink.policy import CI
 from sink.vocabulary import NextAction as Action
-from sink.vocabulary import Status
+from sink.vocabulary import Reason, State, Status
 
 T0 = 1_000_000.0
 
@@ -107,8 +106,8 @@ def test_every_state_expires_with_the_lease(state: State) -> None:
 
 def test_nothing_leaves_expired() -> None:
     """expired is terminal: polls and claims refuse, expiring again changes nothing."""
-    expired = make_inbox().expire("timeout", T0 + 5)
-    assert expired.expire("lease", T0 + 6) == expired
+    expired = make_inbox().expire(Reason.TIMEOUT, T0 + 5)
+    assert expired.expire(Reason.LEASE, T0 + 6) == expired
     with pytest.raises(IllegalTransition):
         after_poll(expired, CI, ScanResult(delivery(1), 0, False), T0, T0)
     with pytest.raises(IllegalTransition):
@@ -120,7 +119,7 @@ def test_nothing_leaves_expired() -> None:
 def test_unknown_expiry_reason_is_refused() -> None:
     """Only lease and timeout end an inbox."""
     with pytest.raises(IllegalTransition):
-        make_inbox().expire("whim", T0)
+        make_inbox().expire("whim", T0)  # type: ignore[arg-type]
 
 
 def test_schedule_sets_next_poll_at_from_the_start_or_the_end() -> None:
@@ -207,16 +206,16 @@ def test_every_state_has_a_concrete_next_action() -> None:
         Action.WAIT_FOR_MESSAGE,
         "evidence_not_found",
     )
-    mismatch = replace(waiting, reason="evidence_mismatch")
+    mismatch = replace(waiting, reason=Reason.EVIDENCE_MISMATCH)
     assert _envelope(mismatch)[2] == Action.VERIFY_TRIGGER
     received = make_inbox(state=State.RECEIVED, evidence=delivery(4).as_evidence())
     assert _envelope(received) == ("received", Status.COMPLETED, Action.CLAIM_MESSAGE, None)
     claimed = replace(received, evidence=replace(delivery(4).as_evidence(), claim=claim))
     assert _envelope(claimed) == ("received", Status.COMPLETED, Action.PROCEED, None)
-    expired = make_inbox().expire("timeout", T0)
+    expired = make_inbox().expire(Reason.TIMEOUT, T0)
     assert _envelope(expired) == ("expired", Status.BLOCKED, Action.CREATE_NEW_INBOX, "timeout")
     assert _envelope(expired, can_create=False)[2] == Action.STOP
-    assert _envelope(claimed.expire("lease", T0)) == (
+    assert _envelope(claimed.expire(Reason.LEASE, T0)) == (
         "expired",
         Status.COMPLETED,
         Action.PROCEED,

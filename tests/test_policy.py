@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ hint_after_s = 15
 """
 
 
-def _load(tmp_path: Path, text: str) -> dict:
+def _load(tmp_path: Path, text: str) -> dict[str, Any]:
     path = tmp_path / "p.toml"
     path.write_text(text)
     return load_policies(path)

@@ -16,6 +16,7 @@ from sink.message import summarize
 from sink.storage.base import Event, Incoming
 from sink.storage.postgres.migrate import migrate
 from sink.storage.postgres.store import PostgresStore
+from sink.vocabulary import Reason
 from tests.pg_cluster import Cluster
 from tests.test_storage import created_event, incoming, new_inbox
 
@@ -138,7 +139,7 @@ def test_a_listener_that_reconnects_catches_up(pg_dsn: str) -> None:
                 await store.create_inbox(new, created_event(new))
             store.follow(target)
             await store.until_listening()
-            await store.expire(gone.inbox.expire("lease", gone.inbox.created_at), 60)
+            await store.expire(gone.inbox.expire(Reason.LEASE, gone.inbox.created_at), 60)
             target.woken.clear()
             target.ended.clear()
             connection = await asyncpg.connect(pg_dsn)
@@ -240,7 +241,7 @@ def test_mail_for_an_inbox_expired_since_rcpt_is_a_late_arrival(pg_dsn: str) -> 
         try:
             new = new_inbox()
             await store.create_inbox(new, created_event(new))
-            await store.expire(new.inbox.expire("lease", new.inbox.created_at), 60)
+            await store.expire(new.inbox.expire(Reason.LEASE, new.inbox.created_at), 60)
             await store.save_message(incoming(new.inbox))
             listed = await store.deliveries_after(new.inbox.inbox_id, 0, 10)
             _, events = await store.run_report(new.inbox.run_id)

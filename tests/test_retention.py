@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -20,7 +21,7 @@ def app(request: pytest.FixtureRequest) -> InProcess:
     return result
 
 
-def _message_id(client: httpx.Client, inbox: dict) -> str:
+def _message_id(client: httpx.Client, inbox: dict[str, Any]) -> str:
     listed = client.get(f"/v1/inboxes/{inbox['inbox_id']}/messages").json()["messages"]
     assert listed, "the message was not stored"
     message_id: str = listed[0]["message_id"]

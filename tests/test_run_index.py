@@ -52,7 +52,7 @@ def _run(
         store: SQLiteStore = (
             MemoryStore(hook.extend)  # type: ignore[assignment]
             if where is None
-            else PostgresStore(where, hook.extend)  # type: ignore[assignment]
+            else PostgresStore(where, hook.extend)
             if isinstance(where, str)
             else SQLiteStore(where / "index.db", hook.extend)
         )

@@ -6,6 +6,7 @@ import concurrent.futures
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -16,13 +17,13 @@ from tests.inproc import InProcess
 from tests.support import create_inbox, new_run_id, wait
 
 
-def _fault(client: httpx.Client, **spec: object) -> dict:
+def _fault(client: httpx.Client, **spec: object) -> dict[str, Any]:
     response = client.post("/v1/faults", json=spec)
     assert response.status_code == 201, response.text
-    return response.json()
+    return dict(response.json())
 
 
-def _fragile(client: httpx.Client, run_id: str | None = None, **body: object) -> dict:
+def _fragile(client: httpx.Client, run_id: str | None = None, **body: Any) -> dict[str, Any]:
     return create_inbox(client, run_id or new_run_id("brk"), policy="sturdy", **body)
 
 
@@ -128,10 +129,10 @@ def test_exactly_one_probe_among_concurrent_calls(app: InProcess) -> None:
         time.sleep(0.65)  # the cooldown (0.6 s) must pass before a probe is let through
     start = threading.Barrier(6)
 
-    def call(_: int) -> dict:
+    def call(_: int) -> dict[str, Any]:
         start.wait()
         with app.http() as each:
-            return each.post(f"/v1/inboxes/{inbox['inbox_id']}/wait", json={}).json()
+            return dict(each.post(f"/v1/inboxes/{inbox['inbox_id']}/wait", json={}).json())
 
     with concurrent.futures.ThreadPoolExecutor(6) as pool:
         answers = list(pool.map(call, range(6)))

@@ -472,19 +472,19 @@ def test_a_run_token_runs_the_whole_agent_loop_over_stdio_mcp(scoped_served: Ser
                 "create_inbox", {"run_id": world.run_id, "purpose": "stdio"}
             )
             assert not created.is_error, created.content
-            address = created.structured_content["address"]  # type: ignore[index]
-            inbox_id = created.structured_content["inbox_id"]  # type: ignore[index]
+            address = created.structured_content["address"]
+            inbox_id = created.structured_content["inbox_id"]
             await asyncio.to_thread(scoped_served.send, address, "Stdio code", "Code 771204")
             waited = await client.call_tool(
                 "wait_for_message", {"inbox_id": inbox_id, "run_id": world.run_id, "timeout_s": 10}
             )
-            message_id = waited.structured_content["message"]["message_id"]  # type: ignore[index]
+            message_id = waited.structured_content["message"]["message_id"]
             claimed = await client.call_tool(
                 "claim_message", {"message_id": message_id, "run_id": world.run_id}
             )
-            assert claimed.structured_content["next_action"] == "proceed"  # type: ignore[index]
+            assert claimed.structured_content["next_action"] == "proceed"
             read = await client.call_tool("read_message", {"message_id": message_id})
-            assert read.structured_content["codes"] == ["771204"]  # type: ignore[index]
+            assert read.structured_content["codes"] == ["771204"]
             other = await client.call_tool("get_run_report", {"run_id": new_run_id("team-a")})
             assert other.is_error
             assert "forbidden_scope" in other.content[0].text  # type: ignore[union-attr]

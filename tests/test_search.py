@@ -110,7 +110,7 @@ def test_literal_values_never_become_fts_syntax() -> None:
 )
 def test_trigrams_cover_every_character_once_each(needle: str, grams: list[str]) -> None:
     assert trigrams(needle) == grams
-    covered = set()
+    covered: set[int] = set()
     for gram in grams:
         start = needle.find(gram)
         while start != -1:

@@ -38,7 +38,7 @@ def plain(user: str, password: str) -> str:
     return b64(f"\0{user}\0{password}")
 
 
-def cram_response(client: Raw, user: str, password: str) -> str:
+def cram_response(client: Client, user: str, password: str) -> str:
     """Answer the server's CRAM-MD5 challenge (RFC 2195) from its 334 line."""
     challenge = base64.b64decode(client.last[4:])
     digest = hmac.new(password.encode(), challenge, hashlib.md5).hexdigest()

@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self, TypeVar
 
 import httpx
 import pytest
@@ -47,7 +47,7 @@ class Raw:
         self.sock: socket.socket = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.buffer = b""
 
-    def __enter__(self) -> Raw:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -117,7 +117,10 @@ def unstuffed(data: bytes) -> bytes:
     return b"\r\n".join(line[1:] if line.startswith(b".") else line for line in lines)
 
 
-def greeted(client: Raw) -> Raw:
+RawT = TypeVar("RawT", bound="Raw")
+
+
+def greeted(client: RawT) -> RawT:
     assert client.code() == 220
     assert client.cmd("EHLO client.example.test") == 250
     return client
@@ -628,7 +631,7 @@ def test_starttls_presents_the_configured_certificate(
     with tls_server.smtp() as client:
         client.ehlo()
         assert client.starttls(context=context)[0] == 220  # verified, host 127.0.0.1
-        assert client.sock is not None
+        assert isinstance(client.sock, ssl.SSLSocket)
         presented = client.sock.getpeercert(binary_form=True)
     assert presented == ssl.PEM_cert_to_DER_cert(cert.read_text())
 

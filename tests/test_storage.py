@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import pytest
 
 from sink import clock, ids
-from sink.inbox import Claim, Inbox, ScanResult, State, after_poll
+from sink.inbox import Claim, Inbox, ScanResult, after_poll
 from sink.message import summarize
 from sink.policy import CI
 from sink.storage.base import (
@@ -34,7 +34,7 @@ from sink.storage.memory import MemoryStore
 from sink.storage.postgres.store import PostgresStore
 from sink.storage.sqlite.migrate import migrations
 from sink.storage.sqlite.store import SQLiteStore
-from sink.vocabulary import Reason
+from sink.vocabulary import Reason, State
 
 T = TypeVar("T")
 Opener = Callable[[Path], AbstractAsyncContextManager[Storage]]
@@ -384,7 +384,7 @@ def test_a_route_is_never_served_stale_after_its_inbox_expires(backend: Backend)
             Event("a", "polled", now, polled.inbox.inbox_id),
         )
         await store.release_run("b", now)
-        await store.expire(swept.inbox.expire("lease", now), 60)
+        await store.expire(swept.inbox.expire(Reason.LEASE, now), 60)
         for new in (polled, released, swept):
             route = await store.route(new.local_part)
             seen.append(route is not None and route.expired)

@@ -26,7 +26,9 @@ def _log_lines(server: Server, event: str, inbox_id: str) -> list[dict[str, Any]
     ]
 
 
-def _until_logged(server: Server, inbox_id: str, status: int, deadline_s: float = 10) -> dict:
+def _until_logged(
+    server: Server, inbox_id: str, status: int, deadline_s: float = 10
+) -> dict[str, Any]:
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         for line in _log_lines(server, "http_request", inbox_id):

@@ -167,7 +167,7 @@ def test_a_410_ends_the_other_deliveries_of_its_webhook(start: Start) -> None:
         assert server.call(server.runtime.webhooks.pending_count()) == 0
     finally:
         receiver.stop()
-    newest = {}
+    newest: dict[str, Any] = {}
     for row in rows:  # newest first: the first row of each delivery is its newest
         newest.setdefault(row.delivery_id, row)
     assert [(r.state.value, r.status_code, r.next_attempt_at) for r in newest.values()] == [

@@ -12,7 +12,7 @@ from sink.storage.base import Event
 from sink.storage.memory import MemoryStore
 from sink.webhook_signature import new_secret
 from sink.webhooks import schedule
-from sink.webhooks.model import DeliveryState, Webhook, new_webhook_id
+from sink.webhooks.model import Attempt, DeliveryState, Webhook, new_webhook_id
 from sink.webhooks.worker import Worker
 from tests.webhook_receiver import Receiver
 
@@ -85,7 +85,7 @@ def test_the_worker_keeps_the_whole_schedule_then_fails_the_delivery() -> None:
     assert seen[-1][2] is None
 
 
-async def _until(store: MemoryStore, hook: Webhook, attempt: int) -> list[object]:
+async def _until(store: MemoryStore, hook: Webhook, attempt: int) -> list[Attempt]:
     for _ in range(400):
         rows = await store.webhooks.deliveries(hook.webhook_id, None, 20)
         if rows and rows[0].attempt == attempt and rows[0].status_code is not None:
