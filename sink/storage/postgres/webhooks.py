@@ -21,10 +21,13 @@ time leases a webhook's deliveries, at most ``IN_FLIGHT_MAX`` leased per webhook
 each until ``LEASE_S`` from now, in the name of the taking worker's presence key. A worker
 holds its presence lock (a session advisory lock on a connection of its own) while it runs,
 so the leases of a replica that dies lose their holder's lock when its connection closes:
-any replica's ``reclaim`` (each worker round, once a second) or ``resume`` (a worker
-starting) frees them at once, not at the end of the lease, which remains the bound for a
-replica alive but stuck. A worker starting also makes every pending delivery of the fleet
-due at once (``resume``): after a restart each gets an attempt within seconds.
+any replica's ``reclaim`` (each worker round, once a second: a read of the locks, and of the
+pending rows only when a holder seen at the last look went) or ``resume`` (a worker
+starting: every pending row against the locks) frees them at once, not at the end of the
+lease, which remains the bound for a replica alive but stuck (and for one that lived less
+than a second between two looks of every other worker). A worker starting also makes every
+pending delivery of the fleet due at once (``resume``): after a restart each gets an attempt
+within seconds.
 """
 
 from __future__ import annotations
@@ -162,16 +165,29 @@ FROM webhook_deliveries WHERE state = 'pending'
 # The presence locks' first key: (PRESENCE, holder) is held by the worker named holder.
 _PRESENCE = zlib.crc32(b"runsink:webhook-presence") & 0x7FFFFFFF
 
-# Leases whose holder is gone: no session in this database holds its presence lock.
+# The holders alive: the presence locks held in this database.
+_ALIVE = f"""
+SELECT objid::bigint FROM pg_locks
+WHERE locktype = 'advisory' AND classid::bigint = {_PRESENCE} AND objsubid = 2 AND granted
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+"""
+
+# Leases whose holder is gone: no session in this database holds its presence lock (a worker
+# starting: every pending row is read), or one of these holders' (seen gone since the last
+# look: read only when a replica went).
 _RECLAIM = f"""
 WITH freed AS (
     UPDATE webhook_deliveries SET lease_until = 0
     WHERE state = 'pending' AND lease_until > $1 AND lease_holder IS NOT NULL
-      AND lease_holder NOT IN (
-          SELECT objid::bigint FROM pg_locks
-          WHERE locktype = 'advisory' AND classid::bigint = {_PRESENCE} AND objsubid = 2
-            AND granted AND database = (
-                SELECT oid FROM pg_database WHERE datname = current_database()))
+      AND lease_holder NOT IN ({_ALIVE})
+    RETURNING 1
+)
+SELECT COUNT(*) FROM freed
+"""
+_RECLAIM_OF = """
+WITH freed AS (
+    UPDATE webhook_deliveries SET lease_until = 0
+    WHERE state = 'pending' AND lease_until > $1 AND lease_holder = ANY($2::int[])
     RETURNING 1
 )
 SELECT COUNT(*) FROM freed
@@ -253,6 +269,7 @@ class PostgresWebhooks:
         # its leases carry (None: no lock held, and leases name no holder).
         self._presence: _Connection[Record] | None = None
         self.holder: int | None = None
+        self._alive: set[int] = set()  # the holders alive at the last look (reclaim)
         self._ids = EventIds()  # keyed by the store's signing key at open
         self.wake: Callable[[], None] | None = None  # the delivery worker's, once it runs
         self.hand: Callable[[list[Due]], None] | None = None  # the worker's: attempt these now
@@ -416,6 +433,7 @@ class PostgresWebhooks:
         await self._present()
 
         async def work(db: Connection) -> None:
+            self._alive = {int(r[0]) for r in await db.fetch(_ALIVE)}
             await db.fetch(_RECLAIM, now)
             await db.execute(_RESUME_ATTEMPTS, now)
             await db.execute(_RESUME, now)
@@ -423,8 +441,13 @@ class PostgresWebhooks:
         await self._transaction("resume", work)
 
     async def reclaim(self, now: float) -> int:
+        # One read of the locks a second; the pending rows only when a holder went since.
         await self._present()
-        rows = await self._fetch("reclaim", _RECLAIM, now)
+        alive = {int(r[0]) for r in await self._fetch("presence", _ALIVE)}
+        gone, self._alive = self._alive - alive, alive
+        if not gone:
+            return 0
+        rows = await self._fetch("reclaim", _RECLAIM_OF, now, sorted(gone))
         return int(rows[0][0])
 
     async def _present(self) -> None:
