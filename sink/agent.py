@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, TypeVar
@@ -183,7 +183,7 @@ class Agent:
         policy = self._settings.policy(policy_name)
         now = self._clock.now()
         local_part = self._ids.local_part()
-        request_json = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        created_with = json.dumps(body, sort_keys=True, separators=(",", ":"))
         inbox = Inbox.fresh(
             inbox_id=self._ids.inbox_id(),
             run_id=request.run_id,
@@ -195,14 +195,14 @@ class Agent:
             poll_budget=policy.budget(request.poll_budget),
             match=request.match,
             trace_id=trace or self._ids.trace_id(),
-            created_with=request_json,
+            created_with=created_with,
         )
         idempotency_key = key or f"{request.purpose}:{request.run_id}"
         new = NewInbox(
             inbox=inbox,
             local_part=local_part,
             idempotency_key=idempotency_key,
-            request_json=request_json,
+            request_json=replay_key(body),
             inboxes_per_purpose=policy.inboxes_per_purpose,
             retention_s=policy.retention_s,
         )
@@ -832,3 +832,19 @@ async def _nothing() -> None:
 
 def _noun(operation: str) -> str:
     return "message" if operation in ("read", "claim") else "inbox"
+
+
+def replay_key(body: Mapping[str, Any]) -> str:
+    """The create body as an idempotency key compares it: parsed JSON, so ``60`` and ``60.0``
+    are one number (canonical text: sorted keys, whole-number floats written as integers)."""
+    return json.dumps(_same_numbers(body), sort_keys=True, separators=(",", ":"))
+
+
+def _same_numbers(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {key: _same_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_same_numbers(item) for item in value]
+    return value

@@ -257,6 +257,20 @@ def test_idempotency_conflict_on_another_body(app: InProcess) -> None:
     assert same_parsed.json()["inbox_id"] == first.json()["inbox_id"]
 
 
+def test_a_replay_compares_numbers_as_numbers(app: InProcess) -> None:
+    """ttl_s 60 and 60.0 are one parsed-JSON body: the second create replays the first."""
+    run_id = new_run_id()
+    body = {"run_id": run_id, "purpose": "numbers", "match": {"max_age_s": 30}}
+    with app.http() as client:
+        first = client.post("/v1/inboxes", json={**body, "ttl_s": 60})
+        again = client.post(
+            "/v1/inboxes", json={**body, "ttl_s": 60.0, "match": {"max_age_s": 30.0}}
+        )
+    assert first.status_code == 201
+    assert again.status_code == 200, again.text
+    assert again.json()["inbox_id"] == first.json()["inbox_id"] and again.json()["replayed"]
+
+
 def test_replay_after_expiry_creates_the_next_inbox(app: InProcess) -> None:
     """Once the keyed inbox expired, the same create makes the run's next inbox (201)."""
     run_id = new_run_id()
