@@ -391,8 +391,9 @@ _ERROR_HINTS: dict[str, str | _Hint] = {
         f"The arguments were refused: correct what error.message names, then {_call_again(call)}.",
     ),
     "invalid_cursor": (
-        "That cursor is not one this server gave for this inbox: omit cursor (the inbox keeps "
-        "its own position) or pass one from an earlier answer."
+        "That cursor is not one this server gave for this list: pass next_cursor back as an "
+        "earlier answer gave it, or omit cursor (an inbox keeps its own position; other lists "
+        "start again from the first page)."
     ),
     "unknown_policy": lambda call, message, details: _fit(
         "No policy of that name on this server: omit policy (the server's default) or use one "

@@ -292,6 +292,13 @@ def test_error_table_row(
         assert guided.retry_after == 3.0
 
 
+def test_a_bad_cursor_hint_fits_every_list_not_only_an_inbox() -> None:
+    """invalid_cursor's hint serves every cursor list (webhook deliveries, caught mail,
+    search), not only an inbox's messages: it names the list, and what omitting does."""
+    hint = for_error("invalid_cursor", 400, Call(None)).hint
+    assert "this list" in hint and "next_cursor" in hint and "first page" in hint
+
+
 def test_idempotency_conflict_speaks_without_http_terms() -> None:
     """idempotency_key_conflict's hint is the contract's MCP sentence (no key, no body)."""
     hint = for_error("idempotency_key_conflict", 409, Call(Tool.CREATE_INBOX)).hint
