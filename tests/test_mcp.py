@@ -32,6 +32,7 @@ from sink.mcp.tools import (
     FIND_SCHEMA,
     MESSAGE_SCHEMA,
     RUN_REPORT_SCHEMA,
+    TOOLS,
 )
 from sink.untrusted import wrap
 from tests.support import Server, create_inbox, new_run_id, start_server, wait
@@ -231,6 +232,26 @@ def test_the_tool_list_is_thrifty_and_says_its_defaults(server: Server) -> None:
     assert tools["read_message"]["annotations"]["readOnlyHint"] is True
     assert tools["find_mail"]["annotations"]["readOnlyHint"] is True
     assert tools["wait_for_message"]["annotations"]["readOnlyHint"] is False
+
+
+# The errors each tool can answer with: a scoped token refuses any of them, and the store
+# failing fails every one (circuit_open only where a breaker guards the call).
+TOOL_ERRORS = {
+    "create_inbox": ("invalid_request", "policy_forbids", "forbidden_scope", "provider_error"),
+    "wait_for_message": ("not_found", "wrong_run", "forbidden_scope", "circuit_open"),
+    "read_message": ("not_found", "wrong_run", "forbidden_scope", "circuit_open"),
+    "claim_message": ("not_found", "claimed_by_other_run", "forbidden_scope", "circuit_open"),
+    "get_run_report": ("not_found", "invalid_request", "forbidden_scope", "provider_error"),
+    "find_mail": ("invalid_request", "forbidden_scope", "provider_timeout", "provider_error"),
+}
+
+
+def test_each_tool_lists_the_errors_it_can_return() -> None:
+    """A scoped token's forbidden_scope and the store's provider errors are in every list."""
+    for tool in TOOLS:
+        listed = tool.description.split("Errors: ", 1)[1]
+        for code in TOOL_ERRORS[tool.name]:
+            assert code in listed, (tool.name, code)
 
 
 def _properties(model: type[BaseModel]) -> set[str]:

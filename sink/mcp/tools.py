@@ -84,7 +84,8 @@ CREATE_INBOX = (
     "to `address` and follow next_tool. The same arguments return the live inbox (replayed: "
     "true), or once it expired make the run's next one. ttl_s, poll_budget and policy default "
     "to the server's policy, which caps them (`capped`). match: as in wait_for_message. "
-    "Errors: invalid_request, unknown_policy, idempotency_key_conflict, policy_forbids."
+    "Errors: invalid_request, unknown_policy, idempotency_key_conflict, policy_forbids, "
+    "forbidden_scope, provider_timeout, provider_error."
 )
 
 WAIT_FOR_MESSAGE = (
@@ -93,7 +94,7 @@ WAIT_FOR_MESSAGE = (
     "moment it is stored. Spends one poll. match: literal, case-insensitive substrings, "
     "for this wait instead of the inbox's. order: oldest (default) or newest (a resend's). "
     "Omit cursor to go on from the inbox's position. Errors: not_found, invalid_request, "
-    f"invalid_cursor, wrong_run, {_AFTER_TROUBLE}."
+    f"invalid_cursor, wrong_run, forbidden_scope, {_AFTER_TROUBLE}."
 )
 
 READ_MESSAGE = (
@@ -108,20 +109,21 @@ READ_MESSAGE = (
 CLAIM_MESSAGE = (
     "Claim a message as this run's evidence, once (this run claiming it again gets the same "
     "answer, reason already_claimed); then read_message. Errors: not_found, wrong_run, "
-    f"claimed_by_other_run; {_AFTER_TROUBLE}. After the lease: reason lease_expired."
+    f"claimed_by_other_run, forbidden_scope; {_AFTER_TROUBLE}. After the lease: reason "
+    "lease_expired."
 )
 
 GET_RUN_REPORT = (
     "What happened in a run: by default one short object per inbox and the last "
     f"{REPORT_EVENTS} events, oldest first; full: true gives every event. Read-only. Errors: "
-    "not_found."
+    "not_found, invalid_request, forbidden_scope, provider_timeout, provider_error."
 )
 
 FIND_MAIL = (
     'Search the mail you may see, newest first. query: words, "phrases", to:, from:, '
     "subject:, run:, inbox:, is:caught|unclaimed|claimed, has:attachment, before:/after:, "
     f"-term. limit default {FIND_MAIL_LIMIT} (max {FIND_MAIL_MAX}); cursor: next_cursor. "
-    "Errors: invalid_request, forbidden_scope."
+    "Errors: invalid_request, forbidden_scope, provider_timeout, provider_error."
 )
 
 
