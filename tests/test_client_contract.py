@@ -23,6 +23,7 @@ from sink.client import (
     Envelope,
     ExpectationFailed,
     Match,
+    Message,
     OwnershipRefused,
     Sink,
     SinkApi,
@@ -340,6 +341,38 @@ def test_other_runs_are_refused(world: World) -> None:
     with pytest.raises(OwnershipRefused) as taken:
         world.sink.claim_message(message_id, "someone-else")
     assert (taken.value.status, taken.value.reason) == (409, "claimed_by_other_run")
+
+
+def test_every_tool_has_its_method_fed_by_next_arguments(world: World) -> None:
+    """Following next_tool with next_arguments (match as a dict) reaches the code; the run
+    report and find_mail are there under the tools' names, on the fake as on the server."""
+    run_id = new_run_id()
+    inbox = world.sink.create_inbox(run_id, "mapped", match={"subject_contains": "reset"})
+    world.script(Received(subject="Reset your password", text="Your code is 271828."))
+    answer: object = inbox.envelope
+    called = []
+    while isinstance(answer, Envelope) and answer.next_tool is not None:
+        assert answer.next_arguments is not None
+        called.append(answer.next_tool)
+        answer = getattr(world.sink, answer.next_tool)(**answer.next_arguments)
+    assert called == ["wait_for_message", "claim_message", "read_message"]
+    assert isinstance(answer, Message) and answer.code == "271828"
+    assert world.sink.get_run_report(run_id).run_id == run_id
+    found = world.sink.find_mail("subject:reset", run_id=run_id)
+    assert [m.message_id for m in found.messages] == [answer.message_id]
+    assert found.messages[0].run_id == run_id and not found.has_more
+
+
+def test_errors_say_what_to_do_next(world: World) -> None:
+    """An error's next_action and hint are on the exception, on the fake as on the server."""
+    with pytest.raises(ApiError) as missing:
+        world.sink.read_message("msg_" + "a" * 24)
+    assert (missing.value.next_action, missing.value.next_tool) == ("stop", None)
+    assert missing.value.hint
+    inbox = world.sink.create_inbox(new_run_id(), "guided")
+    with pytest.raises(OwnershipRefused) as refused:
+        world.sink.wait_for_message(inbox.inbox_id, run_id="someone-else", timeout_s=0)
+    assert refused.value.next_action == "stop" and refused.value.hint
 
 
 def test_create_replays_and_conflicts(world: World) -> None:

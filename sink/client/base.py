@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from sink.client.models import (
         DeliveryPage,
         Envelope,
+        FoundPage,
         MatchLike,
         Message,
         MessagePage,
@@ -106,6 +107,17 @@ class SinkApi(Protocol):
 
     def run_report(self, run_id: str) -> RunReport: ...
 
+    def get_run_report(self, run_id: str) -> RunReport: ...
+
+    def find_mail(
+        self,
+        query: str,
+        *,
+        run_id: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> FoundPage: ...
+
     def release_run(self, run_id: str) -> None: ...
 
     def create_webhook(
@@ -176,6 +188,17 @@ class AsyncSinkApi(Protocol):
     async def claim_message(self, message_id: str, run_id: str) -> Envelope: ...
 
     async def run_report(self, run_id: str) -> RunReport: ...
+
+    async def get_run_report(self, run_id: str) -> RunReport: ...
+
+    async def find_mail(
+        self,
+        query: str,
+        *,
+        run_id: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> FoundPage: ...
 
     async def release_run(self, run_id: str) -> None: ...
 

@@ -25,6 +25,7 @@ from sink.client.inbox import AsyncInbox
 from sink.client.models import (
     DeliveryPage,
     Envelope,
+    FoundPage,
     Match,
     MatchLike,
     Message,
@@ -48,6 +49,7 @@ from sink.faults import FaultRegistry, FaultSpec
 from sink.guard import Guard
 from sink.inbox import Match as Criteria
 from sink.ingest import Ingest
+from sink.mailbox import Mailbox
 from sink.metrics import Metrics
 from sink.policy import BUILTIN, Policy, load_policies
 from sink.storage.memory import MemoryStore
@@ -223,6 +225,23 @@ class AsyncFakeSink:
     async def run_report(self, run_id: str) -> RunReport:
         _check_run(run_id)
         return render.report(await self._call(self._agent.run_report(run_id)))
+
+    async def get_run_report(self, run_id: str) -> RunReport:
+        return await self.run_report(run_id)
+
+    async def find_mail(
+        self,
+        query: str,
+        *,
+        run_id: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> FoundPage:
+        _check_run(run_id)
+        if limit is not None and not 1 <= limit <= 500:
+            raise render.invalid("limit", "expected an integer from 1 to 500")
+        search = Mailbox(self._store.mail).search(query, run_id, cursor, limit or 50)
+        return render.found(await self._call(search))
 
     async def release_run(self, run_id: str) -> None:
         _check_run(run_id)

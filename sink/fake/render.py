@@ -10,18 +10,20 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sink import agent, errors
+from sink import agent, errors, guidance
 from sink import envelope as domain
 from sink.client import errors as client
 from sink.client.models import (
     DeliveryPage,
     Envelope,
+    FoundPage,
     Message,
     MessagePage,
     RunReport,
     Webhook,
 )
 from sink.clock import rfc3339, rfc3339_or_none, seconds_up
+from sink.mailbox import Page
 from sink.webhooks import model as webhooks
 
 
@@ -33,6 +35,10 @@ def envelope(view: domain.Envelope) -> Envelope:
             "state": view.state.value,
             "status": view.status.value,
             "next_action": view.next_action.value,
+            # v3 guidance, as the server sends it: the tool, its arguments, the hint.
+            "next_tool": None if view.next_tool is None else view.next_tool.value,
+            "next_arguments": None if view.next_arguments is None else dict(view.next_arguments),
+            "hint": view.hint,
             "reason": None if view.reason is None else view.reason.value,
             "inbox_id": view.inbox_id,
             "run_id": view.run_id,
@@ -153,6 +159,33 @@ def page(result: agent.MessagePage) -> MessagePage:
     )
 
 
+def found(result: Page) -> FoundPage:
+    """A search page, as the HTTP API's ``GET /v1/messages?query=`` answers it."""
+    return FoundPage.from_json(
+        {
+            "messages": [
+                {
+                    "message_id": f.id,
+                    "caught": f.caught,
+                    "inbox_id": f.inbox_id,
+                    "run_id": f.run_id,
+                    "subject": f.subject,
+                    "from": f.from_addr,
+                    "to": list(f.to),
+                    "received_at": rfc3339(f.received_at),
+                    "size": f.size,
+                    "has_attachment": f.has_attachment,
+                    "claimed": f.claimed,
+                    "released": f.released,
+                }
+                for f in result.items
+            ],
+            "next_cursor": result.next_cursor,
+            "has_more": result.has_more,
+        }
+    )
+
+
 def report(result: agent.RunReport) -> RunReport:
     return RunReport.from_json(
         {
@@ -238,7 +271,9 @@ def deliveries(
 def error(exc: errors.RunsinkError) -> client.ApiError:
     """The client's exception for what the server would answer with an error body."""
     if isinstance(exc, errors.OwnershipRefused):
-        return client.OwnershipRefused(errors.REFUSAL_STATUS[exc.reason], exc.reason, exc.message)
+        status = errors.REFUSAL_STATUS[exc.reason]
+        said = guidance.for_error(exc.reason, status, message=exc.message).fields()
+        return client.OwnershipRefused(status, exc.reason, exc.message, guidance=said)
     for cls, status, code in errors.STATUS_AND_CODE:
         if isinstance(exc, cls):
             details: dict[str, Any] = dict(exc.details)
@@ -246,10 +281,14 @@ def error(exc: errors.RunsinkError) -> client.ApiError:
                 # As the Retry-After header says it: whole seconds, at least one.
                 wait = exc.retry_after if isinstance(exc, errors.CircuitOpen) else 1.0
                 retry_after = float(max(1, math.ceil(wait)))
+                said = guidance.for_error(
+                    code, status, message=exc.message, details=details, retry_after=retry_after
+                ).fields()
                 return client.Unavailable(
-                    status, code, exc.message, details, retry_after=retry_after
+                    status, code, exc.message, details, retry_after=retry_after, guidance=said
                 )
-            return client.ApiError(status, code, exc.message, details)
+            said = guidance.for_error(code, status, message=exc.message, details=details).fields()
+            return client.ApiError(status, code, exc.message, details, guidance=said)
     raise exc
 
 

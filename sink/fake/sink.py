@@ -19,6 +19,7 @@ from sink.client.inbox import Inbox
 from sink.client.models import (
     DeliveryPage,
     Envelope,
+    FoundPage,
     MatchLike,
     Message,
     MessagePage,
@@ -169,6 +170,19 @@ class FakeSink:
 
     def run_report(self, run_id: str) -> RunReport:
         return _portal(self.aio.run_report(run_id))
+
+    def get_run_report(self, run_id: str) -> RunReport:
+        return _portal(self.aio.get_run_report(run_id))
+
+    def find_mail(
+        self,
+        query: str,
+        *,
+        run_id: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> FoundPage:
+        return _portal(self.aio.find_mail(query, run_id=run_id, limit=limit, cursor=cursor))
 
     def release_run(self, run_id: str) -> None:
         _portal(self.aio.release_run(run_id))
