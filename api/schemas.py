@@ -284,10 +284,20 @@ class MessageListOut(_Response):
 
 
 class AttachmentOut(_Response):
-    filename: str
+    filename: str = Field(
+        description=(
+            "The name made safe to save under: no path, control, bidi or zero-width characters."
+        )
+    )
     content_type: str
     size: int
     sha256: str
+    original_filename: str = Field(
+        description=(
+            "The name as the mail gives it, decoded (untrusted): it may hold bidi or "
+            "zero-width characters."
+        )
+    )
 
 
 class CodeOut(_Response):

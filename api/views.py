@@ -181,7 +181,11 @@ def _parsed_fields(parsed: ParsedMessage | None, withheld: bool = False) -> dict
         "html": parsed.html if parsed else None,
         "attachments": [
             AttachmentOut(
-                filename=a.filename, content_type=a.content_type, size=a.size, sha256=a.sha256
+                filename=a.filename,
+                content_type=a.content_type,
+                size=a.size,
+                sha256=a.sha256,
+                original_filename=a.original_filename,
             )
             for a in (parsed.attachments if parsed else ())
         ],

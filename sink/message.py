@@ -60,6 +60,9 @@ class Attachment:
     content_type: str
     size: int  # of the decoded payload
     sha256: str  # hex, of the decoded payload
+    # The name as the mail gives it, decoded (at most 1,024 characters): it may hold bidi or
+    # zero-width characters, which MCP answers show as visible escapes, as the web UI does.
+    original_filename: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -635,6 +638,7 @@ def _walk(
         content_type=content_type,
         size=len(payload),
         sha256=hashlib.sha256(payload).hexdigest(),
+        original_filename=name[:1024],
     )
     bodies.attachments.append(attachment)
     if name:

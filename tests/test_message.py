@@ -270,6 +270,7 @@ def test_parse_lists_attachments_with_their_digest() -> None:
             "content_type": "application/pdf",
             "size": len(pdf),
             "sha256": hashlib.sha256(pdf).hexdigest(),
+            "original_filename": "invoice-2024-0042.pdf",
         }
     ]
     assert message.text is not None and message.html is not None

@@ -99,6 +99,40 @@ def test_the_decoy_subject_ranks_after_the_body_code_over_mcp(
     assert "html" not in cut["untrusted"]
 
 
+def _with_disguised_attachment(to: str) -> bytes:
+    message = EmailMessage()
+    message["From"] = "app@example.test"
+    message["To"] = to
+    message["Subject"] = "Your invoice"
+    message.set_content("The invoice is attached.")
+    message.add_attachment(b"MZ", maintype="application", subtype="octet-stream",
+                           filename="invoice\u202efdp.exe")  # fmt: skip
+    return bytes(message)
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+def test_an_attachment_name_shows_its_bidi_override_over_mcp(
+    server: Server, transport: str
+) -> None:
+    """invoice<U+202E>fdp.exe reads as invoice⟨U+202E⟩fdp.exe over MCP, as in the web UI; over
+    HTTP filename is the name made safe and original_filename the name as sent."""
+    run_id = new_run_id("disguised")
+    with server.http() as http:
+        waited = _received(server, http, run_id, raw=_with_disguised_attachment)
+        message_id = waited["message"]["message_id"]
+        (over_http,) = http.get(f"/v1/messages/{message_id}").json()["attachments"]
+
+    async def over_mcp() -> dict[str, Any]:
+        async with connect(transport, server.url) as client:
+            return await call(client, "read_message", message_id=message_id, run_id=run_id)
+
+    (attachment,) = asyncio.run(over_mcp())["attachments"]
+    assert attachment["filename"] == "invoice⟨U+202E⟩fdp.exe"
+    assert set(attachment) == {"filename", "content_type", "size", "sha256"}
+    assert over_http["filename"] == "invoicefdp.exe"
+    assert over_http["original_filename"] == "invoice\u202efdp.exe"
+
+
 def test_read_message_refuses_bad_body_options(server: Server) -> None:
     """include_body must be a boolean and max_body_chars a whole number from 1: invalid_request."""
 

@@ -239,10 +239,11 @@ class Code:
 
 @dataclass(frozen=True, slots=True)
 class Attachment:
-    filename: str
+    filename: str  # the name made safe to save under
     content_type: str
     size: int
     sha256: str
+    original_filename: str = ""  # the name as the mail gives it (may hold bidi characters)
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +319,7 @@ class Message:
                     content_type=_str(a, "content_type"),
                     size=_int(a, "size"),
                     sha256=_str(a, "sha256"),
+                    original_filename=str(a.get("original_filename") or a["filename"]),
                 )
                 for a in _list(data, "attachments")
             ),

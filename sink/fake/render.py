@@ -114,6 +114,7 @@ def message(result: agent.ReadResult) -> Message:
                     "content_type": a.content_type,
                     "size": a.size,
                     "sha256": a.sha256,
+                    "original_filename": a.original_filename,
                 }
                 for a in (parsed.attachments if parsed else ())
             ],

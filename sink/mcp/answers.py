@@ -67,9 +67,13 @@ def read_answer(message: Json, arguments: Json) -> Json:
 
 
 def _attachment(item: Any) -> Any:
+    """An attachment's metadata, its name as the mail gives it with bidi and zero-width
+    characters made visible (``invoice⟨U+202E⟩fdp.exe``, as the web UI shows it)."""
     if not isinstance(item, dict):
         return item
-    return {**item, "filename": visible(str(item.get("filename", "")))}
+    shown = {k: v for k, v in item.items() if k != "original_filename"}
+    name = item.get("original_filename") or item.get("filename", "")
+    return {**shown, "filename": visible(str(name))}
 
 
 def read_options_refused(arguments: Json) -> tuple[str, str] | None:
