@@ -200,10 +200,13 @@ export interface ErrorJson extends AgentGuidanceJson {
 }
 
 export interface AttachmentJson {
+  /** The name made safe to save under (no path, control, bidi or zero-width characters). */
   filename: string;
   content_type: string;
   size: number;
   sha256: string;
+  /** The name as the mail gives it (untrusted: it may hold bidi or zero-width characters). */
+  original_filename?: string;
 }
 
 export interface SmtpEnvelopeJson {
