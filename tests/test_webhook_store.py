@@ -688,6 +688,12 @@ async def _opened(dsn: str, handed: list[Any] | None) -> PostgresStore:
     return store
 
 
+async def _turn() -> None:
+    """One turn of the loop: what a commit handed over reaches the worker's hand once the
+    callers that commit answers have run (PostgresStore.transaction)."""
+    await asyncio.sleep(0)
+
+
 async def _notified(dsn: str) -> tuple[asyncpg.Connection, list[str]]:
     """A connection listening on the channel, and the payloads it has heard (in commit order)."""
     heard: list[str] = []
@@ -712,7 +718,7 @@ def test_postgres_hands_new_deliveries_to_its_worker_in_their_commit_within_the_
 ) -> None:
     """A replica whose worker runs leases the deliveries its commit writes (8 per webhook) to
     that worker in that commit: no take_due and no NOTIFY for them; the rest are NOTIFYed and
-    taken as before; a retry of a handed one sends the same id and bytes."""
+    taken as before; one whose lease ends unsettled is made again with the same id and bytes."""
 
     async def scenario() -> None:
         handed: list[Any] = []
@@ -723,6 +729,7 @@ def test_postgres_hands_new_deliveries_to_its_worker_in_their_commit_within_the_
             hook = _hook(events=("message", "run_event"), run_id="r1")
             await store.webhooks.create_webhook(hook)
             item = await _mail(store, "r1")
+            await _turn()
             assert sorted(d.type for d in handed) == ["message", "run_event", "run_event"]
             assert await _hears(listening, heard) == []  # nobody woken: all handed over
             assert await other.webhooks.take_due(clock.now(), 100) == []  # leased in the commit
@@ -733,26 +740,19 @@ def test_postgres_hands_new_deliveries_to_its_worker_in_their_commit_within_the_
                 delivered.message_id
             )
             assert message.url == hook.url and message.secret == hook.secret
-            # The retry (after the lease's settle) is made from the row: the same id, body.
-            await store.webhooks.settle(
-                Outcome(
-                    message.delivery_id,
-                    1,
-                    clock.now(),
-                    500,
-                    "http_500",
-                    DeliveryState.PENDING,
-                    clock.now(),
-                )
+            # Their leases end unsettled (the replica died): another replica makes the same
+            # ids and bodies from the rows.
+            await listening.execute("UPDATE webhook_deliveries SET lease_until = 0")
+            again = await other.webhooks.take_due(clock.now(), 100)
+            assert sorted((d.delivery_id, d.event_id, d.body) for d in again) == sorted(
+                (d.delivery_id, d.event_id, d.body) for d in handed
             )
-            [again] = await other.webhooks.take_due(clock.now() + 1, 100)
-            assert (again.delivery_id, again.attempt) == (message.delivery_id, 2)
-            assert (again.event_id, again.body) == (message.event_id, message.body)
             # Beyond the cap: 8 handed over in all (5 more), the rest NOTIFYed and taken.
             handed.clear()
             await store.add_events(
                 [Event("r1", "breaker_opened", clock.now(), "ib_x") for _ in range(12)]
             )
+            await _turn()
             assert len(handed) == IN_FLIGHT_MAX - 3 and all(d.attempt == 1 for d in handed)
             assert await _hears(listening, heard) == ["db h"]
             assert await other.webhooks.take_due(clock.now(), 100) == []  # the cap holds
@@ -787,6 +787,7 @@ def test_postgres_hand_off_holds_the_cap_fleet_wide_across_replicas(pg_dsn: str)
                         for store in stores
                     )
                 )
+                await _turn()
             every = handed[0] + handed[1]
             assert len(every) == IN_FLIGHT_MAX
             assert len({d.delivery_id for d in every}) == IN_FLIGHT_MAX
@@ -802,6 +803,7 @@ def test_postgres_hand_off_holds_the_cap_fleet_wide_across_replicas(pg_dsn: str)
                     "SELECT 1 FROM webhooks WHERE webhook_id = $1 FOR UPDATE", quiet.webhook_id
                 )
                 await stores[1].add_events([Event("quiet", "breaker_opened", clock.now(), "ib")])
+            await _turn()
             assert handed[1] == []
             assert await _hears(listening, heard) == ["db h"]
             [taken] = await stores[0].webhooks.take_due(clock.now(), 100)
@@ -832,6 +834,7 @@ def test_postgres_a_webhook_made_on_another_replica_gets_its_deliveries_at_once(
             hook = _hook(events=("run_event",))
             await other.webhooks.create_webhook(hook)
             await store.add_events([Event("r", "breaker_opened", clock.now(), "ib_x")])
+            await _turn()
             assert handed == [] and await _hears(listening, heard) == ["db h"]
             [due] = await other.webhooks.take_due(clock.now(), 100)
             assert due.webhook_id == hook.webhook_id

@@ -37,7 +37,7 @@ from sink.storage.rows import (
 
 if TYPE_CHECKING:
     from sink.storage.postgres.driver import Connection
-    from sink.storage.postgres.webhooks import PostgresWebhooks
+    from sink.storage.postgres.webhooks import PostgresWebhooks, Source
 
 _BATCH_MAX = 256
 _BATCHES_IN_FLIGHT = 3
@@ -94,6 +94,7 @@ async def insert_batch(
     listing: list[tuple[Any, ...]] = []  # in arrival order: deliveries, then caught
     events: list[Event] = []  # the runs' events (run reports; told to on_events)
     event_rows: list[tuple[Any, ...]] = []  # those, and caught mail's, in arrival order
+    sources: list[Source] = []  # what each of those rows is (only to hand deliveries over)
     for item in items:
         size = len(item.raw)
         live = [d for d in item.deliveries if d.inbox_id in next_seq]
@@ -113,6 +114,8 @@ async def insert_batch(
                 accepted = accepted_event(d, item.received_at, size)
                 events.append(accepted)
                 event_rows += event_tuples([accepted])
+                if hooks is not None:
+                    sources.append((accepted, item, d))
         if item.caught_id:
             rcpts = json_strings(item.unrouted)
             caught.append((item.caught_id, key, rcpts, item.caught_until))
@@ -120,15 +123,21 @@ async def insert_batch(
             # No run's event: the live feed's row for caught mail (feed.py).
             detail = json.dumps({"size": size})
             event_rows.append((None, None, item.caught_id, item.received_at, CAUGHT, detail))
+            if hooks is not None:
+                sources.append((None, item, None))
         for found in item.near_misses:
             if found.inbox_id in still_live:
                 near.append((found.inbox_id, found.address, item.received_at, found.distance))
                 missed = near_miss_event(found, item.received_at)
                 events.append(missed)
                 event_rows += event_tuples([missed])
+                if hooks is not None:
+                    sources.append((missed, None, None))
         lates = late_events(dropped, item.received_at, size)
         events += lates
         event_rows += event_tuples(lates)
+        if hooks is not None:
+            sources += [(late, None, None) for late in lates]
     # The rest in one statement (one round trip): the rows as parallel arrays, and the
     # NOTIFY, delivered at COMMIT, naming the inboxes that got mail.
     ids = sorted(next_seq)
@@ -149,7 +158,7 @@ async def insert_batch(
     if hooks is None:
         await db.execute(_BATCH_INSERT, *args)
     else:
-        await hooks.handing_said(db, await db.fetchrow(_BATCH_INSERT_HANDING, *args))
+        await hooks.handing_said(db, await db.fetchrow(_BATCH_INSERT_HANDING, *args), sources)
     if near:
         await db.executemany(
             "INSERT INTO near_misses (inbox_id, address, received_at, distance) "
@@ -181,16 +190,17 @@ WITH m AS (
     INSERT INTO events (run_id, inbox_id, message_id, at, type, detail_json)
     SELECT * FROM unnest($25::text[], $26::text[], $27::text[], $28::float8[], $29::text[],
                          $30::text[])
+    {returning}
 )
 """
 _NOTIFY = "SELECT pg_notify($31, p) FROM unnest($32::text[]) AS p"
 # The same, saying whether the deliveries its events make are handed over (webhooks.py).
 _BATCH_INSERT_HANDING = (
-    _BATCH_INSERT
+    _BATCH_INSERT.format(returning="RETURNING id")
     + f"SELECT {handing('$25::text[]')}, "
     + "(SELECT COUNT(pg_notify($31, p)) FROM unnest($32::text[]) p)"
 )
-_BATCH_INSERT += _NOTIFY
+_BATCH_INSERT = _BATCH_INSERT.format(returning="") + _NOTIFY
 
 
 class Deliveries:

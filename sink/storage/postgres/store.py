@@ -309,7 +309,9 @@ class PostgresStore:
                 connection.transaction(),
             ):
                 result = await work(connection)
-        self.webhooks.handed(handed)
+        if handed:
+            # Its attempts start once the callers this commit answers have run (a 250 first).
+            asyncio.get_running_loop().call_soon(self.webhooks.handed, handed)
         self._committed(written)
         return result
 
@@ -329,7 +331,7 @@ class PostgresStore:
             return
         noted(events)
         row = await db.fetchrow(_EVENTS_HANDING, *unnest_columns(event_tuples(events), 6))
-        await self.webhooks.handing_said(db, row)
+        await self.webhooks.handing_said(db, row, [(e, None, None) for e in events])
 
     def _committed(self, events: list[Event]) -> None:
         if events and self._on_events is not None:
@@ -836,6 +838,7 @@ WITH e AS (
     INSERT INTO events (run_id, inbox_id, message_id, at, type, detail_json)
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::text[],
                          $6::text[])
+    RETURNING id
 )
 SELECT {handing("$1::text[]")}
 """

@@ -37,7 +37,7 @@ import json
 import secrets
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -46,7 +46,7 @@ from asyncpg import Record
 
 from sink import event_shapes
 from sink.event_ids import EventIds
-from sink.storage.base import Event
+from sink.storage.base import Delivered, Event, Incoming
 from sink.storage.postgres.feed import CAUGHT, EVENT_SELECT
 from sink.webhooks.model import (
     Attempt,
@@ -210,37 +210,26 @@ _EVENT_ROWS = EVENT_SELECT + " WHERE e.id = ANY($1::bigint[])"
 
 
 def handing(runs: str) -> str:
-    """Two columns for a statement that inserts events of the runs in the array ``runs`` (a
-    parameter): whether an enabled webhook exists, and whether one may want these runs' events
-    (then the trigger leaves their deliveries to ``_hand_over``, run next)."""
+    """Three columns for a statement that inserts events of the runs in the array ``runs`` (a
+    parameter) in its CTE ``e`` (``RETURNING id``): whether an enabled webhook exists; whether
+    one may want these runs' events (then the trigger leaves their deliveries to
+    ``_hand_over``, run next); the events' row ids, in the order of their rows."""
     return (
         "(SELECT TRUE FROM webhooks WHERE disabled_at IS NULL LIMIT 1) IS NOT NULL, "
         "(SELECT set_config('runsink.hand', 'on', true) FROM webhooks WHERE disabled_at IS NULL"
-        f" AND (run_id IS NULL OR run_id = ANY ({runs})) LIMIT 1) IS NOT NULL"
+        f" AND (run_id IS NULL OR run_id = ANY ({runs})) LIMIT 1) IS NOT NULL, "
+        "(SELECT array_agg(id ORDER BY id) FROM e)"
     )
 
 
-# What the events statement before it wrote and the cap lets this replica lease, leased, with
-# its webhook and what its live event is made of (feed.py's EVENT_SELECT columns).
-_HAND_OVER = f"""
-WITH h AS (
-    SELECT seq FROM runsink_hand_over($1, {IN_FLIGHT_MAX}) AS seq
-), leased AS (
-    UPDATE webhook_deliveries d SET lease_until = $2, lease_holder = $3
-    FROM h WHERE d.seq = h.seq
-    RETURNING d.seq, d.delivery_id, d.webhook_id, d.kind, d.event_row, d.run_id AS hook_run
-)
-SELECT l.seq, l.delivery_id, l.webhook_id, l.kind, l.hook_run, w.url, w.secret,
-       e.id, e.run_id, e.type, e.at, e.inbox_id, e.message_id, e.detail_json,
-       m.subject, m.received_at
-FROM leased l
-JOIN webhooks w ON w.webhook_id = l.webhook_id
-JOIN events e ON e.id = l.event_row
-LEFT JOIN deliveries dl ON e.type = 'message_accepted' AND dl.message_id = e.message_id
-LEFT JOIN caught c ON e.type = 'caught' AND c.caught_id = e.message_id
-LEFT JOIN messages m ON m.message_key = COALESCE(dl.message_key, c.message_key)
-ORDER BY l.seq
-"""
+# What an events row just written makes its live events of: a run's event (with, for a
+# message_accepted row, the mail and its delivery), or caught mail (no event).
+Source: TypeAlias = tuple[Event | None, Incoming | None, Delivered | None]
+
+# The deliveries the events statement before it wrote that the cap lets this replica lease,
+# leased to it (migration 014), with their webhook's url and secret.
+_HAND_OVER = f"SELECT * FROM runsink_hand_over($1, {IN_FLIGHT_MAX}, $2, $3)"
+
 
 # The deliveries a transaction handed over, to the worker once it commits (``handed_over``).
 _HANDED: ContextVar[list[Due] | None] = ContextVar("runsink_pg_handed", default=None)
@@ -297,39 +286,43 @@ class PostgresWebhooks:
         a worker runs here and an enabled webhook may exist."""
         return self.hand is not None and self._hooked
 
-    async def handing_said(self, db: Connection, row: Record | None) -> None:
-        """After an events statement with the ``handing`` columns, in its transaction."""
+    async def handing_said(
+        self, db: Connection, row: Record | None, sources: Sequence[Source]
+    ) -> None:
+        """After an events statement with the ``handing`` columns, in its transaction;
+        ``sources`` says what each of its events rows is, in the order of the rows."""
         if row is None:
             return
         self._hooked = bool(row[0])
         if row[1]:
-            await self._hand_over(db)
+            await self._hand_over(db, dict(zip(row[2] or (), sources, strict=False)))
 
-    async def _hand_over(self, db: Connection) -> None:
+    async def _hand_over(self, db: Connection, sources: dict[int, Source]) -> None:
         """Lease the deliveries the events statement just wrote to this replica's worker
         (within the cap); they go to the worker once the transaction commits (``handed``)."""
-        now = time.time()
-        lease_until = now + LEASE_S
-        rows = await db.fetch(_HAND_OVER, now, lease_until, self.holder)
-        if not rows:
-            return
-        made = self._made_of(rows)
+        lease_until = time.time() + LEASE_S
+        rows = await db.fetch(_HAND_OVER, time.time(), lease_until, self.holder)
         dues: list[Due] = []
         for r in rows:
-            live = made.get((int(r["id"]), r["kind"]))
-            if live is None:  # never: the row and its event were written by this transaction
+            source = sources.get(int(r["hand_row"]))
+            live = (
+                None
+                if source is None
+                else self._live_of(source, int(r["hand_row"]), r["hand_kind"])
+            )
+            if live is None:  # never: this transaction wrote the row, and the trigger agrees
                 continue
             body = live.body()
-            self._made[r["delivery_id"]] = (live.id, body)
+            self._made[r["hand_delivery"]] = (live.id, body)
             dues.append(
                 Due(
-                    r["delivery_id"],
-                    r["webhook_id"],
-                    r["url"],
-                    r["secret"],
+                    r["hand_delivery"],
+                    r["hand_webhook"],
+                    r["hand_url"],
+                    r["hand_secret"],
                     live.id,
-                    r["kind"],
-                    r["hook_run"],
+                    r["hand_kind"],
+                    r["hand_run"],
                     body,
                     1,
                     lease_until,
@@ -338,6 +331,25 @@ class PostgresWebhooks:
         handed = _HANDED.get()
         if handed is not None:
             handed.extend(dues)
+
+    def _live_of(self, source: Source, row_id: int, kind: str) -> LiveEvent | None:
+        """The live event of this kind that an events row just written makes (as
+        ``_made_of`` makes it from the row)."""
+        event, item, delivery = source
+        if kind == "message" and item is not None:
+            subject, at = item.summary.subject, item.received_at
+            if delivery is not None:
+                return event_shapes.delivered(
+                    self._ids, delivery.message_id, delivery.inbox_id, delivery.run_id, subject, at
+                )
+            if item.caught_id is not None:
+                return event_shapes.caught(self._ids, item.caught_id, subject, at)
+            return None
+        if event is None:
+            return None
+        return next(
+            (e for e in event_shapes.of_event(event, self._ids, row_id) if e.type == kind), None
+        )
 
     def handed(self, dues: list[Due]) -> None:
         """After the commit that leased them: the worker makes their first attempts now."""

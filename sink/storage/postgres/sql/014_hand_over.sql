@@ -50,12 +50,17 @@ END
 $$;
 
 -- The deliveries this transaction's events statement wrote (runsink.added) that its replica
--- may lease now: their webhooks locked to COMMIT (SKIP LOCKED: a webhook another transaction
--- is taking or handing over keeps its new deliveries for the workers), then, in a snapshot
--- taken after the lock (so the leases its last holder committed count), at most cap leased
--- per webhook, as take_due counts them. The rest wake every replica's worker ('db h').
-CREATE FUNCTION runsink_hand_over(now DOUBLE PRECISION, cap INTEGER) RETURNS SETOF BIGINT
-LANGUAGE plpgsql AS $$
+-- may lease now, leased to it (until lease_until, in holder's name) and returned with their
+-- webhook's url and secret: their webhooks locked to COMMIT (SKIP LOCKED: a webhook another
+-- transaction is taking or handing over keeps its new deliveries for the workers), then, in
+-- a snapshot taken after the lock (so the leases its last holder committed count), at most
+-- cap leased per webhook, as take_due counts them. The rest wake every replica's worker
+-- ('db h'). Planned at each call: a plan cached while the tables were small would scan them.
+CREATE FUNCTION runsink_hand_over(now DOUBLE PRECISION, cap INTEGER,
+                                  lease_until DOUBLE PRECISION, holder INTEGER)
+RETURNS TABLE (hand_seq BIGINT, hand_delivery TEXT, hand_webhook TEXT, hand_kind TEXT,
+               hand_row BIGINT, hand_run TEXT, hand_url TEXT, hand_secret TEXT)
+LANGUAGE plpgsql ROWS 8 SET plan_cache_mode = force_custom_plan AS $$
 DECLARE
     added BIGINT[] := string_to_array(NULLIF(current_setting('runsink.added', true), ''), ',');
     hooks TEXT[];
@@ -87,6 +92,18 @@ BEGIN
     IF cardinality(taken) IS DISTINCT FROM cardinality(added) THEN
         PERFORM pg_notify('runsink', 'db h');
     END IF;
-    RETURN QUERY SELECT unnest(taken);
+    IF taken IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH leased AS (
+        UPDATE webhook_deliveries d SET lease_until = runsink_hand_over.lease_until,
+                                        lease_holder = holder
+        WHERE d.seq = ANY (taken)
+        RETURNING d.seq, d.delivery_id, d.webhook_id, d.kind, d.event_row, d.run_id
+    )
+    SELECT l.seq, l.delivery_id, l.webhook_id, l.kind, l.event_row, l.run_id, w.url, w.secret
+    FROM leased l JOIN webhooks w ON w.webhook_id = l.webhook_id
+    ORDER BY l.seq;
 END
 $$;
