@@ -12,7 +12,6 @@ import asyncio
 import math
 import time
 from collections.abc import Awaitable
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 
@@ -121,8 +120,9 @@ def now() -> float:
 
 def rfc3339(ts: float) -> str:
     """RFC 3339, UTC, milliseconds, ``Z``: ``2026-10-21T02:30:00.000Z``."""
-    moment = datetime.fromtimestamp(math.floor(ts * 1000) / 1000, tz=UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    seconds, millis = divmod(math.floor(ts * 1000), 1000)
+    # time.gmtime, not datetime: half the cost, on every live event and API row.
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
 
 
 def rfc3339_or_none(ts: float | None) -> str | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import secrets
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -149,7 +150,9 @@ def new_webhook_id() -> str:
 
 
 def new_delivery_id() -> str:
-    return "dlv_" + base64.b32encode(secrets.token_bytes(15)).decode().lower()
+    """``dlv_`` and 32 hex digits, as PostgreSQL's outbox trigger makes them (b32encode is
+    pure Python: a tenth of this per delivery)."""
+    return "dlv_" + os.urandom(16).hex()
 
 
 def deliveries_for(webhooks: list[Webhook], events: list[LiveEvent], now: float) -> list[Delivery]:
