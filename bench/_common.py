@@ -78,9 +78,20 @@ class ServerProcess:
 
 
 def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds a process has used so far (from /proc/<pid>/stat)."""
+    """User + system CPU seconds a process has used so far (from /proc/<pid>/stat), with its
+    children's: those it waited for (a delivery child that died) and those alive (runsink's
+    delivery child, sink/webhooks/child.py), so a server's figure is all the CPU it costs."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    seconds = ticks / os.sysconf("SC_CLK_TCK")
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    for child in children:
+        with contextlib.suppress(OSError, IndexError):
+            seconds += process_cpu_s(int(child))
+    return seconds
 
 
 def _proc_status_mb(pid: int, key: str) -> float | None:

@@ -70,6 +70,9 @@ class Settings:
     # Seconds between a webhook delivery's attempts: one retry per value (the contract's
     # schedule by default; tests shorten it).
     webhook_retry_s: tuple[float, ...] = DELAYS_S
+    # Webhook attempts are made by a child process (sink/webhooks/child.py), off the loop
+    # that takes mail; False: on that loop (tests of the worker itself).
+    webhook_child: bool = True
     policies: dict[str, Policy] = field(default_factory=lambda: load_policies(None))
     # The tokens file's entries (read once, at start-up); --api-token is added by ``tokens``.
     file_tokens: tuple[TokenEntry, ...] = field(default=(), repr=False)

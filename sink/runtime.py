@@ -82,7 +82,13 @@ class Runtime:
         self.capacity: capacity.Capacity | None = None
         self.sweeper = Sweeper(self.backend, self.waiters, settings, self.metrics, self.clock)
         self._sweeping: asyncio.Task[None] | None = None
-        self.deliverer = Worker(self.webhooks, self.metrics, self.clock, settings.webhook_retry_s)
+        self.deliverer = Worker(
+            self.webhooks,
+            self.metrics,
+            self.clock,
+            settings.webhook_retry_s,
+            child=settings.webhook_child,
+        )
         self._delivering: asyncio.Task[None] | None = None
         self.stopping = asyncio.Event()
         self._ping: asyncio.Future[None] | None = None  # the readiness probe in flight

@@ -52,6 +52,7 @@ class MemoryWebhooks:
         self.wake: Callable[[], None] | None = None  # the delivery worker's, once it runs
         self.hand: Callable[[list[Due]], None] | None = None  # unused: taken by take_due
         self.refills = False
+        self.settle_soon: Callable[[Due, Outcome], bool] | None = None  # settles are written now
 
     # -- the outbox: written with the events -----------------------------------------
 

@@ -36,6 +36,11 @@ class WebhookStore(Protocol):
     # next due deliveries to the worker (``hand``, SQLite): the end of an attempt then needs
     # no round for the per-webhook cap.
     refills: bool
+    # Set by a store that writes delivered attempts later, many in one statement (SQLite):
+    # ``settle_soon(due, outcome)`` frees the attempt's in-flight slot at once and records
+    # it within ``SETTLE_SOON_S`` (at least once: a crash before that sends it again). False:
+    # not taken (the worker settles it now).
+    settle_soon: Callable[[Due, Outcome], bool] | None
 
     async def create_webhook(self, webhook: Webhook) -> None: ...
 

@@ -6,7 +6,7 @@
     await worker.run(stopping)
 
 Each round leases what is due (``take_due``: at most 8 in flight per webhook, across
-replicas on PostgreSQL), posts each delivery in a task of its own, and sleeps until the
+replicas on PostgreSQL), starts an attempt at each, and sleeps until the
 next is due, a wake-up (a commit queued one, or an attempt ended while something waited: a
 retry was scheduled, or the last look saw deliveries due that the caps kept back), or
 ``LOOK_S`` at the most: deliveries queued by another replica, or left pending by a process
@@ -17,12 +17,14 @@ are gone (``reclaim``), so a replica killed mid-attempt leaves its deliveries to
 within ``LOOK_S`` and a second, not its 10 s leases. An attempt that ends delivered with
 nothing waiting wakes nobody: with the hand-off (SQLite) a steady stream of deliveries
 needs no round at all.
-An attempt is one POST of the delivery's stored body with fresh Standard Webhooks
-headers (the timestamp is the attempt's), on ``http.py``'s kept-alive connections (64 at
-most), no redirects followed, 5 s in all; a 2xx is delivered, a 410 disables the webhook,
-anything else is retried on the schedule
-(``schedule.py``) until the last attempt, which fails the delivery. A settle that cannot
-be written is left to the lease: the delivery is tried again (at least once, never lost).
+An attempt is one signed POST (``attempt.py``: 5 s in all, no redirects), made by the
+delivery child (``child.py``, a process of its own: the loop that takes mail pays a pipe
+write and a line read per attempt; ``child=False`` makes them here, in tasks); a 2xx is
+delivered, a 410 disables the webhook, anything else is retried on the schedule
+(``schedule.py``) until the last attempt, which fails the delivery. A delivered attempt is
+written with the others that end near it (``settle_soon``, SQLite), the rest at once. A
+settle that cannot be written is left to the lease: the delivery is tried again (at least
+once, never lost).
 Logs name the webhook, delivery and attempt, never the URL, the secret or the body.
 """
 
@@ -31,20 +33,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 import time
 
 from sink.clock import Clock
 from sink.errors import StorageError
 from sink.logs import log, warn
 from sink.metrics import Metrics
-from sink.webhook_signature import signed_headers
 from sink.webhooks import schedule
-from sink.webhooks.http import Http1, ProtocolError
+from sink.webhooks.attempt import post
+from sink.webhooks.child import Child
+from sink.webhooks.http import Http1
 from sink.webhooks.model import DeliveryState, Due, Outcome
 from sink.webhooks.port import WebhookStore
 
-ATTEMPT_S = 5.0  # a 2xx within this is delivered; after it the attempt is a timeout
 LOOK_S = 2.0  # the longest sleep: others' deliveries (replicas, a restart) go out within this
 IN_FLIGHT = 64  # attempts in flight in this process, all webhooks together
 RECLAIM_S = 1.0  # how often a round looks for leases of replicas that are gone
@@ -60,7 +61,9 @@ class Worker:
         metrics: Metrics,
         clock: Clock,
         delays: tuple[float, ...] = schedule.DELAYS_S,
+        child: bool = False,
     ) -> None:
+        """``child``: attempts are made by the delivery child (``child.py``), not here."""
         self._store = store
         self._metrics = metrics
         self._clock = clock
@@ -68,6 +71,9 @@ class Worker:
         self._http = Http1(IN_FLIGHT)
         self._wakeup = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()  # attempts in flight (kept: not GC'd)
+        self._child = Child(self._answered, self._resend) if child else None
+        self._sent: dict[str, tuple[Due, float]] = {}  # in flight in the child, by key
+        self._keys = 0
         self._running = False
         self._due_at: float | None = None  # when the next delivery is due, at the last look
         # The last round saw deliveries due that it did not take (the caps): an attempt that
@@ -76,6 +82,11 @@ class Worker:
         self._capped = False  # the last round left due deliveries for want of IN_FLIGHT room
         self._pruned_at = -_PRUNE_EVERY_S  # monotonic: the first round prunes
         self._reclaimed_at = time.monotonic()  # (resume reclaims at the start)
+
+    @property
+    def child_pid(self) -> int | None:
+        """The delivery child's process id while one runs (the bench counts its CPU)."""
+        return None if self._child is None else self._child.pid
 
     def wake(self) -> None:
         """Deliveries were queued (or an attempt ended): look now."""
@@ -91,6 +102,9 @@ class Worker:
     async def run(self, stopping: asyncio.Event) -> None:
         woken = True  # the first round takes what the process before left pending
         self._running = True
+        child = None
+        if self._child is not None:
+            child = asyncio.create_task(self._child.run(stopping), name="webhook-child")
         try:
             try:
                 await self._store.resume(self._clock.now())
@@ -108,6 +122,11 @@ class Worker:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
             await self._http.close()
+            if child is not None and self._child is not None:
+                self._child.close()
+                # In flight in the child: not settled, made again after the restart.
+                await asyncio.gather(child, return_exceptions=True)
+                self._sent.clear()
 
     async def _round(self, woken: bool) -> float:
         """Start what is due; how long to sleep before the next round. Nothing is taken (no
@@ -122,7 +141,7 @@ class Worker:
             if time.monotonic() - self._reclaimed_at >= RECLAIM_S:
                 self._reclaimed_at = time.monotonic()
                 looking = await self._store.reclaim(now) > 0 or looking
-            room = IN_FLIGHT - len(self._tasks)
+            room = IN_FLIGHT - len(self._tasks) - len(self._sent)
             if looking and room > 0:
                 taken = await self._store.take_due(now, room)
             self._capped = looking and len(taken) >= room
@@ -145,6 +164,12 @@ class Worker:
         return min(wait, LOOK_S)
 
     def _start(self, due: Due) -> None:
+        if self._child is not None:
+            self._keys += 1
+            key = str(self._keys)
+            self._sent[key] = (due, time.monotonic())
+            self._send(key, due)  # (no child running: sent at its restart)
+            return
         task = asyncio.create_task(self._attempt(due), name=f"webhook {due.delivery_id}")
         self._tasks.add(task)
         task.add_done_callback(self._ended)
@@ -153,31 +178,54 @@ class Worker:
         self._tasks.discard(task)
         if task.cancelled() or task.exception() is not None:
             self.wake()
-        elif self._waiting and (self._capped or not self._store.refills):
+        else:
+            self._after_delivered()
+
+    def _after_delivered(self) -> None:
+        if self._waiting and (self._capped or not self._store.refills):
             self.wake()  # (a store that refills has leased the webhook's next ones already)
 
     async def _attempt(self, due: Due) -> None:
-        body = due.body.encode()
-        headers = signed_headers(due.secret, due.event_id, int(self._clock.now()), body)
-        headers["user-agent"] = "runsink-webhooks"
         started = time.monotonic()
-        status: int | None = None
-        error: str | None = None
-        try:
-            async with asyncio.timeout(ATTEMPT_S):
-                status = await self._http.post(due.url, body, headers)
-            if not 200 <= status < 300:
-                error = "gone" if status == 410 else f"http_{status}"
-        except TimeoutError:
-            error = "timeout"
-        except (ConnectionRefusedError, socket.gaierror):
-            error = "connect"
-        except ProtocolError:
-            error = "protocol"
-        except (OSError, asyncio.IncompleteReadError):
-            error = "network"
-        except Exception as exc:  # never a crash: a failed attempt, retried
-            error = type(exc).__name__.lower()
+        now = int(self._clock.now())
+        status, error = await post(
+            self._http, due.url, due.secret, due.event_id, now, due.body.encode()
+        )
+        outcome = self._ended_as(due, status, error, started)
+        soon = self._store.settle_soon
+        if outcome.state is DeliveryState.DELIVERED and soon is not None and soon(due, outcome):
+            return  # written with the others within SETTLE_SOON_S (SQLite)
+        await self._settle(outcome)
+
+    def _answered(self, key: str, status: int | None, error: str | None) -> None:
+        """The child's answer for one attempt."""
+        sent = self._sent.pop(key, None)
+        if sent is None:
+            return
+        due, started = sent
+        outcome = self._ended_as(due, status, error, started)
+        soon = self._store.settle_soon
+        if outcome.state is DeliveryState.DELIVERED and soon is not None and soon(due, outcome):
+            self._after_delivered()
+            return
+        task = asyncio.create_task(self._settle(outcome), name=f"settle {due.delivery_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._ended)
+
+    def _resend(self) -> None:
+        """A child runs: the attempts that waited for it, or that the one before left
+        unanswered, are sent to it (made again: they were not settled)."""
+        for key, (due, _) in self._sent.items():
+            self._send(key, due)
+
+    def _send(self, key: str, due: Due) -> None:
+        assert self._child is not None
+        now = int(self._clock.now())
+        body = due.body.encode()
+        self._child.send(key, due.url, due.secret, due.event_id, now, body)
+
+    def _ended_as(self, due: Due, status: int | None, error: str | None, started: float) -> Outcome:
+        """The attempt's outcome, counted and logged."""
         outcome = self._outcome(due, status, error)
         self._metrics.webhook_deliveries.labels(_result(outcome)).inc()
         log(
@@ -192,11 +240,14 @@ class Worker:
             error=error,
             latency_ms=round((time.monotonic() - started) * 1000, 1),
         )
+        return outcome
+
+    async def _settle(self, outcome: Outcome) -> None:
         try:
             await self._store.settle(outcome)
         except StorageError as exc:
             # Not recorded: when the lease ends the delivery is taken again (at least once).
-            warn("webhook_settle_failed", delivery_id=due.delivery_id, error=type(exc).__name__)
+            warn("webhook_settle_failed", delivery_id=outcome.delivery_id, error=type(exc).__name__)
             self.wake()
             return
         if outcome.state is not DeliveryState.DELIVERED:

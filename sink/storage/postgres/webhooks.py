@@ -270,6 +270,7 @@ class PostgresWebhooks:
         # What each handed-over delivery in flight carries, written with its settle (a retry
         # sends the same bytes; a failure's run event names the event).
         self._made: dict[str, tuple[str, str]] = {}
+        self.settle_soon: Callable[[Due, Outcome], bool] | None = None  # settles are written now
 
     def keyed(self, signing_key: bytes) -> None:
         self._ids = EventIds(signing_key)

@@ -157,6 +157,7 @@ class SQLiteStore:
             db.outbox = self.webhooks
 
     async def close(self) -> None:
+        await self.webhooks.flush()  # delivered attempts not written yet
         await self.indexer.close()
         if self._reader is not None:
             await self._reader.close()

@@ -21,13 +21,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from sink import event_shapes
+from sink.errors import StorageError
 from sink.event_ids import EventIds
+from sink.logs import warn
 from sink.storage.base import Event, Incoming
 from sink.storage.sqlite.writer import note
 from sink.webhooks.model import (
@@ -61,6 +64,20 @@ InsertEvents = Callable[[sqlite3.Connection, Iterable[Event]], None]
 
 _LISTING = LISTING.replace("{P1}", "?").replace("{P2}", "?")
 
+SETTLE_SOON_S = 0.1  # a delivered attempt is written this late at most, with the others
+_SOON_MAX = 256  # ... or as soon as this many wait
+
+
+class _Soon:
+    """A delivered attempt waiting to be written (``settle_soon``)."""
+
+    __slots__ = ("counted", "hook_id", "outcome")
+
+    def __init__(self, hook_id: str, outcome: Outcome) -> None:
+        self.hook_id = hook_id
+        self.outcome = outcome
+        self.counted = True  # in ``_unsettled`` until its write runs
+
 
 class SQLiteWebhooks:
     def __init__(
@@ -72,13 +89,23 @@ class SQLiteWebhooks:
         self._insert_events = insert_events
         self._ids = EventIds()  # keyed by the store's signing key at open
         self._hooks: dict[str, Webhook] = {}  # the exact cache (see the module docstring)
-        # Leases held, by webhook: kept by the writer's thread as it leases (hand-off, take_due)
-        # and settles; made exact again from the table at every take_due.
+        # Attempts in flight, by webhook: kept by the writer's thread as it leases (hand-off,
+        # take_due) and settles, and by the loop as delivered attempts end (settle_soon);
+        # made exact again from the table at every take_due. ``_unsettled``: delivered
+        # attempts whose rows still hold their leases (not written yet). Both under ``_lock``.
         self._leased: dict[str, int] = {}
+        self._unsettled: dict[str, int] = {}
+        self._lock = threading.Lock()
+        # Webhooks with due deliveries their cap kept back (a settle then refills at once).
+        self._backlog: set[str] = set()
+        self._soon: list[_Soon] = []  # delivered attempts to write (settle_soon)
+        self._soon_timer: asyncio.TimerHandle | None = None
+        self._writes: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.wake: Callable[[], None] | None = None  # the delivery worker's, once it runs
         self.hand: Callable[[list[Due]], None] | None = None  # the worker's: attempt these now
         self.refills = True  # a settle leases its webhook's next due deliveries (_refill)
+        self.settle_soon: Callable[[Due, Outcome], bool] | None = self._settle_soon
 
     async def open(self, signing_key: bytes) -> None:
         """At the store's open: load the cache, free the leases of the process before."""
@@ -123,9 +150,11 @@ class SQLiteWebhooks:
         handed: list[Due] = []
         for d in added:
             hook = self._hooks[d.webhook_id]
-            if leased.get(hook.webhook_id, 0) >= IN_FLIGHT_MAX:
-                continue
-            leased[hook.webhook_id] = leased.get(hook.webhook_id, 0) + 1
+            with self._lock:
+                if leased.get(hook.webhook_id, 0) >= IN_FLIGHT_MAX:
+                    self._backlog.add(hook.webhook_id)
+                    continue
+                leased[hook.webhook_id] = leased.get(hook.webhook_id, 0) + 1
             handed.append(
                 Due(
                     d.delivery_id,
@@ -243,7 +272,12 @@ class SQLiteWebhooks:
                     continue
                 leased[hook] = leased.get(hook, 0) + 1
                 taken.append(due_from(row, now + LEASE_S))
-            self._leased = leased
+            with self._lock:
+                unsettled = self._unsettled
+                self._leased = {h: n - unsettled.get(h, 0) for h, n in leased.items()}
+            for hook, n in leased.items():
+                if n >= IN_FLIGHT_MAX:
+                    self._backlog.add(hook)  # (there may be more due than it took)
             db.executemany(
                 "UPDATE webhook_deliveries SET lease_until = ? WHERE delivery_id = ?",
                 [(d.lease_until, d.delivery_id) for d in taken],
@@ -258,7 +292,64 @@ class SQLiteWebhooks:
         # per table), as group commit does for mail.
         await self._shared(self._settle_rows, outcome)
 
-    def _settle_rows(self, db: sqlite3.Connection, outcomes: list[Outcome]) -> None:
+    def _settle_soon(self, due: Due, outcome: Outcome) -> bool:
+        """A delivered attempt: its slot is free now, its rows are written within
+        SETTLE_SOON_S with the others (one statement per table for them all, in a commit it
+        shares with mail). Not for a webhook with due deliveries its cap kept back: that
+        settle refills the cap, so it is written now (False)."""
+        hook_id = due.webhook_id
+        if hook_id in self._backlog or self._loop is None:
+            return False
+        with self._lock:
+            self._leased[hook_id] = max(0, self._leased.get(hook_id, 0) - 1)
+            self._unsettled[hook_id] = self._unsettled.get(hook_id, 0) + 1
+        self._soon.append(_Soon(hook_id, outcome))
+        if len(self._soon) >= _SOON_MAX:
+            self._write_soon()
+        elif self._soon_timer is None:
+            self._soon_timer = self._loop.call_later(SETTLE_SOON_S, self._write_soon)
+        return True
+
+    def _write_soon(self) -> None:
+        if self._soon_timer is not None:
+            self._soon_timer.cancel()
+            self._soon_timer = None
+        if self._soon:
+            batch, self._soon = self._soon, []
+            task = asyncio.ensure_future(self._write(batch))
+            self._writes.add(task)
+            task.add_done_callback(self._writes.discard)
+
+    async def _write(self, batch: list[_Soon]) -> None:
+        try:
+            await self._shared(self._settle_soon_rows, batch)
+        except StorageError as exc:
+            # Not recorded: when their leases end they are delivered again (at least once).
+            warn("webhook_settle_failed", deliveries=len(batch), error=type(exc).__name__)
+            self._uncount(batch)
+
+    async def flush(self) -> None:
+        """Write the delivered attempts that wait (before the store closes)."""
+        self._write_soon()
+        await asyncio.gather(*self._writes, return_exceptions=True)
+
+    def _uncount(self, batch: list[_Soon]) -> None:
+        with self._lock:
+            for soon in batch:
+                if soon.counted:
+                    soon.counted = False
+                    self._unsettled[soon.hook_id] -= 1
+
+    def _settle_soon_rows(self, db: sqlite3.Connection, batches: list[list[_Soon]]) -> None:
+        for batch in batches:
+            self._uncount(batch)  # their rows free their leases in this write
+        self._settle_rows(db, [s.outcome for b in batches for s in b], release=False)
+
+    def _settle_rows(
+        self, db: sqlite3.Connection, outcomes: list[Outcome], release: bool = True
+    ) -> None:
+        """Write the attempts; ``release``: free their in-flight slots too (settle_soon freed
+        them when they ended)."""
         ids = [o.delivery_id for o in outcomes]
         marks = ",".join("?" * len(ids))
         rows = {
@@ -295,7 +386,9 @@ class SQLiteWebhooks:
             )
             updates.append((made.state.value, made.attempt, made.next_attempt_at, row["seq"]))
             hook_id = row["webhook_id"]
-            self._leased[hook_id] = max(0, self._leased.get(hook_id, 0) - 1)
+            if release:
+                with self._lock:
+                    self._leased[hook_id] = max(0, self._leased.get(hook_id, 0) - 1)
             freed[hook_id] = max(made.at, freed.get(hook_id, made.at))
             if made.disable or made.state is DeliveryState.FAILED:
                 more.append((row, made, ended))
@@ -323,6 +416,8 @@ class SQLiteWebhooks:
         if hook is None or hook.disabled_at is not None or room <= 0:
             return
         rows = db.execute(_DUE_OF_ONE, (hook_id, now, room)).fetchall()
+        if len(rows) < room:
+            self._backlog.discard(hook_id)  # all it had due is in flight now
         if not rows:
             return
         lease_until = now + LEASE_S
@@ -345,7 +440,8 @@ class SQLiteWebhooks:
             "UPDATE webhook_deliveries SET lease_until = ? WHERE delivery_id = ?",
             [(lease_until, d.delivery_id) for d in dues],
         )
-        self._leased[hook_id] = self._leased.get(hook_id, 0) + len(dues)
+        with self._lock:
+            self._leased[hook_id] = self._leased.get(hook_id, 0) + len(dues)
         note(db, dues)
 
     def _ended(self, db: sqlite3.Connection, row: Any, made: Outcome, ended: bool) -> None:

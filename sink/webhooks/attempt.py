@@ -1,0 +1,45 @@
+"""One attempt at a delivery: sign it, POST it, say what came of it (in-process or in the
+delivery child, ``child.py``).
+
+An attempt is one POST of the delivery's stored body with fresh Standard Webhooks headers
+(the timestamp is the attempt's), on ``http.py``'s kept-alive connections, no redirects
+followed, ``ATTEMPT_S`` in all. Its result is the answer's status (None: no answer) and a
+short cause for anything but a 2xx: ``http_500``, ``gone`` (410), ``timeout``, ``connect``,
+``protocol``, ``network``, never a body or a secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from sink.webhook_signature import signed_headers
+from sink.webhooks.http import Http1, ProtocolError
+
+ATTEMPT_S = 5.0  # a 2xx within this is delivered; after it the attempt is a timeout
+USER_AGENT = "runsink-webhooks"
+
+
+async def post(
+    http: Http1, url: str, secret: str, event_id: str, timestamp: int, body: bytes
+) -> tuple[int | None, str | None]:
+    """(status, error) of one signed POST; error None means delivered."""
+    headers = signed_headers(secret, event_id, timestamp, body)
+    headers["user-agent"] = USER_AGENT
+    status: int | None = None
+    try:
+        async with asyncio.timeout(ATTEMPT_S):
+            status = await http.post(url, body, headers)
+    except TimeoutError:
+        return status, "timeout"
+    except (ConnectionRefusedError, socket.gaierror):
+        return status, "connect"
+    except ProtocolError:
+        return status, "protocol"
+    except (OSError, asyncio.IncompleteReadError):
+        return status, "network"
+    except Exception as exc:  # never a crash: a failed attempt, retried
+        return status, type(exc).__name__.lower()
+    if 200 <= status < 300:
+        return status, None
+    return status, "gone" if status == 410 else f"http_{status}"

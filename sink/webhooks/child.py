@@ -1,0 +1,194 @@
+"""The delivery child: a process of its own that makes the attempts, off the ingest process.
+
+    child = Child(on_outcome, on_restart)   # the worker's
+    await child.run(stopping)               # starts it at the first send, restarts it if it dies
+    child.send(key, url, secret, event_id, timestamp, body)  # False: none runs yet
+
+Signing and POSTing a delivery (``attempt.py``) costs the process that does it about as
+much CPU as storing the message did; here it runs in ``python -m sink.webhooks.child``,
+so the server's event loop (and its GIL) pays a few microseconds of pipe per attempt.
+The server keeps everything else: the outbox, the leases, the schedule, the settles.
+
+On the pipe, server to child: a JSON line ``[key, url, secret, event_id, timestamp, n]``
+then the body's ``n`` bytes; child to server: a line ``key status error`` (``-`` for
+none), one per attempt, as it ends. The child ends when its stdin closes (the server
+stopped, or was killed: nothing is left behind). If the child dies, ``on_restart`` is told
+once a new one runs (the first one too): the worker sends it the attempts that had no
+answer (not settled, they are made again: at least once) and those that waited for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import Callable
+
+from sink.webhooks.attempt import post
+from sink.webhooks.http import Http1
+
+IN_FLIGHT = 64  # attempts in flight in the child (the worker never sends more)
+_RESTART_S = (0.05, 0.25, 1.0, 2.0)  # waits before restarting a child that died, growing
+
+Outcome = Callable[[str, int | None, str | None], None]
+
+
+class Child:
+    """The server's side: the child process, its pipe, its restarts."""
+
+    def __init__(self, on_outcome: Outcome, on_restart: Callable[[], None]) -> None:
+        self._on_outcome = on_outcome
+        self._on_restart = on_restart
+        self._process: asyncio.subprocess.Process | None = None
+        self._ready = asyncio.Event()
+        self._wanted = asyncio.Event()
+        self.restarts = 0
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    def send(
+        self, key: str, url: str, secret: str, event_id: str, timestamp: int, body: bytes
+    ) -> bool:
+        """Hand one attempt to the child; False if none runs (the worker keeps it and sends
+        it again at the restart)."""
+        process = self._process
+        if not self._ready.is_set() or process is None or process.stdin is None:
+            self._wanted.set()  # the first attempt starts the child
+            return False
+        head = json.dumps([key, url, secret, event_id, timestamp, len(body)])
+        process.stdin.write(head.encode() + b"\n" + body)
+        return True
+
+    def close(self) -> None:
+        """Stopping: the child ends at the end of its input (what it had in flight is not
+        answered: made again after the restart)."""
+        process = self._process
+        if process is not None and process.stdin is not None:
+            process.stdin.close()
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        failures = 0
+        try:
+            # Started at the first attempt: a server without webhooks never runs one.
+            wanted = asyncio.ensure_future(self._wanted.wait())
+            halted = asyncio.ensure_future(stopping.wait())
+            await asyncio.wait({wanted, halted}, return_when=asyncio.FIRST_COMPLETED)
+            wanted.cancel()
+            halted.cancel()
+            while not stopping.is_set():
+                started = await self._start()
+                if started:
+                    self._on_restart()  # what waited for it, or the one before left unanswered
+                    self.restarts += 1
+                    failures = 0
+                    await self._read(stopping)
+                if stopping.is_set():
+                    break
+                from sink.logs import warn  # (logs are the server's: not in the child)
+
+                code = None if self._process is None else self._process.returncode
+                warn("webhook_child_died", returncode=code)
+                wait = _RESTART_S[min(failures, len(_RESTART_S) - 1)]
+                failures += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopping.wait(), wait)
+        finally:
+            self._ready.clear()
+            await self._stop()
+
+    async def _start(self) -> bool:
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "sink.webhooks.child",
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+            )
+        except OSError:
+            self._process = None
+            return False
+        self._ready.set()
+        return True
+
+    async def _read(self, stopping: asyncio.Event) -> None:
+        process = self._process
+        assert process is not None and process.stdout is not None
+        stdout = process.stdout
+        try:
+            while not stopping.is_set():
+                line = await stdout.readline()
+                if not line:
+                    break
+                key, status, error = line.decode().split()
+                self._on_outcome(
+                    key, None if status == "-" else int(status), None if error == "-" else error
+                )
+        except (OSError, ValueError):
+            pass  # a child that writes nonsense is ended and started anew
+        finally:
+            self._ready.clear()
+            await self._stop()
+
+    async def _stop(self) -> None:
+        process = self._process
+        if process is None:
+            return
+        if process.returncode is None:
+            if process.stdin is not None:
+                process.stdin.close()  # the child ends at EOF
+            try:
+                await asyncio.wait_for(process.wait(), 1.0)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()
+
+
+# -- the child process ---------------------------------------------------------------------
+
+
+async def _serve() -> None:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=2**20)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    transport, protocol = await loop.connect_write_pipe(
+        asyncio.streams.FlowControlMixin, sys.stdout
+    )
+    out = asyncio.StreamWriter(transport, protocol, None, loop)
+    http = Http1(IN_FLIGHT)
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def attempt(key: str, url: str, secret: str, event_id: str, ts: int, body: bytes) -> None:
+        status, error = await post(http, url, secret, event_id, ts, body)
+        out.write(f"{key} {'-' if status is None else status} {error or '-'}\n".encode())
+
+    try:
+        while True:
+            line = await reader.readline()
+            if not line:
+                return  # the server closed the pipe: it stopped, or died
+            key, url, secret, event_id, ts, size = json.loads(line)
+            body = await reader.readexactly(size)
+            task = asyncio.create_task(attempt(key, url, secret, event_id, ts, body))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+    except (asyncio.IncompleteReadError, ValueError):
+        return
+    finally:
+        for task in list(tasks):
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await http.close()
+
+
+def main() -> None:
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve())
+
+
+if __name__ == "__main__":
+    main()
