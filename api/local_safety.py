@@ -15,9 +15,10 @@ this one. Two attacks reach it (they reached Mailpit and MailHog users):
   ``--allowed-origins`` names it (``WriteRule``). Nothing here answers a CORS preflight
   permissively: no route sends ``Access-Control-Allow-*``.
 
-``LocalSafety`` sits in front of everything (the wait path, the UI, MCP), so there is
-one rule for every route; ``/healthz`` and ``/readyz`` skip the Host check, since
-container runtimes probe them by whatever address they see.
+``LocalSafety`` sits in front of everything (the wait path, the UI, MCP, the health
+checks), so there is one rule for every route, as the contract says. A probe still gets
+through: a container runtime's from inside asks 127.0.0.1, and an orchestrator's asks the
+address of a server bound to every address, where any IP literal is served.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.context import KEY as CONTEXT
-from api.endpoints import FORM_PATHS, OPEN_PATHS
+from api.endpoints import FORM_PATHS
 from api.errors import error_response
 from api.middleware import begin, outgoing, record
 from api.ui.access import same_origin
@@ -202,7 +203,7 @@ class LocalSafety:
 
     def _refusal(self, scope: Scope, headers: Headers) -> tuple[int, str, str] | None:
         host = headers.get("host")
-        if scope["path"] not in OPEN_PATHS and not self.hosts.serves(host):
+        if not self.hosts.serves(host):
             shown = (host or "")[:100]
             return (
                 421,

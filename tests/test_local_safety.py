@@ -8,6 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from api.local_safety import HostRule
 from tests.support import Server, create_inbox, new_run_id, start_server
 
 REBOUND = "rebind.attacker.example"
@@ -58,13 +59,22 @@ def test_a_rebound_host_is_421_on_every_route_family(server: Server) -> None:
 
 
 def test_loopback_names_and_literals_are_served(server: Server) -> None:
-    """localhost, 127.0.0.1 and [::1] (any port) are served; so is a health check from any Host."""
+    """localhost, 127.0.0.1 and [::1] (any port) are served, the health checks as any route."""
     with server.http() as client:
         for host in ("localhost", f"localhost:{server.http_port}", "127.0.0.1:1", "[::1]:9"):
             response = client.get("/v1/messages?query=reset", headers={"Host": host})
             assert response.status_code == 200, (host, response.text)
+            for path in ("/healthz", "/readyz"):
+                assert client.get(path, headers={"Host": host}).status_code == 200, (path, host)
+
+
+def test_the_health_checks_follow_the_host_rule_too(server: Server) -> None:
+    """The contract's "on every route": /healthz and /readyz answer 421 to a rebound name."""
+    with server.http() as client:
         for path in ("/healthz", "/readyz"):
-            assert client.get(path, headers={"Host": "172.17.0.2:8025"}).status_code == 200
+            response = client.get(path, headers={"Host": f"{REBOUND}:{server.http_port}"})
+            assert response.status_code == 421, (path, response.text)
+            assert response.json()["error"]["code"] == "host_not_allowed"
 
 
 @pytest.fixture(scope="module")
@@ -189,3 +199,13 @@ def test_mcp_get_stream_is_405(server: Server) -> None:
     with server.http() as client:
         response = client.get("/mcp", headers={"Accept": "text/event-stream"})
     assert response.status_code == 405 and "POST" in response.headers["allow"]
+
+
+def test_a_server_bound_to_every_address_serves_a_probe_by_its_container_address() -> None:
+    """Bound to 0.0.0.0 (a container), any IP literal is served (an orchestrator's probe by the
+    pod's address), a name only when allowed; on loopback only loopback literals are."""
+    everywhere = HostRule.of("0.0.0.0", ())
+    assert everywhere.serves("172.17.0.2:8025") and everywhere.serves("[fd00::2]:8025")
+    assert not everywhere.serves(f"{REBOUND}:8025")
+    loopback = HostRule.of("127.0.0.1", ())
+    assert loopback.serves("127.0.0.1:8025") and not loopback.serves("172.17.0.2:8025")
