@@ -289,6 +289,10 @@ class Ingest:
     ratios: list[float] = field(default_factory=list)
     plain_cpu_us: list[float] = field(default_factory=list)  # server CPU per stored message
     hooked_cpu_us: list[float] = field(default_factory=list)  # ... its deliveries included
+    hooked_own_us: list[float] = field(default_factory=list)  # ... of that, the server process
+    receiver_us: list[float] = field(default_factory=list)  # this process's CPU per delivery
+    plain_busy: list[float] = field(default_factory=list)  # the machine's busy cores, sending
+    hooked_busy: list[float] = field(default_factory=list)
     delivered: int = 0
 
 
@@ -308,11 +312,23 @@ async def measure_ingest(
             targets[server.name] = create_inbox(server.url, run_id)["address"]
         loop = asyncio.get_running_loop()
         sent_to_hook = 0
+        # A round not counted first: the hooked server is fresh (the other one served the
+        # latency and rate runs), and its first deliveries start its delivery child.
+        for server in (plain, hooked):
+            warm = await loop.run_in_executor(
+                None, lambda s=server: run_sender(s.smtp_port, targets[s.name], 8, 0.5)
+            )
+            if server is hooked:
+                sent_to_hook += int(warm["sent"])
+        await _until(
+            receiver.changed, lambda: receiver.deliveries >= sent_to_hook, "the warm-up deliveries"
+        )
         for repeat in range(repeats):
             pair = [plain, hooked] if repeat % 2 == 0 else [hooked, plain]
             rates: dict[str, float] = {}
             for server in pair:
-                cpu_before = server.cpu_s()
+                cpu_before, own_before = server.cpu_s(), _own_cpu_s(server.pid)
+                mine_before, machine_before = time.process_time(), _machine()
                 result = await loop.run_in_executor(
                     None,
                     lambda s=server: run_sender(
@@ -320,6 +336,8 @@ async def measure_ingest(
                     ),
                 )
                 rates[server.name] = float(result["rate"])
+                busy = _busy_cores(machine_before, _machine())
+                (figures.hooked_busy if server is hooked else figures.plain_busy).append(busy)
                 if server is hooked:
                     # Its deliveries go on after the sending stops: let them finish before
                     # the next measurement, so they count against this server only.
@@ -331,8 +349,12 @@ async def measure_ingest(
                     )
                 # The server's CPU per message, from the first send to the last delivery
                 # (the warm-up's messages too: that is what it stored and delivered).
-                cpu_us = (server.cpu_s() - cpu_before) / max(1, int(result["sent"])) * 1e6
+                sent = max(1, int(result["sent"]))
+                cpu_us = (server.cpu_s() - cpu_before) / sent * 1e6
                 (figures.hooked_cpu_us if server is hooked else figures.plain_cpu_us).append(cpu_us)
+                if server is hooked:
+                    figures.hooked_own_us.append((_own_cpu_s(server.pid) - own_before) / sent * 1e6)
+                    figures.receiver_us.append((time.process_time() - mine_before) / sent * 1e6)
             figures.plain.append(rates[plain.name])
             figures.hooked.append(rates[hooked.name])
             ratio = rates[hooked.name] / rates[plain.name] if rates[plain.name] else 0.0
@@ -347,6 +369,25 @@ async def measure_ingest(
         return figures
     finally:
         await receiver.close()
+
+
+def _own_cpu_s(pid: int) -> float:
+    """A process's own CPU seconds, without its children's (``ServerProcess.cpu_s`` has both)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _machine() -> tuple[int, int]:
+    """(all, idle) jiffies of every core so far (/proc/stat)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(values), values[3] + values[4]
+
+
+def _busy_cores(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """How many of the machine's cores were busy between two _machine() readings (everything
+    on it: the server, the sender, the receiver, anyone else's work)."""
+    total, idle = after[0] - before[0], after[1] - before[1]
+    return (1 - idle / total) * (os.cpu_count() or 1) if total else 0.0
 
 
 # -- report --------------------------------------------------------------------------------
@@ -386,7 +427,11 @@ def report(
         f"ingest at 8 connections ({len(ingest.ratios)} rounds of {args.duration:g} s, median): "
         f"without a webhook {plain:.0f} msg/s, with one {hooked:.0f} msg/s, ratio {ratio:.3f} "
         f"({ingest.delivered} deliveries made meanwhile); runsink CPU per message "
-        f"{plain_cpu:.0f} µs without, {hooked_cpu:.0f} µs with its delivery"
+        f"{plain_cpu:.0f} µs without, {hooked_cpu:.0f} µs with its delivery (the server "
+        f"process {median(ingest.hooked_own_us):.0f} µs, its delivery child the rest); the "
+        f"receiver (this process) {median(ingest.receiver_us):.0f} µs per delivery; the "
+        f"machine's {os.cpu_count()} cores busy {median(ingest.plain_busy):.2f} without, "
+        f"{median(ingest.hooked_busy):.2f} with (everything on it)"
     )
     print()
     within = hook_p50 <= 2 * sse_p50
@@ -410,6 +455,10 @@ def report(
             "ratios": ingest.ratios,
             "cpu_us_without": plain_cpu,
             "cpu_us_with": hooked_cpu,
+            "cpu_us_with_server_process": median(ingest.hooked_own_us),
+            "receiver_cpu_us_per_delivery": median(ingest.receiver_us),
+            "busy_cores_without": median(ingest.plain_busy),
+            "busy_cores_with": median(ingest.hooked_busy),
         },
     }
 

@@ -107,6 +107,11 @@ def quiet_http_server(access_logger: str, *loggers: str) -> None:
         logging.getLogger(name).propagate = True
 
 
+def enabled(level: int) -> bool:
+    """Whether a line at ``level`` is written (skip building its fields when it is not)."""
+    return level >= _OUTPUT.level
+
+
 def log(event: str, level: int = logging.INFO, **fields: Any) -> None:
     if level >= _OUTPUT.level:
         _OUTPUT.write(_render(time.time(), level, event, fields))

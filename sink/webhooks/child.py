@@ -43,6 +43,7 @@ class Child:
         self._process: asyncio.subprocess.Process | None = None
         self._ready = asyncio.Event()
         self._wanted = asyncio.Event()
+        self._out: list[bytes] = []  # frames of this turn of the loop, not written yet
         self.restarts = 0
 
     @property
@@ -59,8 +60,16 @@ class Child:
             self._wanted.set()  # the first attempt starts the child
             return False
         head = json.dumps([key, url, secret, event_id, timestamp, len(body)])
-        process.stdin.write(head.encode() + b"\n" + body)
+        self._out += (head.encode(), b"\n", body)
+        if len(self._out) == 3:  # the first of this turn: written at its end, all in one
+            asyncio.get_running_loop().call_soon(self._write)
         return True
+
+    def _write(self) -> None:
+        out, self._out = self._out, []
+        process = self._process
+        if out and process is not None and process.stdin is not None:
+            process.stdin.write(b"".join(out))
 
     def close(self) -> None:
         """Stopping: the child ends at the end of its input (what it had in flight is not
@@ -118,19 +127,23 @@ class Child:
         process = self._process
         assert process is not None and process.stdout is not None
         stdout = process.stdout
+        rest = b""
         try:
             while not stopping.is_set():
-                line = await stdout.readline()
-                if not line:
+                chunk = await stdout.read(65536)  # every answer that came, at once
+                if not chunk:
                     break
-                key, status, error = line.decode().split()
-                self._on_outcome(
-                    key, None if status == "-" else int(status), None if error == "-" else error
-                )
+                *lines, rest = (rest + chunk).split(b"\n")
+                for line in lines:
+                    key, status, error = line.decode().split()
+                    self._on_outcome(
+                        key, None if status == "-" else int(status), None if error == "-" else error
+                    )
         except (OSError, ValueError):
             pass  # a child that writes nonsense is ended and started anew
         finally:
             self._ready.clear()
+            self._out = []  # not written to this child: sent to the next (on_restart)
             await self._stop()
 
     async def _stop(self) -> None:
@@ -161,10 +174,17 @@ async def _serve() -> None:
     out = asyncio.StreamWriter(transport, protocol, None, loop)
     http = Http1(IN_FLIGHT)
     tasks: set[asyncio.Task[None]] = set()
+    answers: list[str] = []  # of this turn of the loop: written at its end, in one write
+
+    def answer() -> None:
+        out.write("".join(answers).encode())
+        answers.clear()
 
     async def attempt(key: str, url: str, secret: str, event_id: str, ts: int, body: bytes) -> None:
         status, error = await post(http, url, secret, event_id, ts, body)
-        out.write(f"{key} {'-' if status is None else status} {error or '-'}\n".encode())
+        answers.append(f"{key} {'-' if status is None else status} {error or '-'}\n")
+        if len(answers) == 1:
+            loop.call_soon(answer)
 
     try:
         while True:

@@ -34,10 +34,11 @@ import asyncio
 import contextlib
 import logging
 import time
+from typing import Any
 
 from sink.clock import Clock
 from sink.errors import StorageError
-from sink.logs import log, warn
+from sink.logs import enabled, log, warn
 from sink.metrics import Metrics
 from sink.webhooks import schedule
 from sink.webhooks.attempt import post
@@ -74,6 +75,7 @@ class Worker:
         self._child = Child(self._answered, self._resend) if child else None
         self._sent: dict[str, tuple[Due, float]] = {}  # in flight in the child, by key
         self._keys = 0
+        self._counted: dict[str, Any] = {}  # the deliveries metric, by result (labels() costs)
         self._running = False
         self._due_at: float | None = None  # when the next delivery is due, at the last look
         # The last round saw deliveries due that it did not take (the caps): an attempt that
@@ -227,10 +229,17 @@ class Worker:
     def _ended_as(self, due: Due, status: int | None, error: str | None, started: float) -> Outcome:
         """The attempt's outcome, counted and logged."""
         outcome = self._outcome(due, status, error)
-        self._metrics.webhook_deliveries.labels(_result(outcome)).inc()
+        result = _result(outcome)
+        counter = self._counted.get(result)
+        if counter is None:
+            counter = self._counted[result] = self._metrics.webhook_deliveries.labels(result)
+        counter.inc()
+        level = logging.DEBUG if outcome.state is DeliveryState.DELIVERED else logging.INFO
+        if not enabled(level):
+            return outcome
         log(
             "webhook_attempt",
-            logging.DEBUG if outcome.state is DeliveryState.DELIVERED else logging.INFO,
+            level,
             webhook_id=due.webhook_id,
             delivery_id=due.delivery_id,
             run_id=due.run_id,
