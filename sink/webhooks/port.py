@@ -30,7 +30,7 @@ class NextDue(NamedTuple):
 class WebhookStore(Protocol):
     wake: Callable[[], None] | None  # set by the delivery worker: deliveries were queued
     # Set by the worker too, for a store that leases new deliveries to it in their own
-    # commit (SQLite): these were, attempt them now.
+    # commit (SQLite, PostgreSQL): these were, attempt them now.
     hand: Callable[[list[Due]], None] | None
     # True for a store that, in the commit settling an attempt, also leases that webhook's
     # next due deliveries to the worker (``hand``, SQLite): the end of an attempt then needs

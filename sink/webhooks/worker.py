@@ -2,7 +2,7 @@
 
     worker = Worker(store, metrics, clock)   # started by the Runtime
     store.wake = worker.wake                 # a commit that queues deliveries wakes it at once
-    store.hand = worker.hand                 # or (SQLite) hands them over, leased already
+    store.hand = worker.hand                 # or hands them over, leased already
     await worker.run(stopping)
 
 Each round leases what is due (``take_due``: at most 8 in flight per webhook, across
@@ -15,7 +15,7 @@ once (``resume``: after a restart each gets an attempt within seconds, its retry
 notwithstanding), and each round (once a second at most) frees the leases of replicas that
 are gone (``reclaim``), so a replica killed mid-attempt leaves its deliveries to the others
 within ``LOOK_S`` and a second, not its 10 s leases. An attempt that ends delivered with
-nothing waiting wakes nobody: with the hand-off (SQLite) a steady stream of deliveries
+nothing waiting wakes nobody: with the hand-off a steady stream of deliveries
 needs no round at all.
 An attempt is one signed POST (``attempt.py``: 5 s in all, no redirects), made by the
 delivery child (``child.py``, a process of its own: the loop that takes mail pays a pipe
@@ -96,8 +96,8 @@ class Worker:
 
     def hand(self, dues: list[Due]) -> None:
         """Deliveries the store leased to this worker in the commit that wrote them: their
-        first attempts start now, without a round (SQLite)."""
-        if self._running:  # else: their leases run out (SQLite frees them at the next open)
+        first attempts start now, without a round."""
+        if self._running:  # else: their leases run out (or a restart frees them)
             for due in dues:
                 self._start(due)
 

@@ -9,6 +9,7 @@
 CREATE OR REPLACE FUNCTION runsink_events_to_webhooks() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     added TEXT;
+    hooks TEXT;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM webhooks WHERE disabled_at IS NULL) THEN
         RETURN NULL;  -- no webhook: the ingest path pays this one index probe
@@ -31,9 +32,10 @@ BEGIN
           AND NOT (n.type = 'webhook_failed'
                    AND (n.detail_json::jsonb ->> 'webhook_id') = w.webhook_id)
         ORDER BY n.id
-        RETURNING seq
+        RETURNING seq, webhook_id
     )
-    SELECT string_agg(seq::text, ',') INTO added FROM made;
+    SELECT string_agg(seq::text, ','), string_agg(DISTINCT webhook_id, ',')
+    INTO added, hooks FROM made;
     IF added IS NULL THEN
         RETURN NULL;
     END IF;
@@ -41,6 +43,10 @@ BEGIN
         -- The inserting replica hands these over (runsink_hand_over, before its COMMIT).
         PERFORM set_config('runsink.added',
                            concat_ws(',', NULLIF(current_setting('runsink.added', true), ''), added),
+                           true),
+                set_config('runsink.added_hooks',
+                           concat_ws(',', NULLIF(current_setting('runsink.added_hooks', true), ''),
+                                     hooks),
                            true);
     ELSE
         PERFORM pg_notify('runsink', 'db h');  -- every replica's worker looks at once
@@ -49,61 +55,65 @@ BEGIN
 END
 $$;
 
--- The deliveries this transaction's events statement wrote (runsink.added) that its replica
--- may lease now, leased to it (until lease_until, in holder's name) and returned with their
--- webhook's url and secret: their webhooks locked to COMMIT (SKIP LOCKED: a webhook another
--- transaction is taking or handing over keeps its new deliveries for the workers), then, in
--- a snapshot taken after the lock (so the leases its last holder committed count), at most
--- cap leased per webhook, as take_due counts them. The rest wake every replica's worker
--- ('db h'). Planned at each call: a plan cached while the tables were small would scan them.
+-- Leases of pending deliveries by webhook: what the hand-off counts against the cap, without
+-- reading a webhook's backlog (only its leased rows).
+CREATE INDEX webhook_deliveries_leased ON webhook_deliveries (webhook_id, lease_until)
+    WHERE state = 'pending';
+
+-- The deliveries this transaction's events statement wrote (runsink.added, of the webhooks in
+-- runsink.added_hooks) that its replica may lease now, leased to it (until lease_until, in
+-- holder's name) and returned with their webhook's url and secret: their webhooks locked to
+-- COMMIT (SKIP LOCKED: a webhook another transaction is taking or handing over keeps its new
+-- deliveries for the workers), then, in a snapshot taken after the lock (so the leases its
+-- last holder committed count), at most cap leased per webhook, as take_due counts them. The
+-- rest wake every replica's worker ('db h'). Its plans are made once per connection and are
+-- index scans whatever the tables' sizes were then (enable_seqscan off: a plan made while
+-- they were small would read them whole once they are not).
 CREATE FUNCTION runsink_hand_over(now DOUBLE PRECISION, cap INTEGER,
                                   lease_until DOUBLE PRECISION, holder INTEGER)
 RETURNS TABLE (hand_seq BIGINT, hand_delivery TEXT, hand_webhook TEXT, hand_kind TEXT,
                hand_row BIGINT, hand_run TEXT, hand_url TEXT, hand_secret TEXT)
-LANGUAGE plpgsql ROWS 8 SET plan_cache_mode = force_custom_plan AS $$
+LANGUAGE plpgsql ROWS 8 SET enable_seqscan = off AS $$
 DECLARE
     added BIGINT[] := string_to_array(NULLIF(current_setting('runsink.added', true), ''), ',');
+    wanted TEXT[] := string_to_array(current_setting('runsink.added_hooks', true), ',');
     hooks TEXT[];
-    taken BIGINT[];
+    handed INTEGER;
 BEGIN
-    PERFORM set_config('runsink.hand', '', true);
-    PERFORM set_config('runsink.added', '', true);
+    PERFORM set_config('runsink.hand', '', true), set_config('runsink.added', '', true),
+            set_config('runsink.added_hooks', '', true);
     IF added IS NULL THEN
         RETURN;
     END IF;
     SELECT array_agg(h.webhook_id) INTO hooks FROM (
         SELECT w.webhook_id FROM webhooks w
-        WHERE w.disabled_at IS NULL AND w.webhook_id IN (
-            SELECT d.webhook_id FROM webhook_deliveries d WHERE d.seq = ANY (added))
+        WHERE w.webhook_id = ANY (wanted) AND w.disabled_at IS NULL
         ORDER BY w.webhook_id
         FOR UPDATE SKIP LOCKED
     ) h;
-    SELECT array_agg(r.seq) INTO taken FROM (
+    RETURN QUERY
+    WITH mine AS (
         SELECT d.seq, d.webhook_id,
                row_number() OVER (PARTITION BY d.webhook_id ORDER BY d.seq) AS rn
         FROM webhook_deliveries d
         WHERE d.seq = ANY (added) AND d.webhook_id = ANY (hooks)
-    ) r LEFT JOIN (
+    ), busy AS (
         SELECT l.webhook_id, COUNT(*) AS n FROM webhook_deliveries l
         WHERE l.webhook_id = ANY (hooks) AND l.state = 'pending' AND l.lease_until > now
         GROUP BY l.webhook_id
-    ) l ON l.webhook_id = r.webhook_id
-    WHERE r.rn <= cap - COALESCE(l.n, 0);
-    IF cardinality(taken) IS DISTINCT FROM cardinality(added) THEN
-        PERFORM pg_notify('runsink', 'db h');
-    END IF;
-    IF taken IS NULL THEN
-        RETURN;
-    END IF;
-    RETURN QUERY
-    WITH leased AS (
+    ), leased AS (
         UPDATE webhook_deliveries d SET lease_until = runsink_hand_over.lease_until,
                                         lease_holder = holder
-        WHERE d.seq = ANY (taken)
+        FROM mine m LEFT JOIN busy b ON b.webhook_id = m.webhook_id
+        WHERE d.seq = m.seq AND m.rn <= cap - COALESCE(b.n, 0)
         RETURNING d.seq, d.delivery_id, d.webhook_id, d.kind, d.event_row, d.run_id
     )
     SELECT l.seq, l.delivery_id, l.webhook_id, l.kind, l.event_row, l.run_id, w.url, w.secret
     FROM leased l JOIN webhooks w ON w.webhook_id = l.webhook_id
     ORDER BY l.seq;
+    GET DIAGNOSTICS handed = ROW_COUNT;
+    IF handed < cardinality(added) THEN
+        PERFORM pg_notify('runsink', 'db h');
+    END IF;
 END
 $$;
