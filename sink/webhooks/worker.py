@@ -19,7 +19,8 @@ nothing waiting wakes nobody: with the hand-off a steady stream of deliveries
 needs no round at all.
 An attempt is one signed POST (``attempt.py``: 5 s in all, no redirects), made by the
 delivery child (``child.py``, a process of its own: the loop that takes mail pays a pipe
-write and a line read per attempt; ``child=False`` makes them here, in tasks); a 2xx is
+write and a line read per attempt) whenever others are in flight; alone (sparse mail), or
+with ``child=False``, it is made here, in a task, without the hop; a 2xx is
 delivered, a 410 disables the webhook, anything else is retried on the schedule
 (``schedule.py``) until the last attempt, which fails the delivery. A delivered attempt is
 written with the others that end near it (``settle_soon``, SQLite), the rest at once. A
@@ -166,7 +167,10 @@ class Worker:
         return min(wait, LOOK_S)
 
     def _start(self, due: Due) -> None:
-        if self._child is not None:
+        # With nothing in flight the attempt is made here, at once: sparse mail gets the
+        # lowest latency (no hop through the child). Beside others (a stream of mail) it goes
+        # to the child, off the loop that takes the mail.
+        if self._child is not None and (self._sent or self._tasks):
             self._keys += 1
             key = str(self._keys)
             self._sent[key] = (due, time.monotonic())
