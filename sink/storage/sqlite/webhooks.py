@@ -139,8 +139,21 @@ class SQLiteWebhooks:
         handed = self._hand_off(db, added) if self.hand is not None else []
         _insert_deliveries(db, added, {d.delivery_id: d.lease_until for d in handed})
         note(db, handed)  # to the worker once this commit is durable (SQLiteStore._committed)
-        if len(handed) < len(added):
+        if self.hand is None or self._left_unhanded(added, handed):
             self._wake_soon()
+
+    def _left_unhanded(self, added: list[Delivery], handed: list[Due]) -> bool:
+        """Deliveries not handed over that no attempt in flight will refill: a webhook at its
+        cap (8 leased to this worker) gets its next ones from the settle of each attempt that
+        ends (``_refill``), so the worker needs no round (a transaction and two reads) per
+        commit while a stream of mail keeps it at its cap."""
+        if len(handed) == len(added):
+            return False
+        taken = {d.delivery_id for d in handed}
+        with self._lock:
+            return any(
+                self._leased.get(d.webhook_id, 0) <= 0 for d in added if d.delivery_id not in taken
+            )
 
     def _hand_off(self, db: sqlite3.Connection, added: list[Delivery]) -> list[Due]:
         """Lease new deliveries to this process's worker in the transaction that writes them
