@@ -19,6 +19,7 @@ from sink.storage.base import Event, Incoming
 from sink.storage.postgres import webhooks as pg_webhooks
 from sink.storage.postgres.store import PostgresStore
 from sink.storage.sqlite.store import SQLiteStore
+from sink.vocabulary import Reason
 from sink.webhook_signature import new_secret
 from sink.webhooks.model import DeliveryState, Outcome, Webhook, new_webhook_id
 from sink.webhooks.port import IN_FLIGHT_MAX, LEASE_S
@@ -847,5 +848,33 @@ def test_postgres_a_webhook_made_on_another_replica_gets_its_deliveries_at_once(
             await listening.close()
             for opened in (store, other):
                 await opened.close()
+
+    asyncio.run(scenario())
+
+
+def test_postgres_hands_over_an_expiry_and_a_release(pg_dsn: str) -> None:
+    """An inbox's expiry and its run's release (run events written by the sweeper's and the
+    API's transactions) are handed over as the mail's are: inbox and run_event deliveries."""
+
+    async def scenario() -> None:
+        handed: list[Any] = []
+        store = await _opened(pg_dsn, handed)
+        try:
+            await store.webhooks.create_webhook(_hook(events=("inbox", "run_event"), run_id="rx"))
+            new = new_inbox("rx", key=ids.new_inbox_id())
+            await store.create_inbox(new, created_event(new))
+            await _turn()
+            handed.clear()
+            await store.expire(new.inbox.expire(Reason.LEASE, clock.now()), 60)
+            await _turn()
+            bodies = [json.loads(d.body) for d in handed]
+            assert sorted(b["type"] for b in bodies) == ["inbox", "run_event"]
+            assert {b["data"].get("state") for b in bodies if b["type"] == "inbox"} == {"expired"}
+            handed.clear()
+            await store.release_run("rx", clock.now())
+            await _turn()
+            assert [json.loads(d.body)["data"]["type"] for d in handed] == ["released"]
+        finally:
+            await store.close()
 
     asyncio.run(scenario())

@@ -5,6 +5,7 @@ nothing needs it."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
 from sink.inbox import Inbox
@@ -17,9 +18,16 @@ from sink.vocabulary import State
 if TYPE_CHECKING:
     from sink.storage.postgres.driver import Connection
 
+# How events are written (the store's: handing their webhook deliveries over, webhooks.py).
+InsertEvents = Callable[["Connection", Iterable[Event]], Awaitable[None]]
+
 
 async def persist_expiry(
-    db: Connection, inbox: Inbox, retention_s: int, cause: str | None = None
+    db: Connection,
+    inbox: Inbox,
+    retention_s: int,
+    cause: str | None = None,
+    insert: InsertEvents = insert_events,
 ) -> bool:
     """Record ``inbox``'s expiry (if it is expired and not yet recorded): True if it was."""
     if inbox.state is not State.EXPIRED:
@@ -38,11 +46,17 @@ async def persist_expiry(
     )
     if status != "UPDATE 1":
         return False
-    await insert_events(db, [expired_event(inbox, cause)])
+    await insert(db, [expired_event(inbox, cause)])
     return True
 
 
-async def release(db: Connection, inbox_ids: list[str], now: float, runs: dict[str, str]) -> None:
+async def release(
+    db: Connection,
+    inbox_ids: list[str],
+    now: float,
+    runs: dict[str, str],
+    insert: InsertEvents = insert_events,
+) -> None:
     """Release these inboxes' evidence: bodies nothing else needs go, a ``released`` event each."""
     if not inbox_ids:
         return
@@ -74,6 +88,6 @@ async def release(db: Connection, inbox_ids: list[str], now: float, runs: dict[s
         now,
         inbox_ids,
     )
-    await insert_events(
+    await insert(
         db, [Event(run_id=runs[i], type="released", at=now, inbox_id=i) for i in inbox_ids]
     )

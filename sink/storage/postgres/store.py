@@ -539,7 +539,7 @@ class PostgresStore:
 
     async def expire(self, inbox: Inbox, retention_s: int) -> None:
         async def work(db: Connection) -> None:
-            if await persist_expiry(db, inbox, retention_s):
+            if await persist_expiry(db, inbox, retention_s, insert=self._insert_events):
                 await self._notify(db, "e", [inbox.inbox_id])
 
         await self.transaction("expire", work)
@@ -694,11 +694,17 @@ class PostgresStore:
             inboxes = [inbox_from_row(row) for row in rows]
             for inbox in inboxes:
                 if inbox.effective(now).state is not State.EXPIRED:
-                    await persist_expiry(db, inbox.expire(Reason.LEASE, now), 0, cause="released")
+                    await persist_expiry(
+                        db,
+                        inbox.expire(Reason.LEASE, now),
+                        0,
+                        cause="released",
+                        insert=self._insert_events,
+                    )
                 else:
-                    await persist_expiry(db, inbox.effective(now), 0)
+                    await persist_expiry(db, inbox.effective(now), 0, insert=self._insert_events)
             ids = [i.inbox_id for i in inboxes]
-            await release(db, ids, now, {i: run_id for i in ids})
+            await release(db, ids, now, {i: run_id for i in ids}, self._insert_events)
             await self._notify(db, "e", ids)
             return ids
 
@@ -729,9 +735,11 @@ class PostgresStore:
             )
             inboxes = [inbox_from_row(row) for row in rows]
             for inbox in inboxes:
-                await persist_expiry(db, inbox.effective(now), 0)
+                await persist_expiry(db, inbox.effective(now), 0, insert=self._insert_events)
             ids = [i.inbox_id for i in inboxes]
-            await release(db, ids, now, {i.inbox_id: i.run_id for i in inboxes})
+            await release(
+                db, ids, now, {i.inbox_id: i.run_id for i in inboxes}, self._insert_events
+            )
             await self._notify(db, "e", ids)
             return ids
 
