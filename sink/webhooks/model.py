@@ -14,6 +14,7 @@ import base64
 import json
 import os
 import secrets
+import time
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from fnmatch import fnmatchcase
@@ -151,8 +152,10 @@ def new_webhook_id() -> str:
 
 def new_delivery_id() -> str:
     """``dlv_`` and 32 hex digits, as PostgreSQL's outbox trigger makes them (b32encode is
-    pure Python: a tenth of this per delivery)."""
-    return "dlv_" + os.urandom(16).hex()
+    pure Python: a tenth of this per delivery): the first 12 the time in milliseconds, so a
+    commit's new ids go to the end of the unique index, not one page of it each, then 80
+    random bits."""
+    return f"dlv_{time.time_ns() // 1_000_000:012x}{os.urandom(10).hex()}"
 
 
 def deliveries_for(webhooks: list[Webhook], events: list[LiveEvent], now: float) -> list[Delivery]:
