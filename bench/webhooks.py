@@ -3,6 +3,7 @@
     .venv/bin/python bench/webhooks.py            # the full run (about two minutes)
     .venv/bin/python bench/webhooks.py --quick    # a smoke run (< 40 s)
     .venv/bin/python bench/webhooks.py --postgres # the same on PostgreSQL (its own cluster)
+    .venv/bin/python bench/webhooks.py --outbox-floor  # + ingest beside a receiver that never answers
 
 What it measures, on one runsink (SQLite; with ``--postgres`` a PostgreSQL it starts itself,
 tests/pg_cluster.py, one database per runsink) and a receiver in this process that verifies every
@@ -81,6 +82,7 @@ class Receiver:
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     server: asyncio.Server | None = None
     handlers: set[asyncio.Task[None]] = field(default_factory=set)
+    hold: bool = False  # read every request, answer none (the attempts time out)
 
     @property
     def url(self) -> str:
@@ -104,6 +106,9 @@ class Receiver:
         assert task is not None
         self.handlers.add(task)
         try:
+            while self.hold:
+                if not await reader.read(65536):
+                    return
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
                 headers = {}
@@ -299,10 +304,12 @@ class Ingest:
 
 
 async def measure_ingest(
-    plain: ServerProcess, hooked: ServerProcess, duration: float, repeats: int
+    plain: ServerProcess, hooked: ServerProcess, duration: float, repeats: int, hold: bool = False
 ) -> Ingest:
-    """Messages/s over 8 connections into a run without a webhook and one with one."""
-    receiver = Receiver()
+    """Messages/s over 8 connections into a run without a webhook and one with one. ``hold``:
+    the webhook's receiver never answers, so its deliveries are written to the outbox and at
+    most 8 attempts are in flight: what the durable outbox alone costs ingest."""
+    receiver = Receiver(hold=hold)
     await receiver.start()
     figures = Ingest()
     try:
@@ -322,9 +329,12 @@ async def measure_ingest(
             )
             if server is hooked:
                 sent_to_hook += int(warm["sent"])
-        await _until(
-            receiver.changed, lambda: receiver.deliveries >= sent_to_hook, "the warm-up deliveries"
-        )
+        if not hold:
+            await _until(
+                receiver.changed,
+                lambda: receiver.deliveries >= sent_to_hook,
+                "the warm-up deliveries",
+            )
         for server in (plain, hooked):
             await loop.run_in_executor(None, settle, server, 0)
         for repeat in range(repeats):
@@ -342,7 +352,7 @@ async def measure_ingest(
                 rates[server.name] = float(result["rate"])
                 busy = _busy_cores(machine_before, _machine())
                 (figures.hooked_busy if server is hooked else figures.plain_busy).append(busy)
-                if server is hooked:
+                if server is hooked and not hold:
                     # Its deliveries go on after the sending stops: let them finish before
                     # the next measurement, so they count against this server only.
                     sent_to_hook += int(result["sent"])
@@ -470,6 +480,20 @@ def report(
     }
 
 
+def report_floor(held: Ingest, args: argparse.Namespace) -> dict[str, Any]:
+    ratio = median(held.ratios)
+    print(
+        f"outbox floor: ingest at 8 connections with a webhook whose receiver never answers "
+        f"(every delivery written in its event's commit, at most 8 attempts in flight; "
+        f"{len(held.ratios)} rounds of {args.duration:g} s, median): without "
+        f"{median(held.plain):.0f} msg/s, with {median(held.hooked):.0f} msg/s, ratio "
+        f"{ratio:.3f} (rounds {min(held.ratios):.3f}-{max(held.ratios):.3f}); runsink CPU per "
+        f"message {median(held.plain_cpu_us):.0f} µs without, {median(held.hooked_cpu_us):.0f} "
+        f"µs with"
+    )
+    return {"ratio": ratio, "ratios": held.ratios, "without": median(held.plain)}
+
+
 async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     policy_file = folder / "policies.toml"
     policy_file.write_text(POLICIES)
@@ -492,7 +516,11 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         hook_ms, sse_ms = await measure_latency(first, args.count, args.gap)
         rate = await measure_rate(first, args.burst)
         ingest = await measure_ingest(first, second, args.duration, args.repeats)
-        return report(hook_ms, sse_ms, rate, ingest, args)
+        summary = report(hook_ms, sse_ms, rate, ingest, args)
+        if args.outbox_floor:
+            held = await measure_ingest(first, second, args.duration, args.repeats, hold=True)
+            summary["outbox_floor"] = report_floor(held, args)
+        return summary
     finally:
         for server in servers:
             server.stop()
@@ -512,6 +540,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, help="rounds of the ingest comparison")
     parser.add_argument(
         "--postgres", action="store_true", help="on a PostgreSQL this starts (not SQLite)"
+    )
+    parser.add_argument(
+        "--outbox-floor",
+        action="store_true",
+        help="also ingest with a webhook whose receiver never answers (the outbox's own cost)",
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
