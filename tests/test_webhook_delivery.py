@@ -356,3 +356,29 @@ def test_a_new_delivery_is_attempted_without_a_take_due_round(start: Start) -> N
     assert all(g.verified for g in got)
     assert sorted(g.body["data"]["subject"] for g in got) == ["Handed 0", "Handed 1", "Handed 2"]
     assert not {g.webhook_id for g in got} & set(taken)
+
+
+def test_a_lone_delivered_attempt_is_listed_at_once(
+    start: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attempt made alone (sparse mail) is written as it ends, not batched for a stream's
+    later write (SQLite's settle_soon, stretched to 30 s here): once the receiver has
+    answered, the listing shows it delivered within seconds."""
+    monkeypatch.setattr("sink.storage.sqlite.webhooks.SETTLE_SOON_S", 30.0)
+    server = start()
+    secret = new_secret()
+    receiver = Receiver(secret).start()
+    try:
+        run_id = new_run_id()
+        hook = _webhook(server, receiver.url, secret, run_id=run_id)
+        _mail(server, run_id)
+        receiver.until(lambda got: len(got) >= 1)
+        deadline = clock.now() + 10
+        rows = _until_rows(
+            server,
+            hook,
+            lambda rows: rows[0].state.value == "delivered" or clock.now() > deadline,
+        )
+    finally:
+        receiver.stop()
+    assert [(r.state.value, r.attempt) for r in rows] == [("delivered", 1)]

@@ -22,8 +22,10 @@ delivery child (``child.py``, a process of its own: the loop that takes mail pay
 write and a line read per attempt) whenever others are in flight; alone (sparse mail), or
 with ``child=False``, it is made here, in a task, without the hop; a 2xx is
 delivered, a 410 disables the webhook, anything else is retried on the schedule
-(``schedule.py``) until the last attempt, which fails the delivery. A delivered attempt is
-written with the others that end near it (``settle_soon``, SQLite), the rest at once. A
+(``schedule.py``) until the last attempt, which fails the delivery. A delivered attempt the
+child made is written with the others that end near it (``settle_soon``, SQLite); one made
+here (alone: whoever lists the deliveries once the receiver answered sees it) and the rest
+at once. A
 settle that cannot be written is left to the lease: the delivery is tried again (at least
 once, never lost).
 Logs name the webhook, delivery and attempt, never the URL, the secret or the body.
@@ -197,11 +199,9 @@ class Worker:
         status, error = await post(
             self._http, due.url, due.secret, due.event_id, now, due.body.encode()
         )
-        outcome = self._ended_as(due, status, error, started)
-        soon = self._store.settle_soon
-        if outcome.state is DeliveryState.DELIVERED and soon is not None and soon(due, outcome):
-            return  # written with the others within SETTLE_SOON_S (SQLite)
-        await self._settle(outcome)
+        # Made here, so alone (sparse mail): written at once, so whoever lists the deliveries
+        # when the receiver has answered sees it delivered (settle_soon is for streams).
+        await self._settle(self._ended_as(due, status, error, started))
 
     def _answered(self, key: str, status: int | None, error: str | None) -> None:
         """The child's answer for one attempt."""

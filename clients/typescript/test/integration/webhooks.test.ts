@@ -71,9 +71,16 @@ describe("webhooks against a real runsink serve", () => {
     assert.equal((await sink.getWebhook(hook.webhook_id)).run_id, runId);
     const pingId = await sink.testWebhook(hook.webhook_id);
     await arrived((e) => e.type === "ping");
-    const page = await sink.listDeliveries(hook.webhook_id, { limit: 50 });
+    // The server records an attempt once it has read the receiver's answer: a moment after
+    // the receiver has seen it, so the listing is read until it shows it (10 s at most).
+    const deadline = Date.now() + 10_000;
+    let page = await sink.listDeliveries(hook.webhook_id, { limit: 50 });
+    while (!page.deliveries.some((d) => d.event_id === message.id && d.state === "delivered")) {
+      assert.ok(Date.now() < deadline, `not listed delivered: ${JSON.stringify(page.deliveries)}`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      page = await sink.listDeliveries(hook.webhook_id, { limit: 50 });
+    }
     assert.ok(page.deliveries.some((d) => d.delivery_id === pingId));
-    assert.ok(page.deliveries.some((d) => d.event_id === message.id && d.state === "delivered"));
     await sink.deleteWebhook(hook.webhook_id);
     await assert.rejects(sink.getWebhook(hook.webhook_id), NotFound);
   });
