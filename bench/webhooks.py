@@ -3,7 +3,7 @@
     .venv/bin/python bench/webhooks.py            # the full run (about two minutes)
     .venv/bin/python bench/webhooks.py --quick    # a smoke run (< 40 s)
     .venv/bin/python bench/webhooks.py --postgres # the same on PostgreSQL (its own cluster)
-    .venv/bin/python bench/webhooks.py --outbox-floor  # + ingest beside a receiver that never answers
+    .venv/bin/python bench/webhooks.py --outbox-floor  # + beside a receiver that never answers
 
 What it measures, on one runsink (SQLite; with ``--postgres`` a PostgreSQL it starts itself,
 tests/pg_cluster.py, one database per runsink) and a receiver in this process that verifies every
