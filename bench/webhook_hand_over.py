@@ -18,28 +18,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sink import clock, ids
+from sink import ids
 from sink.storage.postgres.batch import insert_batch
 from sink.storage.postgres.store import PostgresStore
-from sink.webhook_signature import new_secret
-from sink.webhooks.model import Webhook, new_webhook_id
 from tests.pg_cluster import Cluster
+from tests.support import new_webhook
 from tests.test_storage import created_event, incoming, new_inbox
 
 RUN = "bench-run"
-
-
-def _hook(run_id: str) -> Webhook:
-    return Webhook(
-        webhook_id=new_webhook_id(),
-        url="http://127.0.0.1:9/hook",
-        events=("message",),
-        run_id=run_id,
-        run_glob=None,
-        description=None,
-        secret=new_secret(),
-        created_at=clock.now(),
-    )
 
 
 async def measure(dsn: str, hook_run: str | None, calls: int) -> dict[str, float]:
@@ -50,7 +36,7 @@ async def measure(dsn: str, hook_run: str | None, calls: int) -> dict[str, float
     store.webhooks.hand = lambda dues: None  # a worker's hand: what makes the store hand over
     try:
         if hook_run is not None:
-            await store.webhooks.create_webhook(_hook(hook_run))
+            await store.webhooks.create_webhook(new_webhook(events=("message",), run_id=hook_run))
         new = new_inbox(RUN, key=ids.new_inbox_id())
         await store.create_inbox(new, created_event(new))
         item = incoming(new.inbox)

@@ -21,22 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sink import clock
 from sink.storage.postgres import webhooks as pg_webhooks
 from sink.storage.postgres.store import PostgresStore
-from sink.webhook_signature import new_secret
-from sink.webhooks.model import Webhook, new_webhook_id
 from tests.pg_cluster import Cluster
-
-
-def _hook() -> Webhook:
-    return Webhook(
-        webhook_id=new_webhook_id(),
-        url="http://127.0.0.1:9/hook",
-        events=("message", "inbox", "run_event"),
-        run_id=None,
-        run_glob=None,
-        description=None,
-        secret=new_secret(),
-        created_at=clock.now(),
-    )
+from tests.support import new_webhook
 
 
 async def _rows(store: PostgresStore, hook: str, state: str, count: int, at: float) -> None:
@@ -70,7 +56,7 @@ async def main(args: argparse.Namespace) -> None:
         await live.open()
         await other.open()
         try:
-            hook = _hook()
+            hook = new_webhook()
             await live.webhooks.create_webhook(hook)
             now = clock.now()
             await _rows(live, hook.webhook_id, "delivered", args.settled, now)

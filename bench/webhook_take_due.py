@@ -19,22 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sink import clock
 from sink.storage.postgres import webhooks as pg_webhooks
 from sink.storage.postgres.store import PostgresStore
-from sink.webhook_signature import new_secret
-from sink.webhooks.model import Webhook, new_webhook_id
 from tests.pg_cluster import Cluster
-
-
-def _hook() -> Webhook:
-    return Webhook(
-        webhook_id=new_webhook_id(),
-        url="http://127.0.0.1:9/hook",
-        events=("message", "inbox", "run_event"),
-        run_id=None,
-        run_glob=None,
-        description=None,
-        secret=new_secret(),
-        created_at=clock.now(),
-    )
+from tests.support import new_webhook
 
 
 async def _explain(store: PostgresStore, now: float, hooks: list[str]) -> None:
@@ -72,7 +58,7 @@ async def main(args: argparse.Namespace) -> None:
         store = PostgresStore(cluster.dsn())
         await store.open()
         try:
-            hooks = [_hook() for _ in range(3)]
+            hooks = [new_webhook() for _ in range(3)]
             for hook in hooks:
                 await store.webhooks.create_webhook(hook)
             now = clock.now()

@@ -19,6 +19,10 @@ from typing import Any
 
 import httpx
 
+from sink import clock
+from sink.webhook_signature import new_secret
+from sink.webhooks.model import Webhook, new_webhook_id
+
 STARTUP_DEADLINE_S = 30.0
 
 
@@ -48,6 +52,23 @@ def free_port() -> int:
 
 def new_run_id(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def new_webhook(**fields: Any) -> Webhook:
+    """A webhook value (not stored): every event of every run, to a port nothing listens on,
+    created now; ``fields`` replace any of that."""
+    values: dict[str, Any] = {
+        "webhook_id": new_webhook_id(),
+        "url": "http://127.0.0.1:9/hook",
+        "events": ("message", "inbox", "run_event"),
+        "run_id": None,
+        "run_glob": None,
+        "description": None,
+        "secret": new_secret(),
+        "created_at": clock.now(),
+    }
+    values.update(fields)
+    return Webhook(**values)
 
 
 class Mailer:

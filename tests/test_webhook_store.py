@@ -20,9 +20,9 @@ from sink.storage.postgres import webhooks as pg_webhooks
 from sink.storage.postgres.store import PostgresStore
 from sink.storage.sqlite.store import SQLiteStore
 from sink.vocabulary import Reason
-from sink.webhook_signature import new_secret
-from sink.webhooks.model import DeliveryState, Outcome, Webhook, new_webhook_id
+from sink.webhooks.model import DeliveryState, Outcome, Webhook
 from sink.webhooks.port import IN_FLIGHT_MAX, LEASE_S
+from tests.support import new_webhook
 from tests.test_storage import (  # noqa: F401  (backend: the parametrised fixture)
     Backend,
     backend,
@@ -36,19 +36,7 @@ NOW = clock.now() + 3600  # after every event the tests record
 
 
 def _hook(**fields: Any) -> Webhook:
-    values: dict[str, Any] = {
-        "webhook_id": new_webhook_id(),
-        "url": "http://127.0.0.1:9/hook",
-        "events": ("message", "inbox", "run_event"),
-        "run_id": None,
-        "run_glob": None,
-        "description": None,
-        "secret": new_secret(),
-        "created_at": NOW,
-        "created_by_admin": False,
-    }
-    values.update(fields)
-    return Webhook(**values)
+    return new_webhook(**{"created_at": NOW, **fields})
 
 
 async def _mail(store: Any, run_id: str | None) -> Incoming:
