@@ -12,7 +12,7 @@ import base64
 import binascii
 import json
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from sink.clock import rfc3339
 from sink.errors import InvalidCursor, InvalidRequest, NotFound, WebhookDisabled
@@ -52,7 +52,8 @@ def new_webhook(
 
 
 def checked_url(url: str) -> None:
-    """A receiver's URL is http(s) with a host (any host: receivers are usually local)."""
+    """A receiver's URL is http(s) with a host (any host: receivers are usually local); a
+    ``user:password@`` in it is sent as HTTP Basic auth (``sink.webhooks.http``)."""
     problem = url_problem(url)
     if problem is not None:
         raise InvalidRequest(f"url: {problem}", {"field": "url"})
@@ -71,9 +72,17 @@ def url_problem(url: str) -> str | None:
         return f"the scheme must be http or https, not {parts.scheme[:16]!r}"
     if not parts.hostname:
         return "a host is required (e.g. http://127.0.0.1:9000/hooks)"
-    if parts.username is not None or parts.password is not None:
-        return "no user or password in the URL (receivers check the signature instead)"
     return None
+
+
+def shown_url(url: str) -> str:
+    """The URL without its password (``user:***@``), for a page; the API gives it whole."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user = userinfo.partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 async def ping(store: WebhookStore, hook: Webhook, now: float) -> str:

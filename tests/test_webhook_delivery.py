@@ -5,8 +5,11 @@ slow answer times out, redirects are not followed, the last failure is a run eve
 
 from __future__ import annotations
 
+import base64
+import io
 import itertools
 import json
+import logging
 import statistics
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from sink import clock
+from sink import clock, logs
 from sink.webhook_signature import new_secret
 from sink.webhooks.model import Webhook, new_webhook_id
 from tests.inproc import InProcess
@@ -382,3 +385,55 @@ def test_a_lone_delivered_attempt_is_listed_at_once(
     finally:
         receiver.stop()
     assert [(r.state.value, r.attempt) for r in rows] == [("delivered", 1)]
+
+
+def test_a_url_with_user_and_password_sends_them_as_basic_auth(
+    start: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A webhook created with ``user:password@`` in its URL (percent-escapes in both) is
+    answered 201 and read back as given; each attempt carries ``Authorization: Basic`` of the
+    decoded pair, a request line and Host without them, and a signature that verifies; no
+    log line names the URL, the password or the header."""
+    output = io.StringIO()
+    monkeypatch.setattr(logs._OUTPUT, "stream", output)
+    monkeypatch.setattr(logs._OUTPUT, "level", logging.DEBUG)
+    server = start("0.2")
+    receiver = Receiver("", answer=lambda n: 500 if n == 1 else 200).start()
+    url = f"http://ci%40bot:s3cr%3At%20pw@127.0.0.1:{receiver.port}/hook?x=1"
+    try:
+        run_id = new_run_id()
+        with server.http() as client:
+            wanted = {"url": url, "run_id": run_id, "events": ["message"]}
+            made = client.post("/v1/webhooks", json=wanted)
+            assert made.status_code == 201, made.text
+            hook = made.json()
+            assert hook["url"] == url
+            assert client.get(f"/v1/webhooks/{hook['webhook_id']}").json()["url"] == url
+        receiver.secret = hook["secret"]
+        _mail(server, run_id)
+        got = receiver.until(lambda got: len(got) >= 2)
+    finally:
+        receiver.stop()
+    expected = "Basic " + base64.b64encode(b"ci@bot:s3cr:t pw").decode()
+    assert [g.headers.get("authorization") for g in got] == [expected, expected]
+    assert all(g.verified for g in got)
+    assert {g.target for g in got} == {"/hook?x=1"}
+    assert {g.headers["host"] for g in got} == {f"127.0.0.1:{receiver.port}"}
+    written = output.getvalue()
+    assert "webhook_attempt" in written  # the attempts were logged: by their ids only
+    assert not any(s in written for s in ("s3cr", "ci%40bot", "ci@bot", expected[6:]))
+
+
+def test_a_url_with_a_user_and_no_password_sends_an_empty_password(start: Start) -> None:
+    """``user@`` alone: ``Authorization: Basic`` of ``user:`` (as curl and browsers send it)."""
+    server = start()
+    secret = new_secret()
+    receiver = Receiver(secret).start()
+    try:
+        run_id = new_run_id()
+        _webhook(server, f"http://deploy@127.0.0.1:{receiver.port}/hook", secret, run_id=run_id)
+        _mail(server, run_id)
+        [got] = receiver.until(lambda got: len(got) >= 1)
+    finally:
+        receiver.stop()
+    assert got.verified and got.headers["authorization"] == "Basic ZGVwbG95Og=="  # deploy:

@@ -132,11 +132,17 @@ def test_events_are_kept_in_the_contract_order_without_repeats(app: App) -> None
         "http://[::1]:9000/h",
         "https://10.0.0.7/x?y=1",
         "HTTP://receiver.internal",
+        "http://user:pw@127.0.0.1/hooks",
+        "https://ci%40bot:p%3Ass@10.0.0.7/",
+        "http://deploy@127.0.0.1:9000/",
     ],
 )
 def test_any_http_host_is_accepted(app: App, url: str) -> None:
-    """Loopback, private and plain names: only the scheme and a host are checked."""
-    assert created(app, url=url)["url"] == url
+    """Loopback, private and plain names, with or without ``user:password@`` (sent as Basic
+    auth): only the scheme and a host are checked, and the URL reads back as given."""
+    hook = created(app, url=url)
+    assert hook["url"] == url
+    assert app.call("admin", "GET", f"/v1/webhooks/{hook['webhook_id']}").json()["url"] == url
 
 
 @pytest.mark.parametrize(
@@ -148,7 +154,6 @@ def test_any_http_host_is_accepted(app: App, url: str) -> None:
         ({"url": "127.0.0.1:9000/hooks"}, "url"),
         ({"url": "http://127.0.0.1:99999/"}, "url"),
         ({"url": "http://a b/"}, "url"),
-        ({"url": "http://user:pw@127.0.0.1/"}, "url"),
         ({"url": ""}, "url"),
         ({"url": 5}, "url"),
         ({}, "url"),
@@ -456,3 +461,18 @@ def test_the_run_page_shows_the_runs_webhook_deliveries(app: App) -> None:
         assert re.search(r" 2 delivered 204", retried), retried
     finally:
         receiver.stop()
+
+
+def test_the_run_page_shows_a_webhook_url_without_its_password(app: App) -> None:
+    """A webhook URL's ``user:password@`` shows on the run page as ``user:***@``."""
+    run_id = f"ui-auth-{uuid.uuid4().hex[:8]}"
+    url = "http://ci:hunter2-pw@127.0.0.1:9/hook"
+    hook = created(app, url=url, run_id=run_id, events=["inbox"])
+    try:
+        made = app.call("admin", "POST", "/v1/inboxes", json={"run_id": run_id, "purpose": "ui"})
+        assert made.status_code == 201, made.text
+        html = app.call("admin", "GET", f"/runs/{run_id}").text
+    finally:
+        app.call("admin", "DELETE", f"/v1/webhooks/{hook['webhook_id']}")
+    assert re.search(r'<tr data-delivery="dlv_\w+">', html), html
+    assert "http://ci:***@127.0.0.1:9/hook" in html and "hunter2" not in html

@@ -12,7 +12,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -30,6 +30,8 @@ class Received:
     raw: bytes
     verified: bool
     wall: float = 0.0  # time.time() when the request arrived (the server's clock, in process)
+    headers: dict[str, str] = field(default_factory=dict)  # names lowercased
+    target: str = ""  # the request line's target (path and query)
 
 
 class Receiver:
@@ -68,6 +70,8 @@ class Receiver:
                     raw,
                     verified,
                     time.time(),
+                    headers,
+                    self.path,
                 )
                 with receiver._lock:
                     receiver.got.append(item)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+from sink.webhook_calls import shown_url
 from sink.webhooks.model import Attempt, Webhook
 from sink.webhooks.port import WebhookStore
 
@@ -19,6 +20,11 @@ from sink.webhooks.port import WebhookStore
 class RunAttempt:
     webhook: Webhook
     attempt: Attempt
+
+    @property
+    def url(self) -> str:
+        """The receiver's URL as the page shows it: without its password."""
+        return shown_url(self.webhook.url)
 
 
 async def run_attempts(store: WebhookStore, run_id: str, limit: int) -> list[RunAttempt]:

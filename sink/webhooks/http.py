@@ -4,7 +4,8 @@ A delivery is a small POST whose answer only matters by its status, so this is a
 client it needs: kept-alive connections per origin (``http``/``https``, host, port), at most
 ``max_connections`` open in all, no redirects followed (a 3xx is an answer like any other),
 the answer's body read and dropped (at most ``BODY_MAX`` bytes, else the connection is
-closed instead). It costs about a twentieth of a general-purpose client's CPU per request
+closed instead). A ``user:password@`` in the URL is sent as HTTP Basic auth, never in the
+request line or ``Host``. It costs about a twentieth of a general-purpose client's CPU per request
 (~0.05 ms against ~1.2 ms for httpx on loopback), which is what lets deliveries keep up with
 ingest on the same core. A connection kept from before that turns out closed by the peer
 before any answer is retried once on a new one (the peer read nothing on it).
@@ -13,9 +14,10 @@ before any answer is retried once on a new one (the peer read nothing on it).
 from __future__ import annotations
 
 import asyncio
+import base64
 import ssl
 from collections import defaultdict
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote_to_bytes, urlsplit
 
 BODY_MAX = 64 * 1024  # an answer's body beyond this is not read: the connection closes
 HEAD_MAX = 64 * 1024
@@ -54,6 +56,8 @@ class Http1:
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         target = quote(target, safe=_URL_SAFE)  # beyond ASCII: UTF-8 %XX, as httpx sends it
         lines = [f"POST {target} HTTP/1.1", f"Host: {host}", f"Content-Length: {len(body)}"]
+        if "@" in parts.netloc:
+            lines.append(f"Authorization: {basic_auth(parts.netloc.rpartition('@')[0])}")
         lines += [f"{name}: {value}" for name, value in headers.items()]
         request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
         async with self._slots:
@@ -105,6 +109,14 @@ class Http1:
                 self._idle[origin].append(stream)
             elif not writer.transport.is_closing():
                 writer.close()
+
+
+def basic_auth(userinfo: str) -> str:
+    """``Basic`` + base64 of ``user:password``, each percent-decoded (as curl and browsers
+    send a URL's ``user:password@``; no password: ``user:``)."""
+    user, _, password = userinfo.partition(":")
+    raw = unquote_to_bytes(user) + b":" + unquote_to_bytes(password)
+    return "Basic " + base64.b64encode(raw).decode("ascii")
 
 
 async def _head(reader: asyncio.StreamReader) -> tuple[int, str, dict[str, str]]:
