@@ -5,11 +5,18 @@ answers, a kept connection the peer closed, and what is sent."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+import subprocess
+import threading
+import time
 from collections.abc import Awaitable, Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from sink.webhooks import attempt, http
 from sink.webhooks.http import Http1, ProtocolError
+from tests.support import need
 
 Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter, bytes], Awaitable[bool]]
 
@@ -149,3 +156,191 @@ def test_a_url_with_non_ascii_characters_is_sent_percent_encoded() -> None:
     first, second = asyncio.run(main())
     assert first.startswith(b"POST /h%C3%B6k/%E8%B7%AF?q=%C3%A9&x=%2F HTTP/1.1\r\n")
     assert second.startswith(b"POST /a%C3%B6?b=c%20d HTTP/1.1\r\n")
+
+
+@pytest.mark.parametrize(
+    ("response", "keep", "connections"),
+    [
+        (b"HTTP/1.1 200 OK\n\n", False, 2),  # no length: the body ran to the close
+        (b"HTTP/1.1 200 OK\nContent-Length: 2\n\nok", True, 1),
+        (b"HTTP/1.1 200 OK\nTransfer-Encoding: chunked\n\n3\nabc\n0\n\n", True, 1),
+        (b"HTTP/1.1 100 Continue\n\nHTTP/1.1 204 No Content\r\n\r\n", True, 1),
+        (b"\r\nHTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n", True, 1),
+    ],
+)
+def test_an_answer_with_bare_lf_line_ends_is_read_as_common_clients_read_it(
+    response: bytes, keep: bool, connections: int
+) -> None:
+    """Lines ending in a bare LF (head and chunk sizes), an empty line before the status line:
+    the status as sent, the connection kept when the answer allows it."""
+    statuses, _, opened = _run(_writes(response, keep=keep), 2)
+    assert statuses[0] == statuses[1] and 200 <= statuses[0] < 300 and opened == connections
+
+
+def _posts(answer: Answer, posts: int) -> tuple[list[tuple[int | None, str | None]], int, float]:
+    """Each post as an attempt (sink/webhooks/attempt.py: its 5 s limit): (status, error)
+    each, the connections opened, and the longest attempt's seconds."""
+
+    async def main() -> tuple[list[tuple[int | None, str | None]], int, float]:
+        server, _, connections = await _serve(answer)
+        client = Http1(4)
+        results, longest = [], 0.0
+        try:
+            for _ in range(posts):
+                started = time.monotonic()
+                results.append(
+                    await attempt.post(client, _url(server), "whsec_c2V0IGJlbG93", "ev_1", 1, b"{}")
+                )
+                longest = max(longest, time.monotonic() - started)
+        finally:
+            await client.close()
+            server.close()
+        return results, len(connections), longest
+
+    return asyncio.run(main())
+
+
+def _answers_then_stalls(head_and_part: bytes, close: bool = False) -> Answer:
+    """Writes a head (and part of a body), then never finishes: holds the connection open
+    (or closes it, ``close``) until the client goes."""
+
+    async def answer(r: asyncio.StreamReader, w: asyncio.StreamWriter, _q: bytes) -> bool:
+        w.write(head_and_part)
+        await w.drain()
+        if not close:
+            await r.read()  # until the client drops the connection
+        return False
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nab",  # the rest never comes
+        b"HTTP/1.1 200 OK\r\n\r\npartial",  # HTTP/1.1, no length, the peer keeps it open
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",
+    ],
+)
+def test_a_2xx_whose_body_does_not_end_is_delivered_and_its_connection_dropped(
+    response: bytes,
+) -> None:
+    """The status counts once the head has come (a 2xx within 5 s is delivered): a body
+    that has not ended within BODY_S after it costs the connection, not the delivery."""
+    results, connections, longest = _posts(_answers_then_stalls(response), 2)
+    assert results == [(200, None), (200, None)] and connections == 2
+    assert longest < http.BODY_S + 2  # not the attempt's 5 s
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nab",  # closed short of its length
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",  # not a chunk size
+        b"HTTP/1.1 500 Oops\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabcdef\r\n",  # overlong
+    ],
+)
+def test_a_body_cut_short_or_malformed_keeps_the_status(response: bytes) -> None:
+    """After the head, a broken body only drops the connection: the status is the result."""
+    results, connections, _ = _posts(_answers_then_stalls(response, close=True), 2)
+    status = int(response[9:12])
+    expected = (status, None) if status == 200 else (status, f"http_{status}")
+    assert results == [expected, expected] and connections == 2
+
+
+def test_a_head_not_come_within_the_limit_is_a_timeout() -> None:
+    """The status line alone, then silence: TimeoutError at the post's limit (an attempt's
+    5 s: ``timeout``, no status), however much of the head came."""
+
+    async def main() -> None:
+        server, _, _ = await _serve(_answers_then_stalls(b"HTTP/1.1 200 OK\r\nX-A: 1\r\n"))
+        client = Http1(4)
+        try:
+            with pytest.raises(TimeoutError):
+                await client.post(_url(server), b"{}", {}, timeout_s=0.3)
+        finally:
+            await client.close()
+            server.close()
+
+    asyncio.run(asyncio.wait_for(main(), 5))
+
+
+_NODE_RECEIVER = r"""
+const http = require("http");
+let n = 0;
+const server = http.createServer((req, res) => {
+  req.resume();
+  req.on("end", () => {
+    n += 1;
+    if (n % 3 === 1) { res.writeHead(200); res.end(); }
+    else if (n % 3 === 2) { res.writeHead(202); res.write("o"); setTimeout(() => res.end("k"), 9); }
+    else { res.statusCode = 204; res.end(); }
+  });
+});
+server.keepAliveTimeout = 200;  // ms: closes a kept connection idle longer than this
+server.listen(0, "127.0.0.1", () => console.log(server.address().port));
+"""
+
+
+def _attempts(url: str, pauses: list[float]) -> list[tuple[int | None, str | None]]:
+    """An attempt at ``url`` after each pause, on one client (its kept connections)."""
+
+    async def main() -> list[tuple[int | None, str | None]]:
+        client = Http1(4)
+        results = []
+        try:
+            for pause in pauses:
+                await asyncio.sleep(pause)
+                results.append(await attempt.post(client, url, "whsec_c2V0IGJlbG93", "e", 1, b"{}"))
+        finally:
+            await client.close()
+        return results
+
+    return asyncio.run(main())
+
+
+def test_a_node_receiver_is_answered_in_every_way_it_ends_an_answer() -> None:
+    """Node's http server: end() with no length, a chunked body written in two parts, a 204;
+    a kept connection its keepAliveTimeout closed is not used: every attempt delivered."""
+    program = shutil.which("node")
+    need("Node.js", program is not None, "apt-get install nodejs")
+    assert program is not None
+    with subprocess.Popen(
+        [program, "-e", _NODE_RECEIVER], stdout=subprocess.PIPE, text=True
+    ) as node:
+        try:
+            assert node.stdout is not None
+            url = f"http://127.0.0.1:{int(node.stdout.readline())}/hook"
+            results = _attempts(url, [0, 0, 0, 0.5, 0, 0.5])
+        finally:
+            node.kill()
+    assert results == [(200, None), (202, None), (204, None)] * 2
+
+
+def test_a_python_http_server_without_a_length_is_delivered_at_once() -> None:
+    """http.server speaking HTTP/1.1 that answers 200 without Content-Length (and keeps the
+    connection open, waiting for the next request): delivered once the head came, not a
+    5 s timeout."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["content-length"]))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        started = time.monotonic()
+        results = _attempts(f"http://127.0.0.1:{server.server_address[1]}/hook", [0, 0])
+        took = time.monotonic() - started
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert results == [(200, None), (200, None)] and took < 2 * attempt.ATTEMPT_S

@@ -3,7 +3,8 @@ delivery child, ``child.py``).
 
 An attempt is one POST of the delivery's stored body with fresh Standard Webhooks headers
 (the timestamp is the attempt's), on ``http.py``'s kept-alive connections, no redirects
-followed, ``ATTEMPT_S`` in all. Its result is the answer's status (None: no answer) and a
+followed, its answer's head within ``ATTEMPT_S`` (the body after it only decides whether
+the connection is kept). Its result is the answer's status (None: no answer) and a
 short cause for anything but a 2xx: ``http_500``, ``gone`` (410), ``timeout``, ``connect``,
 ``protocol``, ``network``, never a body or a secret.
 """
@@ -16,7 +17,7 @@ import socket
 from sink.webhook_signature import signed_headers
 from sink.webhooks.http import Http1, ProtocolError
 
-ATTEMPT_S = 5.0  # a 2xx within this is delivered; after it the attempt is a timeout
+ATTEMPT_S = 5.0  # an answer's head within this counts (a 2xx: delivered); else a timeout
 USER_AGENT = "runsink-webhooks"
 
 
@@ -28,8 +29,7 @@ async def post(
     headers["user-agent"] = USER_AGENT
     status: int | None = None
     try:
-        async with asyncio.timeout(ATTEMPT_S):
-            status = await http.post(url, body, headers)
+        status = await http.post(url, body, headers, timeout_s=ATTEMPT_S)
     except TimeoutError:
         return status, "timeout"
     except (ConnectionRefusedError, socket.gaierror):

@@ -2,13 +2,18 @@
 
 A delivery is a small POST whose answer only matters by its status, so this is all of the
 client it needs: kept-alive connections per origin (``http``/``https``, host, port), at most
-``max_connections`` open in all, no redirects followed (a 3xx is an answer like any other),
-the answer's body read and dropped (at most ``BODY_MAX`` bytes, else the connection is
-closed instead). A ``user:password@`` in the URL is sent as HTTP Basic auth, never in the
-request line or ``Host``. It costs about a twentieth of a general-purpose client's CPU per request
-(~0.05 ms against ~1.2 ms for httpx on loopback), which is what lets deliveries keep up with
-ingest on the same core. A connection kept from before that turns out closed by the peer
-before any answer is retried once on a new one (the peer read nothing on it).
+``max_connections`` open in all, no redirects followed (a 3xx is an answer like any other).
+It costs about a twentieth of a general-purpose client's CPU per request (~0.05 ms against
+~1.2 ms for httpx on loopback), which is what lets deliveries keep up with ingest on the
+same core. A ``user:password@`` in the URL is sent as HTTP Basic auth, never in the request
+line or ``Host``.
+
+The answer is read as common clients read it (``answer.py``: bare LF line ends, 1xx skipped,
+chunked). Its status is the result once its head has come within the post's limit; the body
+is then read and dropped only to keep the connection, for at most ``BODY_S`` more: a body
+that is slow, cut short, malformed or runs to the close costs the connection, never the
+status. A kept connection the peer has closed is not used; one that turns out closed before
+any answer is replaced once (the peer read nothing on it).
 """
 
 from __future__ import annotations
@@ -19,17 +24,17 @@ import ssl
 from collections import defaultdict
 from urllib.parse import quote, unquote_to_bytes, urlsplit
 
-BODY_MAX = 64 * 1024  # an answer's body beyond this is not read: the connection closes
-HEAD_MAX = 64 * 1024
+from sink.webhooks.answer import Connection, Head, ProtocolError, drop_body, read_head
+
+BODY_S = 1.0  # after the head, the body's time to end before the connection is dropped
 KEEP_PER_ORIGIN = 8
 _URL_SAFE = "!#$%&'()*+,/:;=?@[]~"  # what a request target may hold as it is (%XX kept)
+# What a body may run into after its head (TimeoutError: ``BODY_S`` passed).
+_BODY_TROUBLE = (TimeoutError, ProtocolError, OSError, asyncio.IncompleteReadError)
 
 Origin = tuple[str, str, int]
-Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
-
-class ProtocolError(Exception):
-    """The peer's answer was not HTTP/1.x."""
+__all__ = ["Http1", "ProtocolError"]
 
 
 class _Stale(Exception):
@@ -39,45 +44,58 @@ class _Stale(Exception):
 class Http1:
     def __init__(self, max_connections: int) -> None:
         self._slots = asyncio.Semaphore(max_connections)
-        self._idle: dict[Origin, list[Stream]] = defaultdict(list)
+        self._idle: dict[Origin, list[Connection]] = defaultdict(list)
         self._tls: ssl.SSLContext | None = None
 
-    async def post(self, url: str, body: bytes, headers: dict[str, str]) -> int:
-        """POST ``body`` to ``url``; the answer's status."""
-        parts = urlsplit(url)
-        scheme = parts.scheme.lower()
-        if scheme not in ("http", "https") or not parts.hostname:
-            raise ProtocolError(f"not an http(s) URL with a host: {scheme}")
-        port = parts.port or (443 if scheme == "https" else 80)
-        origin: Origin = (scheme, parts.hostname, port)
-        host = parts.netloc.rpartition("@")[2]
-        if not host.isascii():
-            host = host.encode("idna").decode("ascii")
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        target = quote(target, safe=_URL_SAFE)  # beyond ASCII: UTF-8 %XX, as httpx sends it
-        lines = [f"POST {target} HTTP/1.1", f"Host: {host}", f"Content-Length: {len(body)}"]
-        if "@" in parts.netloc:
-            lines.append(f"Authorization: {basic_auth(parts.netloc.rpartition('@')[0])}")
-        lines += [f"{name}: {value}" for name, value in headers.items()]
-        request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
-        async with self._slots:
-            idle = self._idle[origin]
-            while idle:
-                stream = idle.pop()
+    async def post(
+        self, url: str, body: bytes, headers: dict[str, str], timeout_s: float | None = None
+    ) -> int:
+        """POST ``body`` to ``url``: the answer's status, once its head has come within
+        ``timeout_s`` (TimeoutError otherwise; the wait for a connection slot included)."""
+        origin, request = _request(url, body, headers)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        answered: int | None = None
+        try:
+            async with asyncio.timeout_at(deadline), self._slots:
+                conn, (status, version, fields) = await self._answer(origin, request)
+                answered = status
+                conn.until = loop.time() + BODY_S  # (a body already here waits for nothing)
+                keep: bool | None = None  # kept (True), closed (False), broken (None)
                 try:
-                    return await self._exchange(origin, stream, request, reused=True)
-                except _Stale:
-                    continue
-            stream = await self._connect(origin)
-            return await self._exchange(origin, stream, request, reused=False)
+                    keep = await drop_body(conn, status, version, fields)
+                except _BODY_TROUBLE:
+                    pass  # the status stands; only the connection is lost
+                finally:
+                    self._release(origin, conn, keep)
+        except TimeoutError:
+            if answered is None:
+                raise  # no answer within the limit
+            return answered  # the limit came while the body was read: the status stands
+        return status
 
     async def close(self) -> None:
-        for streams in self._idle.values():
-            for _, writer in streams:
-                writer.close()
+        for conns in self._idle.values():
+            for conn in conns:
+                conn.writer.close()
         self._idle.clear()
 
-    async def _connect(self, origin: Origin) -> Stream:
+    async def _answer(self, origin: Origin, request: bytes) -> tuple[Connection, Head]:
+        """The answer's head, on a kept connection if one still works, else a new one."""
+        idle = self._idle[origin]
+        while idle:
+            conn = idle.pop()
+            if conn.reader.at_eof() or conn.writer.transport.is_closing():
+                conn.writer.transport.abort()  # closed by the peer while it waited: not tried
+                continue
+            try:
+                return conn, await _exchange(conn, request, reused=True)
+            except _Stale:
+                continue
+        conn = Connection(*await self._connect(origin))
+        return conn, await _exchange(conn, request, reused=False)
+
+    async def _connect(self, origin: Origin) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         scheme, host, port = origin
         if scheme == "https":
             if self._tls is None:
@@ -85,33 +103,38 @@ class Http1:
             return await asyncio.open_connection(host, port, ssl=self._tls, server_hostname=host)
         return await asyncio.open_connection(host, port)
 
-    async def _exchange(self, origin: Origin, stream: Stream, request: bytes, reused: bool) -> int:
-        reader, writer = stream
-        keep = False
-        try:
-            try:
-                writer.write(request)
-                await writer.drain()
-                status, version, fields = await _head(reader)
-            except (asyncio.IncompleteReadError, ConnectionResetError, BrokenPipeError):
-                if reused:
-                    raise _Stale from None
-                raise
-            keep = await _drain_body(reader, status, version, fields)
-            return status
-        except BaseException:
-            # Timed out, cancelled, or the peer misbehaved: drop the connection at once, never
-            # waiting on a peer that may not read.
-            writer.transport.abort()
-            raise
-        finally:
-            if keep and len(self._idle[origin]) < KEEP_PER_ORIGIN:
-                self._idle[origin].append(stream)
-            elif not writer.transport.is_closing():
-                writer.close()
+    def _release(self, origin: Origin, conn: Connection, keep: bool | None) -> None:
+        """Keep the connection for the next post, close it, or (broken, or cut off
+        mid-answer) drop it at once, never waiting on a peer that may not read."""
+        if keep and len(self._idle[origin]) < KEEP_PER_ORIGIN:
+            self._idle[origin].append(conn)
+        elif keep is None:
+            conn.writer.transport.abort()
+        elif not conn.writer.transport.is_closing():
+            conn.writer.close()
 
 
-def basic_auth(userinfo: str) -> str:
+def _request(url: str, body: bytes, headers: dict[str, str]) -> tuple[Origin, bytes]:
+    """The origin to connect to, and the request's bytes."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.hostname:
+        raise ProtocolError(f"not an http(s) URL with a host: {scheme}")
+    port = parts.port or (443 if scheme == "https" else 80)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not host.isascii():
+        host = host.encode("idna").decode("ascii")
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    target = quote(target, safe=_URL_SAFE)  # beyond ASCII: UTF-8 %XX, as httpx sends it
+    lines = [f"POST {target} HTTP/1.1", f"Host: {host}", f"Content-Length: {len(body)}"]
+    if at:
+        lines.append(f"Authorization: {_basic_auth(userinfo)}")
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return (scheme, parts.hostname, port), head + body
+
+
+def _basic_auth(userinfo: str) -> str:
     """``Basic`` + base64 of ``user:password``, each percent-decoded (as curl and browsers
     send a URL's ``user:password@``; no password: ``user:``)."""
     user, _, password = userinfo.partition(":")
@@ -119,58 +142,20 @@ def basic_auth(userinfo: str) -> str:
     return "Basic " + base64.b64encode(raw).decode("ascii")
 
 
-async def _head(reader: asyncio.StreamReader) -> tuple[int, str, dict[str, str]]:
-    """The answer's status line and header fields (1xx interim answers skipped)."""
-    while True:
+async def _exchange(conn: Connection, request: bytes, reused: bool) -> Head:
+    """Send the request and read the answer's head (the connection is dropped on failure)."""
+    conn.until = None  # (the post's limit applies)
+    try:
         try:
-            raw = await reader.readuntil(b"\r\n\r\n")
-        except asyncio.LimitOverrunError:
-            raise ProtocolError("answer head too long") from None
-        if len(raw) > HEAD_MAX:
-            raise ProtocolError("answer head too long")
-        status_line, *rest = raw.decode("latin-1").split("\r\n")
-        version, _, tail = status_line.partition(" ")
-        code = tail[:3]
-        if not version.startswith("HTTP/1.") or not code.isdigit():
-            raise ProtocolError("not an HTTP/1.x answer")
-        status = int(code)
-        if 100 <= status < 200:
-            continue
-        fields: dict[str, str] = {}
-        for line in rest:
-            name, sep, value = line.partition(":")
-            if sep:
-                fields[name.strip().lower()] = value.strip()
-        return status, version, fields
-
-
-async def _drain_body(
-    reader: asyncio.StreamReader, status: int, version: str, fields: dict[str, str]
-) -> bool:
-    """Read the answer's body and drop it; whether the connection can be used again."""
-    connection = fields.get("connection", "").lower()
-    closing = "close" in connection or (version == "HTTP/1.0" and "keep-alive" not in connection)
-    if status in (204, 304):
-        return not closing  # no body, whatever the fields say (RFC 9112, 6.3)
-    if "chunked" in fields.get("transfer-encoding", "").lower():
-        seen = 0
-        while True:
-            size_line = await reader.readuntil(b"\r\n")
-            size = int(size_line.split(b";")[0].strip() or b"0", 16)
-            seen += size
-            if seen > BODY_MAX:
-                return False
-            if size == 0:
-                while await reader.readuntil(b"\r\n") != b"\r\n":
-                    pass  # trailer fields, up to the empty line that ends the message
-                return not closing
-            await reader.readexactly(size + 2)
-    length = fields.get("content-length")
-    if length is not None and length.isdigit():
-        if int(length) > BODY_MAX:
-            return False
-        await reader.readexactly(int(length))
-        return not closing
-    # No length: the body runs to the end of the connection.
-    await reader.read(BODY_MAX)
-    return False
+            conn.writer.write(request)
+            await conn.writer.drain()
+            return await read_head(conn)
+        except (asyncio.IncompleteReadError, ConnectionResetError, BrokenPipeError):
+            if reused and not conn.rest:
+                raise _Stale from None
+            raise
+    except BaseException:
+        # Timed out, cancelled, or the peer misbehaved: drop the connection at once, never
+        # waiting on a peer that may not read.
+        conn.writer.transport.abort()
+        raise
