@@ -32,14 +32,16 @@ class WebhookStore(Protocol):
     # Set by the worker too, for a store that leases new deliveries to it in their own
     # commit (SQLite, PostgreSQL): these were, attempt them now.
     hand: Callable[[list[Due]], None] | None
-    # True for a store that, in the commit settling an attempt, also leases that webhook's
-    # next due deliveries to the worker (``hand``, SQLite): the end of an attempt then needs
-    # no round for the per-webhook cap.
+    # True for a store that, in the commit settling a delivered attempt, also leases that
+    # webhook's next due deliveries to the worker (``hand``; SQLite, PostgreSQL): the end of
+    # an attempt then needs no round for the per-webhook cap.
     refills: bool
-    # Set by a store that writes delivered attempts later, many in one statement (SQLite):
-    # ``settle_soon(due, outcome)`` frees the attempt's in-flight slot at once and records
-    # it within ``SETTLE_SOON_S`` (at least once: a crash before that sends it again). False:
-    # not taken (the worker settles it now).
+    # Set by a store that writes delivered attempts later, many in one statement (SQLite,
+    # PostgreSQL): ``settle_soon(due, outcome)`` frees the attempt's slot in this process at
+    # once and records it within ``SETTLE_SOON_S`` (at least once: a crash before that sends
+    # it again). On PostgreSQL its lease (the fleet's in-flight count) holds its slot of the
+    # webhook's cap until the write, which refills it. False: not taken (the worker settles
+    # it now).
     settle_soon: Callable[[Due, Outcome], bool] | None
 
     async def create_webhook(self, webhook: Webhook) -> None: ...

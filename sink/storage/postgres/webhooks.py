@@ -28,10 +28,19 @@ lease, which remains the bound for a replica alive but stuck (and for one that l
 than a second between two looks of every other worker). A worker starting also makes every
 pending delivery of the fleet due at once (``resume``): after a restart each gets an attempt
 within seconds.
+
+Settles (migration ``015_settle_delivered.sql``): delivered attempts are written together,
+one call for many (``settle_soon``: within ``SETTLE_SOON_S``, or at once when all 8 of a
+webhook's in-flight attempts wait; an attempt made in the server is written at once, with
+those waiting). Until then each keeps its lease, so the cap holds fleet-wide; the write frees
+them and, with their webhooks locked, leases what of those webhooks is due to this worker
+(a refill), so deliveries the cap kept back from a commit's hand-off wake nobody. A retry's
+or a failure's settle is its own transaction, as before, and wakes the worker.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import secrets
@@ -45,7 +54,9 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from asyncpg import Record
 
 from sink import event_shapes
+from sink.errors import StorageError
 from sink.event_ids import EventIds
+from sink.logs import warn
 from sink.storage.base import Delivered, Event, Incoming
 from sink.storage.postgres.feed import CAUGHT, EVENT_SELECT
 from sink.webhooks.model import (
@@ -94,12 +105,16 @@ SELECT * FROM (
 """
 _SELECT_HOOKS = f"SELECT {WEBHOOK_COLUMNS} FROM webhooks"
 
-# Webhooks with something due, locked: another replica taking at the same moment skips them.
-_DUE_HOOKS = """
+# Webhooks with something due and room under their cap, locked: another replica taking at the
+# same moment skips them (as does a commit handing its deliveries over, which then wakes every
+# worker: so one at its cap is not locked for nothing; its settles refill it).
+_DUE_HOOKS = f"""
 SELECT w.webhook_id, w.url, w.secret FROM webhooks w
 WHERE w.disabled_at IS NULL AND EXISTS (
     SELECT 1 FROM webhook_deliveries d WHERE d.webhook_id = w.webhook_id AND d.state = 'pending'
       AND d.next_attempt_at <= $1 AND d.lease_until <= $1)
+  AND (SELECT COUNT(*) FROM webhook_deliveries l WHERE l.webhook_id = w.webhook_id
+       AND l.state = 'pending' AND l.lease_until > $1) < {IN_FLIGHT_MAX}
 ORDER BY (SELECT MIN(next_attempt_at) FROM webhook_deliveries d
           WHERE d.webhook_id = w.webhook_id AND d.state = 'pending')
 LIMIT $2
@@ -124,6 +139,16 @@ WHERE r.rn <= {IN_FLIGHT_MAX} - COALESCE(l.n, 0)
 ORDER BY r.next_attempt_at, r.seq
 LIMIT $3
 """
+
+SETTLE_SOON_S = 0.1  # a delivered attempt is written this late at most, with the others
+_SOON_MAX = 256  # ... or as soon as this many wait
+
+# Delivered attempts, written together (migration 015): those it could not settle (s_missed:
+# settled already, or ended by a 410 meanwhile) and, with a cap, what it leased to refill
+# their webhooks.
+_SETTLE_DELIVERED = (
+    "SELECT * FROM runsink_settle_delivered($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+)
 
 # An attempt that did not fail the delivery, recorded unless settled already (its lease ran
 # out and another attempt was made): the delivery's row and the attempt's in one statement.
@@ -262,7 +287,6 @@ class PostgresWebhooks:
         self._ids = EventIds()  # keyed by the store's signing key at open
         self.wake: Callable[[], None] | None = None  # the delivery worker's, once it runs
         self.hand: Callable[[list[Due]], None] | None = None  # the worker's: attempt these now
-        self.refills = False
         # Whether an enabled webhook may exist: while not, event inserts are exactly what they
         # were without webhooks. Cleared by an insert that found none; set by a webhook made
         # here and by any replica's deliveries ('db h': the trigger found one).
@@ -270,12 +294,33 @@ class PostgresWebhooks:
         # What each handed-over delivery in flight carries, written with its settle (a retry
         # sends the same bytes; a failure's run event names the event).
         self._made: dict[str, tuple[str, str]] = {}
-        self.settle_soon: Callable[[Due, Outcome], bool] | None = None  # settles are written now
+        # Delivered attempts not written yet (settle_soon), with their webhooks; how many of
+        # each webhook's wait; the timer that writes them; the writes under way.
+        self._soon: list[tuple[str, Outcome]] = []
+        self._soon_of: dict[str, int] = {}
+        self._soon_timer: asyncio.TimerHandle | None = None
+        self._writes: set[asyncio.Task[None]] = set()
+        self.settle_soon: Callable[[Due, Outcome], bool] | None = self._settle_soon
+        # A delivered attempt's write leases its webhook's next due deliveries (within the cap,
+        # fleet-wide) and hands them to the worker (runsink_settle_delivered).
+        self.refills = True
 
     def keyed(self, signing_key: bytes) -> None:
         self._ids = EventIds(signing_key)
 
     async def close(self) -> None:
+        """Write the delivered attempts that wait; give up the presence lock (its connection)."""
+        if self._soon_timer is not None:
+            self._soon_timer.cancel()
+            self._soon_timer = None
+        if self._soon:
+            batch, self._soon, self._soon_of = self._soon, [], {}
+            with contextlib.suppress(StorageError):  # sent again after the restart
+                await self._settle_delivered([o for _, o in batch], refill=False)
+        await asyncio.gather(*self._writes, return_exceptions=True)
+        await self._let_go()
+
+    async def _let_go(self) -> None:
         """Give up the presence lock (its connection)."""
         presence, self._presence, self.holder = self._presence, None, None
         if presence is not None:
@@ -468,7 +513,7 @@ class PostgresWebhooks:
         lost, as the leases it named may have been freed meanwhile."""
         if self._presence is not None and not self._presence.is_closed():
             return
-        await self.close()
+        await self._let_go()
         connection = await self._connect()
         try:
             while True:
@@ -490,6 +535,8 @@ class PostgresWebhooks:
             if not hooks:
                 return []
             rows = await db.fetch(_DUE, now, list(hooks), limit)
+            if not rows:
+                return []  # their caps are full
             missing = sorted({int(r["event_row"]) for r in rows if r["body"] is None})
             made = await self._live(missing, db) if missing else {}
             lease_until = now + LEASE_S
@@ -549,11 +596,119 @@ class PostgresWebhooks:
         result: list[Due] = await self._transaction("take_due", work)
         return result
 
+    def _settle_soon(self, due: Due, outcome: Outcome) -> bool:
+        """A delivered attempt: written within SETTLE_SOON_S with the others that end near it
+        (one statement per table for them all), or at once when all 8 of its webhook's
+        in-flight attempts wait so (the write refills them). Its lease, the fleet's count of
+        in-flight attempts, holds its slot until then: the cap stays exact across replicas."""
+        hook_id = due.webhook_id
+        self._soon.append((hook_id, outcome))
+        waiting = self._soon_of[hook_id] = self._soon_of.get(hook_id, 0) + 1
+        if waiting >= IN_FLIGHT_MAX or len(self._soon) >= _SOON_MAX:
+            self._write_soon()
+        elif self._soon_timer is None:
+            loop = asyncio.get_running_loop()
+            self._soon_timer = loop.call_later(SETTLE_SOON_S, self._write_soon)
+        return True
+
+    def _write_soon(self) -> None:
+        if self._soon_timer is not None:
+            self._soon_timer.cancel()
+            self._soon_timer = None
+        if self._soon:
+            outcomes = [o for _, o in self._soon]
+            self._soon, self._soon_of = [], {}
+            write = asyncio.create_task(self._write(outcomes))
+            self._writes.add(write)
+            write.add_done_callback(self._writes.discard)
+
+    async def _write(self, outcomes: list[Outcome]) -> None:
+        try:
+            await self._settle_delivered(outcomes)
+        except StorageError as exc:
+            # Not recorded: when their leases end they are delivered again (at least once).
+            warn("webhook_settle_failed", deliveries=len(outcomes), error=type(exc).__name__)
+            if self.wake is not None:
+                self.wake()
+
+    async def _settle_delivered(self, outcomes: list[Outcome], refill: bool = True) -> None:
+        """Write delivered attempts (one call, migration 015) and, with ``refill``, hand the
+        worker what their webhooks' freed slots leased; those it could not settle one by one."""
+        made = [self._made.pop(o.delivery_id, (None, None)) for o in outcomes]
+        # (the attempts' clock, or now if later: a delivery written after they ended is due)
+        now = max(time.time(), *(o.at for o in outcomes))
+        refill = refill and self.hand is not None
+        rows = await self._fetch(
+            "settle",
+            _SETTLE_DELIVERED,
+            [o.delivery_id for o in outcomes],
+            [o.attempt for o in outcomes],
+            [o.status_code for o in outcomes],
+            [o.at for o in outcomes],
+            [m[0] for m in made],
+            [m[1] for m in made],
+            now,
+            IN_FLIGHT_MAX if refill else 0,
+            now + LEASE_S,
+            self.holder,
+        )
+        missed = {r["s_missed"] for r in rows if r["s_missed"] is not None}
+        for outcome, (event_id, body) in zip(outcomes, made, strict=True):
+            if outcome.delivery_id in missed:
+                await self._settle_one(outcome, event_id, body)
+        leased = [r for r in rows if r["s_missed"] is None]
+        if leased:
+            self.handed(await self._refilled(leased, now + LEASE_S))
+
+    async def _refilled(self, rows: list[Record], lease_until: float) -> list[Due]:
+        """The deliveries a settle leased, as the worker attempts them: a body not made yet
+        is made from its events row (kept, and written with its settle, as a hand-over's); one
+        whose event is gone is left to its lease (then take_due fails it)."""
+        missing = sorted({int(r["s_row"]) for r in rows if r["s_body"] is None})
+        made = await self._live(missing) if missing else {}
+        dues: list[Due] = []
+        for r in rows:
+            event_id, body = r["s_event_id"], r["s_body"]
+            if body is None:
+                live = made.get((int(r["s_row"]), r["s_kind"]))
+                if live is None:
+                    continue
+                event_id, body = live.id, live.body()
+                self._made[r["s_delivery"]] = (event_id, body)
+            dues.append(
+                Due(
+                    r["s_delivery"],
+                    r["s_webhook"],
+                    r["s_url"],
+                    r["s_secret"],
+                    event_id,
+                    r["s_kind"],
+                    r["s_run"],
+                    body,
+                    int(r["s_attempts"]) + 1,
+                    lease_until,
+                )
+            )
+        return dues
+
     async def settle(self, outcome: Outcome) -> None:
-        # Delivered or to be retried: one statement (its own transaction, one round trip).
+        if outcome.state is DeliveryState.DELIVERED and not outcome.disable:
+            # With the delivered attempts that wait (settle_soon), written now; the write
+            # refills the webhook's freed slot.
+            batch = [o for _, o in self._soon] + [outcome]
+            if self._soon_timer is not None:
+                self._soon_timer.cancel()
+                self._soon_timer = None
+            self._soon, self._soon_of = [], {}
+            await self._settle_delivered(batch)
+            return
+        event_id, body = self._made.pop(outcome.delivery_id, (None, None))
+        await self._settle_one(outcome, event_id, body)
+
+    async def _settle_one(self, outcome: Outcome, event_id: str | None, body: str | None) -> None:
+        # To be retried: one statement (its own transaction, one round trip).
         # Not recorded by it: settled already, or a 410 ended the delivery meanwhile (below).
         # A handed-over delivery's id and body are written with it (take_due makes them else).
-        event_id, body = self._made.pop(outcome.delivery_id, (None, None))
         if (
             outcome.state is not DeliveryState.FAILED
             and not outcome.disable
