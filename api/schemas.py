@@ -501,7 +501,10 @@ class WebhookIn(_Request):
     """``POST /v1/webhooks``: where to send which live events (default: all three types)."""
 
     url: Annotated[str, StringConstraints(min_length=1, max_length=2048)] = Field(
-        description="http(s) with a host; any host, loopback and private addresses included"
+        description=(
+            "http(s) with a host; any host, loopback and private addresses included; a "
+            "user:password@ in it is sent as HTTP Basic auth"
+        )
     )
     events: Annotated[list[WebhookEventType], Field(min_length=1, max_length=3)] | None = Field(
         None, description="Any of message, inbox, run_event; omitted: all three"

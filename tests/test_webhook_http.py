@@ -115,6 +115,14 @@ def test_an_answer_ending_with_its_connection_is_read_to_the_end() -> None:
     assert statuses == [200, 200] and connections == 2
 
 
+def test_connection_close_is_honoured_though_the_peer_would_serve_more() -> None:
+    """An HTTP/1.1 answer with ``Connection: close``: the next post opens a new connection,
+    even though this peer keeps reading."""
+    response = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok"
+    statuses, requests, connections = _run(_writes(response, keep=True), 2)
+    assert statuses == [200, 200] and len(requests) == 2 and connections == 2
+
+
 def test_a_redirect_is_an_answer_not_followed() -> None:
     """A 302 comes back as 302; nothing is requested from its Location."""
     response = b"HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:9/x\r\nContent-Length: 0\r\n\r\n"
