@@ -6,22 +6,26 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import ssl
 import subprocess
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
 from sink.webhooks import attempt, http
 from sink.webhooks.http import Http1, ProtocolError
-from tests.support import need
+from tests.support import make_certificate, need
 
 Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter, bytes], Awaitable[bool]]
 
 
-async def _serve(answer: Answer) -> tuple[asyncio.Server, list[bytes], list[int]]:
+async def _serve(
+    answer: Answer, tls: ssl.SSLContext | None = None
+) -> tuple[asyncio.Server, list[bytes], list[int]]:
     """A server whose ``answer`` writes each response; it returns whether to read another
     request on the same connection. Requests and connections are counted."""
     requests: list[bytes] = []
@@ -46,7 +50,7 @@ async def _serve(answer: Answer) -> tuple[asyncio.Server, list[bytes], list[int]
         finally:
             writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=tls)
     return server, requests, connections
 
 
@@ -361,3 +365,39 @@ def test_a_python_http_server_is_answered_however_it_frames_its_answer(
         server.shutdown()
         server.server_close()
     assert results == [(200, None)] * 3 and took < attempt.ATTEMPT_S
+
+
+def test_an_https_receiver_is_verified_against_the_trusted_certificates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """https: a receiver whose certificate the server does not trust is a ``tls`` failure
+    (not ``network``); trusted (SSL_CERT_FILE names its CA), it is delivered, with the
+    URL's ``user:password@`` as Basic auth inside the TLS connection."""
+    cert, key = make_certificate(tmp_path)
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+
+    async def main() -> tuple[list[tuple[int | None, str | None]], list[bytes]]:
+        server, requests, _ = await _serve(
+            _writes(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"), tls
+        )
+        url = _url(server).replace("http://", "https://ci:pw@")
+        results = []
+        try:
+            for trusted in (False, True):
+                if trusted:
+                    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+                client = Http1(4)  # its TLS context is made at its first https connection
+                try:
+                    result = await attempt.post(client, url, "whsec_c2V0IGJlbG93", "e", 1, b"{}")
+                    results.append(result)
+                finally:
+                    await client.close()
+        finally:
+            server.close()
+        return results, requests
+
+    results, requests = asyncio.run(main())
+    assert results == [(None, "tls"), (200, None)]
+    [request] = requests
+    assert b"\r\nAuthorization: Basic Y2k6cHc=\r\n" in request  # ci:pw

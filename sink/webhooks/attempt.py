@@ -6,13 +6,14 @@ An attempt is one POST of the delivery's stored body with fresh Standard Webhook
 followed, its answer's head within ``ATTEMPT_S`` (the body after it only decides whether
 the connection is kept). Its result is the answer's status (None: no answer) and a
 short cause for anything but a 2xx: ``http_500``, ``gone`` (410), ``timeout``, ``connect``,
-``protocol``, ``network``, never a body or a secret.
+``tls``, ``protocol``, ``network``, never a body or a secret.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 
 from sink.webhook_signature import signed_headers
 from sink.webhooks.http import Http1, ProtocolError
@@ -34,6 +35,8 @@ async def post(
         return status, "timeout"
     except (ConnectionRefusedError, socket.gaierror):
         return status, "connect"
+    except ssl.SSLError:  # an untrusted certificate, or no TLS at an https URL
+        return status, "tls"
     except ProtocolError:
         return status, "protocol"
     except (OSError, asyncio.IncompleteReadError):
