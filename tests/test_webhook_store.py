@@ -760,10 +760,22 @@ def test_postgres_hands_new_deliveries_to_its_worker_in_their_commit_within_the_
     asyncio.run(scenario())
 
 
+async def _waits_for_a_lock(connection: asyncpg.Connection) -> None:
+    """Until another session of the database waits for a lock (polled, 5 s at most)."""
+    for _ in range(500):
+        if await connection.fetchval(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND datname = current_database()"
+        ):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("nobody waited for a lock within 5 s")
+
+
 def test_postgres_hand_off_holds_the_cap_fleet_wide_across_replicas(pg_dsn: str) -> None:
     """Two replicas handing over at once lease at most 8 of one webhook together; a webhook
-    locked by another transaction (a take or a hand-off in progress) hands nothing over: its
-    deliveries are NOTIFYed to every worker instead."""
+    locked by another transaction (a take, a refill or a hand-off in progress) is waited for,
+    then handed over: no worker is woken."""
 
     async def scenario() -> None:
         handed: list[list[Any]] = [[], []]
@@ -786,7 +798,8 @@ def test_postgres_hand_off_holds_the_cap_fleet_wide_across_replicas(pg_dsn: str)
             assert len(every) == IN_FLIGHT_MAX
             assert len({d.delivery_id for d in every}) == IN_FLIGHT_MAX
             assert await stores[0].webhooks.take_due(clock.now(), 100) == []
-            # Locked elsewhere: nothing handed over, every worker woken.
+            # Locked elsewhere (a take, a refill): the hand-off waits for the lock, then hands
+            # its delivery over, waking nobody.
             quiet = _hook(events=("run_event",), run_id="quiet")
             await stores[0].webhooks.create_webhook(quiet)
             _ = await _hears(listening, heard)
@@ -796,12 +809,17 @@ def test_postgres_hand_off_holds_the_cap_fleet_wide_across_replicas(pg_dsn: str)
                 await listening.execute(
                     "SELECT 1 FROM webhooks WHERE webhook_id = $1 FOR UPDATE", quiet.webhook_id
                 )
-                await stores[1].add_events([Event("quiet", "breaker_opened", clock.now(), "ib")])
+                adding = asyncio.create_task(
+                    stores[1].add_events([Event("quiet", "breaker_opened", clock.now(), "ib")])
+                )
+                await _waits_for_a_lock(listening)
+                assert not adding.done()
+            await adding
             await _turn()
-            assert handed[1] == []
-            assert await _hears(listening, heard) == ["db h"]
-            [taken] = await stores[0].webhooks.take_due(clock.now(), 100)
-            assert taken.webhook_id == quiet.webhook_id
+            [due] = handed[1]
+            assert due.webhook_id == quiet.webhook_id
+            assert await _hears(listening, heard) == []
+            assert await stores[0].webhooks.take_due(clock.now(), 100) == []
         finally:
             await listening.close()
             for store in stores:

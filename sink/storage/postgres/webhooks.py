@@ -11,8 +11,9 @@ batch, run events) mark their statement (``handing``) when an enabled webhook ma
 runs; the trigger then leaves the NOTIFY to ``_hand_over``, which this replica runs next in
 the same transaction: one statement leasing the new deliveries to its own worker, within the
 cap fleet-wide, their ids and bodies made from the rows just written; after COMMIT
-(``handed_over``) the worker attempts them at once, with no round of its own. What the cap,
-or a webhook locked by another replica's take or hand-off, keeps back is NOTIFYed as before.
+(``handed_over``) the worker attempts them at once, with no round of its own. A webhook
+locked by another transaction (a take, a refill, a hand-off) is waited for (migration 016);
+what the cap keeps back is leased by the settle that frees a slot (a refill, below).
 While no enabled webhook exists, event inserts are the statements they were without
 webhooks.
 
@@ -106,8 +107,8 @@ SELECT * FROM (
 _SELECT_HOOKS = f"SELECT {WEBHOOK_COLUMNS} FROM webhooks"
 
 # Webhooks with something due and room under their cap, locked: another replica taking at the
-# same moment skips them (as does a commit handing its deliveries over, which then wakes every
-# worker: so one at its cap is not locked for nothing; its settles refill it).
+# same moment skips them (a commit handing its deliveries over waits: so one at its cap is not
+# locked for nothing; its settles refill it).
 _DUE_HOOKS = f"""
 SELECT w.webhook_id, w.url, w.secret FROM webhooks w
 WHERE w.disabled_at IS NULL AND EXISTS (
