@@ -244,6 +244,35 @@ def test_a_2xx_whose_body_does_not_end_is_delivered_and_its_connection_dropped(
     assert longest < http.BODY_S + 2  # not the attempt's 5 s
 
 
+def test_the_status_is_back_before_a_body_written_apart() -> None:
+    """A receiver that writes its head, then its body a moment later (as Nagle holds the
+    body of http.server or Java's HttpServer for the head's delayed ACK): the attempt's
+    result is back before the body is sent."""
+    order: list[str] = []
+
+    async def answer(_r: asyncio.StreamReader, w: asyncio.StreamWriter, _q: bytes) -> bool:
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n")
+        await w.drain()
+        await asyncio.sleep(0.3)
+        order.append("body")
+        w.write(b"ok")
+        await w.drain()
+        return True
+
+    async def main() -> int:
+        server, _, _ = await _serve(answer)
+        client = Http1(4)
+        try:
+            status = await client.post(_url(server), b"{}", {}, timeout_s=5)
+            order.append("status")
+        finally:
+            await client.close()
+            server.close()
+        return status
+
+    assert asyncio.run(main()) == 200 and order == ["status"]
+
+
 @pytest.mark.parametrize(
     "response",
     [

@@ -1,12 +1,14 @@
 """Reading an HTTP/1.x answer off a connection as common clients read it (``http.py``'s).
 
-    head = await read_head(conn)            # (status, version, fields); 1xx skipped
-    keep = await drop_body(conn, *head)     # whether the connection can carry another
+    status, version, fields = await read_head(conn)       # 1xx interim answers skipped
+    how = framing(status, version, fields)                  # how its body ends
+    kept = dropped(conn, how)          # the body already read (most answers): at once
+    kept = await drop_body(conn, how)  # else: read to its end (None from dropped)
 
 Lines may end in CRLF or a bare LF, empty lines before the status line are skipped, a
 204 or 304 has no body, a body is framed by ``Transfer-Encoding: chunked``, else by
 ``Content-Length``, else by the close. The head is found in what one read brought (a
-search, not a read per line): the bytes after it wait in ``Connection.rest``.
+search, not a read per line); the bytes after it wait in ``Connection.rest``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import re
 from dataclasses import dataclass
+from typing import Literal
 
 BODY_MAX = 64 * 1024  # an answer's body beyond this is not read: the connection closes
 HEAD_MAX = 64 * 1024
@@ -33,35 +36,24 @@ class Connection:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     rest: bytes = b""  # read from the peer, not taken yet
-    until: float | None = None  # the loop time reads end by (TimeoutError), if any
-
-    async def read(self) -> bytes:
-        """What the peer sends next (b"" at its close)."""
-        if self.until is None:
-            return await self.reader.read(_READ)
-        async with asyncio.timeout_at(self.until):
-            return await self.reader.read(_READ)
 
     async def fill(self) -> None:
         """Add what the peer sends next to ``rest`` (IncompleteReadError at its close)."""
-        chunk = await self.read()
+        chunk = await self.reader.read(_READ)
         if not chunk:
             raise asyncio.IncompleteReadError(self.rest, None)
         self.rest += chunk
 
-    async def line(self) -> bytes:
-        """The next line, without its CRLF or LF."""
-        while (end := self.rest.find(b"\n")) < 0:
-            if len(self.rest) > HEAD_MAX:
-                raise ProtocolError("a line too long")
-            await self.fill()
-        line, self.rest = self.rest[:end], self.rest[end + 1 :]
-        return line.rstrip(b"\r")
 
-    async def skip(self, size: int) -> None:
-        while len(self.rest) < size:
-            await self.fill()
-        self.rest = self.rest[size:]
+@dataclass(frozen=True, slots=True)
+class Framing:
+    """How an answer's body ends: after ``length`` bytes, its last chunk, the connection's
+    close, or unknown (``drop``: not read, the connection closed); and whether the
+    connection can carry another request once it has."""
+
+    kind: Literal["length", "chunked", "close", "drop"]
+    length: int = 0
+    reusable: bool = False
 
 
 async def read_head(conn: Connection) -> Head:
@@ -98,52 +90,92 @@ async def read_head(conn: Connection) -> Head:
         return status, version, fields
 
 
-async def drop_body(conn: Connection, status: int, version: str, fields: dict[str, str]) -> bool:
-    """Read the answer's body and drop it; whether the connection can be used again."""
+def framing(status: int, version: str, fields: dict[str, str]) -> Framing:
     connection = fields.get("connection", "").lower()
-    closing = "close" in connection or (version == "HTTP/1.0" and "keep-alive" not in connection)
+    reusable = "close" not in connection and (version != "HTTP/1.0" or "keep-alive" in connection)
     if status in (204, 304):
-        kept = not closing  # no body, whatever the fields say (RFC 9112, 6.3)
-    elif (coding := fields.get("transfer-encoding")) is not None:
-        if coding.lower().rpartition(",")[2].strip() != "chunked":
-            return await _to_close(conn)
-        kept = await _chunked(conn) and not closing
-    else:
-        length = fields.get("content-length", "")
-        if "," in length:  # the field repeated: one length, or an unknown end
-            lengths = {n.strip() for n in length.split(",")}
-            length = lengths.pop() if len(lengths) == 1 else "?"
-        if not length:
-            return await _to_close(conn)  # no length: the body runs to the close
-        if not (length.isascii() and length.isdigit()) or int(length) > BODY_MAX:
+        return Framing("length", 0, reusable)  # no body, whatever the fields say (RFC 9112, 6.3)
+    coding = fields.get("transfer-encoding")
+    if coding is not None:
+        if coding.lower().rpartition(",")[2].strip() == "chunked":
+            return Framing("chunked", 0, reusable)
+        return Framing("close")
+    length = fields.get("content-length", "")
+    if "," in length:  # the field repeated: one length, or an unknown end
+        lengths = {n.strip() for n in length.split(",")}
+        length = lengths.pop() if len(lengths) == 1 else "?"
+    if not length:
+        return Framing("close")  # no length: the body runs to the close
+    if not (length.isascii() and length.isdigit()) or int(length) > BODY_MAX:
+        return Framing("drop")
+    return Framing("length", int(length), reusable)
+
+
+def dropped(conn: Connection, how: Framing) -> bool | None:
+    """Whether the connection can carry another request, if the body is all read already
+    (most answers: it came with the head); None if more is to come (``drop_body``)."""
+    if how.kind == "drop":
+        return False
+    end = _body_end(conn.rest, how)
+    if end is None:
+        return None
+    conn.rest = conn.rest[end:]
+    return how.reusable and not conn.rest  # (anything past the answer: not ours to read)
+
+
+async def drop_body(conn: Connection, how: Framing) -> bool:
+    """Read the answer's body to its end and drop it; whether the connection can carry
+    another request."""
+    if how.kind == "close":
+        while len(conn.rest) <= BODY_MAX and (chunk := await conn.reader.read(_READ)):
+            conn.rest += chunk
+        return False
+    while (kept := dropped(conn, how)) is None:
+        if len(conn.rest) > BODY_MAX:
             return False
-        await conn.skip(int(length))
-        kept = not closing
-    return kept and not conn.rest  # (anything sent past the answer: not ours to read)
+        await conn.fill()
+    return kept
 
 
-async def _chunked(conn: Connection) -> bool:
-    seen = 0
+def _body_end(data: bytes, how: Framing) -> int | None:
+    """Where the body that starts ``data`` ends in it; None if it has not all come."""
+    if how.kind == "length":
+        return how.length if len(data) >= how.length else None
+    if how.kind == "chunked":
+        return _chunked_end(data)
+    return None  # "close": only the close ends it
+
+
+def _chunked_end(data: bytes) -> int | None:
+    at = 0
     while True:
-        size_text = (await conn.line()).split(b";")[0].strip()
+        size_line, at = _line(data, at)
+        if size_line is None:
+            return None
+        size_text = size_line.split(b";")[0].strip()
         if not _CHUNK_SIZE.fullmatch(size_text):
             raise ProtocolError("not a chunk size")
         size = int(size_text, 16)
         if size == 0:
-            while await conn.line():
-                pass  # trailer fields, up to the empty line that ends the message
-            return True
-        seen += size
-        if seen > BODY_MAX:
-            return False
-        await conn.skip(size)
-        if await conn.line():
+            while True:  # trailer fields, up to the empty line that ends the message
+                trailer, at = _line(data, at)
+                if trailer is None:
+                    return None
+                if not trailer:
+                    return at
+        if len(data) < at + size:
+            return None
+        after, at = _line(data, at + size)
+        if after is None:
+            return None
+        if after:
             raise ProtocolError("a chunk longer than its size")
 
 
-async def _to_close(conn: Connection) -> bool:
-    """A body that ends with its connection: read (up to ``BODY_MAX``) to the close."""
-    seen = len(conn.rest)
-    while seen <= BODY_MAX and (chunk := await conn.read()):
-        seen += len(chunk)
-    return False
+def _line(data: bytes, at: int) -> tuple[bytes | None, int]:
+    """The line starting at ``at`` without its CRLF or LF, and where the next starts (None:
+    it has not ended yet)."""
+    end = data.find(b"\n", at)
+    if end < 0:
+        return None, at
+    return data[at:end].rstrip(b"\r"), end + 1

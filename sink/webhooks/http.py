@@ -9,11 +9,13 @@ same core. A ``user:password@`` in the URL is sent as HTTP Basic auth, never in 
 line or ``Host``.
 
 The answer is read as common clients read it (``answer.py``: bare LF line ends, 1xx skipped,
-chunked). Its status is the result once its head has come within the post's limit; the body
-is then read and dropped only to keep the connection, for at most ``BODY_S`` more: a body
-that is slow, cut short, malformed or runs to the close costs the connection, never the
-status. A kept connection the peer has closed is not used; one that turns out closed before
-any answer is replaced once (the peer read nothing on it).
+chunked). Its status is the result as soon as its head has come within the post's limit.
+The body only decides whether the connection is kept: read at once when it came with the
+head (most answers), else after the status is returned, for at most ``BODY_S`` (a receiver
+that writes its head and body apart, Nagle holding the body for the head's delayed ACK,
+costs an attempt nothing). A body that is slow, cut short, malformed or runs to the close
+costs the connection, never the status. A kept connection the peer has closed is not used;
+one that turns out closed before any answer is replaced once (the peer read nothing on it).
 """
 
 from __future__ import annotations
@@ -24,7 +26,16 @@ import ssl
 from collections import defaultdict
 from urllib.parse import quote, unquote_to_bytes, urlsplit
 
-from sink.webhooks.answer import Connection, Head, ProtocolError, drop_body, read_head
+from sink.webhooks.answer import (
+    Connection,
+    Framing,
+    Head,
+    ProtocolError,
+    drop_body,
+    dropped,
+    framing,
+    read_head,
+)
 
 BODY_S = 1.0  # after the head, the body's time to end before the connection is dropped
 KEEP_PER_ORIGIN = 8
@@ -46,6 +57,8 @@ class Http1:
         self._slots = asyncio.Semaphore(max_connections)
         self._idle: dict[Origin, list[Connection]] = defaultdict(list)
         self._tls: ssl.SSLContext | None = None
+        # The connections whose body is read after its status was returned.
+        self._draining: dict[asyncio.Task[None], Connection] = {}
 
     async def post(
         self, url: str, body: bytes, headers: dict[str, str], timeout_s: float | None = None
@@ -53,32 +66,48 @@ class Http1:
         """POST ``body`` to ``url``: the answer's status, once its head has come within
         ``timeout_s`` (TimeoutError otherwise; the wait for a connection slot included)."""
         origin, request = _request(url, body, headers)
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout_s is None else loop.time() + timeout_s
-        answered: int | None = None
-        try:
-            async with asyncio.timeout_at(deadline), self._slots:
+        async with asyncio.timeout(timeout_s):
+            await self._slots.acquire()
+            try:
                 conn, (status, version, fields) = await self._answer(origin, request)
-                answered = status
-                conn.until = loop.time() + BODY_S  # (a body already here waits for nothing)
-                keep: bool | None = None  # kept (True), closed (False), broken (None)
-                try:
-                    keep = await drop_body(conn, status, version, fields)
-                except _BODY_TROUBLE:
-                    pass  # the status stands; only the connection is lost
-                finally:
-                    self._release(origin, conn, keep)
-        except TimeoutError:
-            if answered is None:
-                raise  # no answer within the limit
-            return answered  # the limit came while the body was read: the status stands
+            except BaseException:
+                self._slots.release()
+                raise
+        # The status is the result from here: the body only decides whether the connection
+        # is kept, read now if it came with the head (most answers), else after returning.
+        how = framing(status, version, fields)
+        try:
+            kept = dropped(conn, how)
+        except ProtocolError:
+            self._release(origin, conn, None)
+        else:
+            if kept is None:
+                task = asyncio.get_running_loop().create_task(self._drain(origin, conn, how))
+                self._draining[task] = conn
+                task.add_done_callback(self._draining.pop)
+            else:
+                self._release(origin, conn, kept)
         return status
 
     async def close(self) -> None:
+        for conn in self._draining.values():
+            conn.writer.transport.abort()  # its drain ends at once (a task not started too)
+        await asyncio.gather(*self._draining, return_exceptions=True)
         for conns in self._idle.values():
             for conn in conns:
                 conn.writer.close()
         self._idle.clear()
+
+    async def _drain(self, origin: Origin, conn: Connection, how: Framing) -> None:
+        """Read the rest of a body whose status was returned, for at most ``BODY_S``."""
+        kept: bool | None = None  # broken, unless the body ends
+        try:
+            async with asyncio.timeout(BODY_S):
+                kept = await drop_body(conn, how)
+        except _BODY_TROUBLE:
+            pass  # only the connection is lost
+        finally:
+            self._release(origin, conn, kept)
 
     async def _answer(self, origin: Origin, request: bytes) -> tuple[Connection, Head]:
         """The answer's head, on a kept connection if one still works, else a new one."""
@@ -104,8 +133,9 @@ class Http1:
         return await asyncio.open_connection(host, port)
 
     def _release(self, origin: Origin, conn: Connection, keep: bool | None) -> None:
-        """Keep the connection for the next post, close it, or (broken, or cut off
-        mid-answer) drop it at once, never waiting on a peer that may not read."""
+        """Free the connection's slot: keep it for the next post, close it, or (broken, or
+        cut off mid-answer: None) drop it at once, never waiting on a peer that may not read."""
+        self._slots.release()
         if keep and len(self._idle[origin]) < KEEP_PER_ORIGIN:
             self._idle[origin].append(conn)
         elif keep is None:
@@ -144,7 +174,6 @@ def _basic_auth(userinfo: str) -> str:
 
 async def _exchange(conn: Connection, request: bytes, reused: bool) -> Head:
     """Send the request and read the answer's head (the connection is dropped on failure)."""
-    conn.until = None  # (the post's limit applies)
     try:
         try:
             conn.writer.write(request)
