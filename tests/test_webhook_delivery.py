@@ -365,9 +365,9 @@ def test_a_lone_delivered_attempt_is_listed_at_once(
     start: Start, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An attempt made alone (sparse mail) is written as it ends, not batched for a stream's
-    later write (SQLite's settle_soon, stretched to 30 s here): once the receiver has
+    later write (the delivery child's, stretched to 30 s here): once the receiver has
     answered, the listing shows it delivered within seconds."""
-    monkeypatch.setattr("sink.storage.sqlite.webhooks.SETTLE_SOON_S", 30.0)
+    monkeypatch.setattr("sink.webhooks.child.RECORD_S", 30.0)
     server = start()
     secret = new_secret()
     receiver = Receiver(secret).start()

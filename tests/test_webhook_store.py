@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import asyncpg
+import pytest
 
 from sink import clock, event_shapes, ids
 from sink.event_ids import EventIds
@@ -529,11 +530,13 @@ def test_settled_deliveries_are_forgotten_after_their_history_pending_ones_never
     backend.run(scenario)
 
 
-def test_sqlite_hands_new_deliveries_to_its_worker_in_their_commit_within_the_cap(
-    tmp_path: Path,
+def test_sqlite_hands_new_deliveries_to_its_worker_in_their_commit_within_its_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With a worker's hand set, SQLite leases new deliveries in the commit that writes them
-    and hands them over after it, 8 per webhook; a settle hands over the next due one."""
+    and hands them over after it, HELD_MAX per webhook (8 here); a settle hands over the next
+    due one."""
+    monkeypatch.setattr("sink.storage.sqlite.webhooks.HELD_MAX", IN_FLIGHT_MAX)
 
     async def scenario() -> None:
         store = SQLiteStore(tmp_path / "s.db")
@@ -583,6 +586,43 @@ KINDS_CASES = [
         )
     ),
 ]
+
+
+def test_sqlite_hands_a_stream_over_whole_and_holds_it_until_settled(tmp_path: Path) -> None:
+    """Twelve deliveries of one webhook in one commit: all twelve are handed over (the worker
+    keeps the cap of 8 in flight), and no take leases them again, even after LEASE_S: they
+    are the worker's until it settles them; a retry waits behind them (they fill the cap)."""
+
+    async def scenario() -> None:
+        store = SQLiteStore(tmp_path / "s.db")
+        await store.open()
+        handed: list[Any] = []
+        store.webhooks.hand = handed.extend
+        try:
+            hook = _hook(events=("run_event",))
+            await store.webhooks.create_webhook(hook)
+            await store.add_events(
+                [Event("r", "breaker_opened", clock.now(), "ib_x") for _ in range(12)]
+            )
+            assert len(handed) == 12 and len({d.delivery_id for d in handed}) == 12
+            later = clock.now() + LEASE_S + 1
+            assert await store.webhooks.take_due(later, 100) == []
+            await store.webhooks.settle(
+                Outcome(
+                    handed[0].delivery_id, 1, later, 500, "http_500", DeliveryState.PENDING, later
+                )
+            )
+            assert await store.webhooks.take_due(later, 100) == []  # 11 held: the cap
+            for due in handed[1:]:
+                await store.webhooks.settle(
+                    Outcome(due.delivery_id, 1, later, 200, None, DeliveryState.DELIVERED)
+                )
+            [retried] = handed[12:]  # handed over by the settle that made room
+            assert retried.delivery_id == handed[0].delivery_id and retried.attempt == 2
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())
 
 
 def test_postgres_makes_the_live_kinds_python_makes(pg_dsn: str) -> None:

@@ -53,6 +53,7 @@ class MemoryWebhooks:
         self.hand: Callable[[list[Due]], None] | None = None  # unused: taken by take_due
         self.refills = False
         self.settle_soon: Callable[[Due, Outcome], bool] | None = None  # settles are written now
+        self.child_db: str | None = None  # the delivery child writes nothing here
 
     # -- the outbox: written with the events -----------------------------------------
 
@@ -214,6 +215,9 @@ class MemoryWebhooks:
 
     async def reclaim(self, now: float) -> int:
         return 0  # one process owns the rows
+
+    def recorded(self, dues: list[Due]) -> None:
+        pass  # (child_db is None: never called)
 
     async def next_due(self, now: float) -> NextDue:
         pending = [r for r in self._rows.values() if r.state is DeliveryState.PENDING]

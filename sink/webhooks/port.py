@@ -43,6 +43,9 @@ class WebhookStore(Protocol):
     # webhook's cap until the write, which refills it. False: not taken (the worker settles
     # it now).
     settle_soon: Callable[[Due, Outcome], bool] | None
+    # The SQLite file the delivery child may write delivered attempts to itself (with
+    # ``record_delivered``; the worker then calls ``recorded``), None: settled through here.
+    child_db: str | None
 
     async def create_webhook(self, webhook: Webhook) -> None: ...
 
@@ -82,6 +85,10 @@ class WebhookStore(Protocol):
         """Record an attempt and free its lease: delivered, retried later, or failed (then a
         ``webhook_failed`` run event for its run, in the same commit); ``disable`` sets the
         webhook's ``disabled_at`` and fails its other pending deliveries."""
+
+    def recorded(self, dues: list[Due]) -> None:
+        """The delivery child wrote these delivered attempts (``child_db``): their leases
+        are gone with that write; what the store counts of them goes too."""
 
     async def next_due(self, now: float) -> NextDue:
         """When the earliest pending delivery is due (leased ones: when their lease ends), and

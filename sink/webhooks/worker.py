@@ -22,10 +22,13 @@ delivery child (``child.py``, a process of its own: the loop that takes mail pay
 write and a line read per attempt) whenever others are in flight; alone (sparse mail), or
 with ``child=False``, it is made here, in a task, without the hop; a 2xx is
 delivered, a 410 disables the webhook, anything else is retried on the schedule
-(``schedule.py``) until the last attempt, which fails the delivery. A delivered attempt the
-child made is written with the others that end near it (``settle_soon``, SQLite); one made
-here (alone: whoever lists the deliveries once the receiver answered sees it) and the rest
-at once. A
+(``schedule.py``) until the last attempt, which fails the delivery. The cap of
+``IN_FLIGHT_MAX`` attempts per webhook is kept here: a store may hand or lease more (SQLite
+hands a stream's deliveries over as they are written), and those wait their turn in order.
+A delivered attempt the child made is written by the child itself where the store allows it
+(``child_db``, SQLite: none of it on the writer that takes the mail), or with the others that
+end near it (``settle_soon``); one made here (alone: whoever lists the deliveries once the
+receiver answered sees it) and the rest at once. A
 settle that cannot be written is left to the lease: the delivery is tried again (at least
 once, never lost).
 Logs name the webhook, delivery and attempt, never the URL, the secret or the body.
@@ -37,6 +40,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from typing import Any
 
 from sink.clock import Clock
@@ -48,7 +52,7 @@ from sink.webhooks.attempt import post
 from sink.webhooks.child import Child
 from sink.webhooks.http import Http1
 from sink.webhooks.model import DeliveryState, Due, Outcome
-from sink.webhooks.port import WebhookStore
+from sink.webhooks.port import IN_FLIGHT_MAX, WebhookStore
 
 LOOK_S = 2.0  # the longest sleep: others' deliveries (replicas, a restart) go out within this
 IN_FLIGHT = 64  # attempts in flight in this process, all webhooks together
@@ -75,11 +79,21 @@ class Worker:
         self._http = Http1(IN_FLIGHT)
         self._wakeup = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()  # attempts in flight (kept: not GC'd)
-        self._child = Child(self._answered, self._resend) if child else None
+        self._child = (
+            Child(self._answered, self._resend, self._recorded, store.child_db) if child else None
+        )
         self._sent: dict[str, tuple[Due, float]] = {}  # in flight in the child, by key
+        # Delivered in the child, being written by it (``child_db``): settled here if it dies
+        # before it says they are written.
+        self._recording: dict[str, tuple[Due, int | None]] = {}
+        # The per-webhook cap (``IN_FLIGHT_MAX``): attempts in flight (here or in the child),
+        # and deliveries handed or taken beyond it, waiting their turn in order.
+        self._flying: dict[str, int] = {}
+        self._queued: dict[str, deque[Due]] = {}
+        self._queued_n = 0
+        self._stopped = False
         self._keys = 0
         self._counted: dict[str, Any] = {}  # the deliveries metric, by result (labels() costs)
-        self._running = False
         self._due_at: float | None = None  # when the next delivery is due, at the last look
         # The last round saw deliveries due that it did not take (the caps): an attempt that
         # ends then wakes the worker, unless the store refills the webhook's cap itself.
@@ -100,13 +114,12 @@ class Worker:
     def hand(self, dues: list[Due]) -> None:
         """Deliveries the store leased to this worker in the commit that wrote them: their
         first attempts start now, without a round."""
-        if self._running:  # else: their leases run out (or a restart frees them)
+        if not self._stopped:  # else: a restart frees their leases
             for due in dues:
                 self._start(due)
 
     async def run(self, stopping: asyncio.Event) -> None:
         woken = True  # the first round takes what the process before left pending
-        self._running = True
         child = None
         if self._child is not None:
             child = asyncio.create_task(self._child.run(stopping), name="webhook-child")
@@ -122,7 +135,7 @@ class Worker:
                     await asyncio.wait_for(self._wakeup.wait(), delay)
                 woken = self._wakeup.is_set()
         finally:
-            self._running = False
+            self._stopped = True
             for task in list(self._tasks):
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -132,6 +145,11 @@ class Worker:
                 # In flight in the child: not settled, made again after the restart.
                 await asyncio.gather(child, return_exceptions=True)
                 self._sent.clear()
+            # Delivered, not said written (the child writes them as it ends): written here too,
+            # whichever comes second changes nothing.
+            for due, status in self._recording.values():
+                await self._settle(self._outcome(due, status, None))
+            self._recording.clear()
 
     async def _round(self, woken: bool) -> float:
         """Start what is due; how long to sleep before the next round. Nothing is taken (no
@@ -146,7 +164,7 @@ class Worker:
             if time.monotonic() - self._reclaimed_at >= RECLAIM_S:
                 self._reclaimed_at = time.monotonic()
                 looking = await self._store.reclaim(now) > 0 or looking
-            room = IN_FLIGHT - len(self._tasks) - len(self._sent)
+            room = IN_FLIGHT - len(self._tasks) - len(self._sent) - self._queued_n
             if looking and room > 0:
                 taken = await self._store.take_due(now, room)
             self._capped = looking and len(taken) >= room
@@ -169,6 +187,14 @@ class Worker:
         return min(wait, LOOK_S)
 
     def _start(self, due: Due) -> None:
+        """Attempt it now if its webhook has room under the cap, else after those before it."""
+        hook_id = due.webhook_id
+        flying = self._flying.get(hook_id, 0)
+        if flying >= IN_FLIGHT_MAX:
+            self._queued.setdefault(hook_id, deque()).append(due)
+            self._queued_n += 1
+            return
+        self._flying[hook_id] = flying + 1
         # With nothing in flight the attempt is made here, at once: sparse mail gets the
         # lowest latency (no hop through the child). Beside others (a stream of mail) it goes
         # to the child, off the loop that takes the mail.
@@ -181,6 +207,22 @@ class Worker:
         task = asyncio.create_task(self._attempt(due), name=f"webhook {due.delivery_id}")
         self._tasks.add(task)
         task.add_done_callback(self._ended)
+
+    def _landed(self, hook_id: str) -> None:
+        """An attempt of this webhook ended (its answer came, or none will): the next one
+        waiting for its room starts."""
+        flying = self._flying.get(hook_id, 0) - 1
+        if flying > 0:
+            self._flying[hook_id] = flying
+        else:
+            self._flying.pop(hook_id, None)
+        queued = self._queued.get(hook_id)
+        if queued:
+            due = queued.popleft()
+            self._queued_n -= 1
+            if not queued:
+                del self._queued[hook_id]
+            self._start(due)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -196,11 +238,14 @@ class Worker:
     async def _attempt(self, due: Due) -> None:
         started = time.monotonic()
         now = int(self._clock.now())
-        status, error = await post(
-            self._http, due.url, due.secret, due.event_id, now, due.body.encode()
-        )
+        try:
+            status, error = await post(
+                self._http, due.url, due.secret, due.event_id, now, due.body.encode()
+            )
+        finally:
+            self._landed(due.webhook_id)
         # Made here, so alone (sparse mail): written at once, so whoever lists the deliveries
-        # when the receiver has answered sees it delivered (settle_soon is for streams).
+        # when the receiver has answered sees it delivered.
         await self._settle(self._ended_as(due, status, error, started))
 
     def _answered(self, key: str, status: int | None, error: str | None) -> None:
@@ -209,6 +254,12 @@ class Worker:
         if sent is None:
             return
         due, started = sent
+        self._landed(due.webhook_id)
+        if error is None and self._child is not None and self._child.records:
+            # Delivered: the child writes it, with the others that end near it.
+            self._recording[key] = (due, status)
+            self._delivered(due, status, started)
+            return
         outcome = self._ended_as(due, status, error, started)
         soon = self._store.settle_soon
         if outcome.state is DeliveryState.DELIVERED and soon is not None and soon(due, outcome):
@@ -218,29 +269,77 @@ class Worker:
         self._tasks.add(task)
         task.add_done_callback(self._ended)
 
+    def _recorded(self, keys: list[str], written: bool) -> None:
+        """The child wrote these delivered attempts (``written``), or could not: they are
+        settled here (a row that changed meanwhile is left as it is)."""
+        dues = []
+        for key in keys:
+            recording = self._recording.pop(key, None)
+            if recording is None:
+                continue
+            due, status = recording
+            if written:
+                dues.append(due)
+                continue
+            outcome = self._outcome(due, status, None)
+            task = asyncio.create_task(self._settle(outcome), name=f"settle {due.delivery_id}")
+            self._tasks.add(task)
+            task.add_done_callback(self._ended)
+        if dues:
+            self._store.recorded(dues)
+            self._after_delivered()
+
     def _resend(self) -> None:
         """A child runs: the attempts that waited for it, or that the one before left
-        unanswered, are sent to it (made again: they were not settled)."""
+        unanswered, are sent to it (made again: they were not settled); those it delivered
+        but had not said written are settled here."""
         for key, (due, _) in self._sent.items():
             self._send(key, due)
+        if self._recording:
+            self._recorded(list(self._recording), written=False)
 
     def _send(self, key: str, due: Due) -> None:
         assert self._child is not None
-        now = int(self._clock.now())
+        now = self._clock.now()
         body = due.body.encode()
-        self._child.send(key, due.url, due.secret, due.event_id, now, body)
+        self._child.send(
+            key,
+            due.url,
+            due.secret,
+            due.event_id,
+            int(now),
+            body,
+            due.delivery_id,
+            due.attempt,
+            now,
+        )
 
     def _ended_as(self, due: Due, status: int | None, error: str | None, started: float) -> Outcome:
         """The attempt's outcome, counted and logged."""
         outcome = self._outcome(due, status, error)
-        result = _result(outcome)
+        self._noted(due, _result(outcome), outcome.state, status, error, started)
+        return outcome
+
+    def _delivered(self, due: Due, status: int | None, started: float) -> None:
+        """A delivered attempt the child writes: counted and logged here."""
+        self._noted(due, "delivered", DeliveryState.DELIVERED, status, None, started)
+
+    def _noted(
+        self,
+        due: Due,
+        result: str,
+        state: DeliveryState,
+        status: int | None,
+        error: str | None,
+        started: float,
+    ) -> None:
         counter = self._counted.get(result)
         if counter is None:
             counter = self._counted[result] = self._metrics.webhook_deliveries.labels(result)
         counter.inc()
-        level = logging.DEBUG if outcome.state is DeliveryState.DELIVERED else logging.INFO
+        level = logging.DEBUG if state is DeliveryState.DELIVERED else logging.INFO
         if not enabled(level):
-            return outcome
+            return
         log(
             "webhook_attempt",
             level,
@@ -248,12 +347,11 @@ class Worker:
             delivery_id=due.delivery_id,
             run_id=due.run_id,
             attempt=due.attempt,
-            state=outcome.state.value,
+            state=state.value,
             status_code=status,
             error=error,
             latency_ms=round((time.monotonic() - started) * 1000, 1),
         )
-        return outcome
 
     async def _settle(self, outcome: Outcome) -> None:
         try:

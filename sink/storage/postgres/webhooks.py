@@ -305,6 +305,7 @@ class PostgresWebhooks:
         # A delivered attempt's write leases its webhook's next due deliveries (within the cap,
         # fleet-wide) and hands them to the worker (runsink_settle_delivered).
         self.refills = True
+        self.child_db: str | None = None  # the delivery child writes nothing here
 
     def keyed(self, signing_key: bytes) -> None:
         self._ids = EventIds(signing_key)
@@ -797,6 +798,9 @@ class PostgresWebhooks:
                     await self._insert_events(db, [failed_event(delivery, made)])
 
         await self._transaction("settle", work)
+
+    def recorded(self, dues: list[Due]) -> None:
+        pass  # (child_db is None: never called)
 
     async def next_due(self, now: float) -> NextDue:
         rows = await self._fetch("next_due", _NEXT_DUE, now)

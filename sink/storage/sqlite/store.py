@@ -124,7 +124,7 @@ class SQLiteStore:
         self.runs = SQLiteRuns(self._read)
         # Webhooks and their outbox, written in the transactions of the events they carry.
         self.webhooks = SQLiteWebhooks(
-            self._writer.transaction, self._writer.shared, self._read, insert_events
+            self._writer.transaction, self._writer.shared, self._read, insert_events, str(path)
         )
 
     # -- lifecycle ---------------------------------------------------------------
@@ -157,7 +157,6 @@ class SQLiteStore:
             db.outbox = self.webhooks
 
     async def close(self) -> None:
-        await self.webhooks.flush()  # delivered attempts not written yet
         await self.indexer.close()
         if self._reader is not None:
             await self._reader.close()

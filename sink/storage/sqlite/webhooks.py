@@ -6,14 +6,17 @@ runs one write at a time), so every event committed after a webhook's creation i
 against it, and none before. ``queue`` runs inside the transactions that insert events or
 store mail: with no webhook it returns at once (the ingest path pays one attribute read);
 otherwise it writes the delivery rows in that same transaction, leased to this process's
-worker as far as the per-webhook cap allows, and hands those to the worker once the commit
+worker (HELD_MAX of a webhook at most), and hands those to the worker once the commit
 is durable (``handed``, from ``SQLiteStore._committed``): a first attempt needs no
-transaction of its own. What is not handed over wakes the worker to take it. Settles
-waiting together are written as one (the writer's shared batch), and each leases the next
-due deliveries of its webhook to the worker in that commit (``_refill``): a webhook with a
-backlog at its cap needs no take_due round per attempt. Leases are cleared at
-open: the process that held them is gone; and when the worker starts (``resume``) every
-pending delivery is due at once, a retry's schedule included.
+transaction of its own. The worker keeps the cap of 8 attempts in flight per webhook, so a
+stream's deliveries are handed over as they are written (HELD_MAX of a webhook at most;
+what is not handed over wakes the worker to take it). Their delivered attempts are written
+by the delivery child, on its own connection (``record_delivered``): the writer that takes
+the mail never sees them. Other settles waiting together are written as one (the writer's
+shared batch), and each leases the next due deliveries of its webhook to the worker in that
+commit (``_refill``). Leases are cleared at open, as the process that held them is gone (a
+handed-over delivery's lasts until the worker settles it: HELD_UNTIL); and when the worker
+starts (``resume``) every pending delivery is due at once, a retry's schedule included.
 """
 
 from __future__ import annotations
@@ -22,15 +25,12 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from sink import event_shapes
-from sink.errors import StorageError
 from sink.event_ids import EventIds
-from sink.logs import warn
 from sink.storage.base import Event, Incoming
 from sink.storage.sqlite.writer import note
 from sink.webhooks.model import (
@@ -64,24 +64,68 @@ InsertEvents = Callable[[sqlite3.Connection, Iterable[Event]], None]
 
 _LISTING = LISTING.replace("{P1}", "?").replace("{P2}", "?")
 
-SETTLE_SOON_S = 0.1  # a delivered attempt is written this late at most, with the others
-_SOON_MAX = 256  # ... or as soon as this many wait
+# Deliveries handed over in their commit are leased to this process's worker until it settles
+# them (one process owns the file: open frees every lease), as they may wait there for their
+# webhook's cap (IN_FLIGHT_MAX attempts in flight, kept by the worker); HELD_MAX of a webhook
+# at most (the rest wait here, pending, for a round to take them).
+HELD_UNTIL = 1e12
+HELD_MAX = 1024
 
 
-class _Soon:
-    """A delivered attempt waiting to be written (``settle_soon``)."""
+class Delivered(NamedTuple):
+    """A delivered attempt the delivery child writes itself (``record_delivered``)."""
 
-    __slots__ = ("counted", "hook_id", "outcome")
+    delivery_id: str
+    attempt: int
+    status_code: int
+    at: float
 
-    def __init__(self, hook_id: str, outcome: Outcome) -> None:
-        self.hook_id = hook_id
-        self.outcome = outcome
-        self.counted = True  # in ``_unsettled`` until its write runs
+
+def record_delivered(db: sqlite3.Connection, batch: list[Delivered]) -> set[str]:
+    """Write delivered attempts in one transaction of ``db`` (the delivery child's own
+    connection to the store's file): the ids written. One whose row changed meanwhile (a
+    410 ended it, its attempt was made again) is not: the server settles those."""
+    ids = [d.delivery_id for d in batch]
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        marks = ",".join("?" * len(ids))
+        rows = {
+            r[1]: r
+            for r in db.execute(
+                "SELECT seq, delivery_id, webhook_id, attempts FROM webhook_deliveries "
+                f"WHERE delivery_id IN ({marks}) AND state = 'pending'",
+                ids,
+            ).fetchall()
+        }
+        written = [(d, rows[d.delivery_id]) for d in batch if d.delivery_id in rows]
+        written = [(d, r) for d, r in written if r[3] + 1 == d.attempt]
+        db.executemany(
+            "INSERT INTO webhook_attempts (delivery_seq, attempt, webhook_id, state, "
+            "status_code, error, at, next_attempt_at) VALUES (?, ?, ?, 'delivered', ?, NULL, ?, "
+            "NULL)",
+            [(r[0], d.attempt, r[2], d.status_code, d.at) for d, r in written],
+        )
+        db.executemany(
+            "UPDATE webhook_deliveries SET state = 'delivered', attempts = ?, lease_until = 0 "
+            "WHERE seq = ?",
+            [(d.attempt, r[0]) for d, r in written],
+        )
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    return {d.delivery_id for d, _ in written}
 
 
 class SQLiteWebhooks:
     def __init__(
-        self, transaction: Transaction, shared: Shared, read: Read, insert_events: InsertEvents
+        self,
+        transaction: Transaction,
+        shared: Shared,
+        read: Read,
+        insert_events: InsertEvents,
+        path: str,
     ) -> None:
         self._transaction = transaction
         self._shared = shared
@@ -89,23 +133,20 @@ class SQLiteWebhooks:
         self._insert_events = insert_events
         self._ids = EventIds()  # keyed by the store's signing key at open
         self._hooks: dict[str, Webhook] = {}  # the exact cache (see the module docstring)
-        # Attempts in flight, by webhook: kept by the writer's thread as it leases (hand-off,
-        # take_due) and settles, and by the loop as delivered attempts end (settle_soon);
-        # made exact again from the table at every take_due. ``_unsettled``: delivered
-        # attempts whose rows still hold their leases (not written yet). Both under ``_lock``.
+        # Deliveries leased to the worker, by webhook: kept by the writer's thread as it
+        # leases (hand-off, take_due) and settles, and by the loop as the delivery child says
+        # it wrote some (``recorded``); made exact again from the table at every take_due.
+        # Under ``_lock``.
         self._leased: dict[str, int] = {}
-        self._unsettled: dict[str, int] = {}
         self._lock = threading.Lock()
-        # Webhooks with due deliveries their cap kept back (a settle then refills at once).
+        # Webhooks with due deliveries HELD_MAX kept back (a settle then refills at once).
         self._backlog: set[str] = set()
-        self._soon: list[_Soon] = []  # delivered attempts to write (settle_soon)
-        self._soon_timer: asyncio.TimerHandle | None = None
-        self._writes: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.wake: Callable[[], None] | None = None  # the delivery worker's, once it runs
         self.hand: Callable[[list[Due]], None] | None = None  # the worker's: attempt these now
         self.refills = True  # a settle leases its webhook's next due deliveries (_refill)
-        self.settle_soon: Callable[[Due, Outcome], bool] | None = self._settle_soon
+        self.settle_soon: Callable[[Due, Outcome], bool] | None = None  # the child writes them
+        self.child_db: str | None = path  # the delivery child writes delivered attempts here
 
     async def open(self, signing_key: bytes) -> None:
         """At the store's open: load the cache, free the leases of the process before."""
@@ -143,10 +184,10 @@ class SQLiteWebhooks:
             self._wake_soon()
 
     def _left_unhanded(self, added: list[Delivery], handed: list[Due]) -> bool:
-        """Deliveries not handed over that no attempt in flight will refill: a webhook at its
-        cap (8 leased to this worker) gets its next ones from the settle of each attempt that
-        ends (``_refill``), so the worker needs no round (a transaction and two reads) per
-        commit while a stream of mail keeps it at its cap."""
+        """Deliveries not handed over that nothing held will bring: a webhook holding HELD_MAX
+        gets its next ones as the worker settles (``_refill``) or the child writes
+        (``recorded`` wakes the worker) what it holds, so the worker needs no round (a
+        transaction and two reads) per commit while a stream of mail keeps it full."""
         if len(handed) == len(added):
             return False
         taken = {d.delivery_id for d in handed}
@@ -157,14 +198,15 @@ class SQLiteWebhooks:
 
     def _hand_off(self, db: sqlite3.Connection, added: list[Delivery]) -> list[Due]:
         """Lease new deliveries to this process's worker in the transaction that writes them
-        (within the per-webhook cap): their first attempt needs no transaction of its own."""
-        lease_until = time.time() + LEASE_S
+        (HELD_MAX of a webhook at most; the worker keeps the cap): their first attempt needs
+        no transaction of its own."""
+        lease_until = HELD_UNTIL
         leased = self._leased
         handed: list[Due] = []
         for d in added:
             hook = self._hooks[d.webhook_id]
             with self._lock:
-                if leased.get(hook.webhook_id, 0) >= IN_FLIGHT_MAX:
+                if leased.get(hook.webhook_id, 0) >= HELD_MAX:
                     self._backlog.add(hook.webhook_id)
                     continue
                 leased[hook.webhook_id] = leased.get(hook.webhook_id, 0) + 1
@@ -286,8 +328,7 @@ class SQLiteWebhooks:
                 leased[hook] = leased.get(hook, 0) + 1
                 taken.append(due_from(row, now + LEASE_S))
             with self._lock:
-                unsettled = self._unsettled
-                self._leased = {h: n - unsettled.get(h, 0) for h, n in leased.items()}
+                self._leased = leased
             for hook, n in leased.items():
                 if n >= IN_FLIGHT_MAX:
                     self._backlog.add(hook)  # (there may be more due than it took)
@@ -305,64 +346,19 @@ class SQLiteWebhooks:
         # per table), as group commit does for mail.
         await self._shared(self._settle_rows, outcome)
 
-    def _settle_soon(self, due: Due, outcome: Outcome) -> bool:
-        """A delivered attempt: its slot is free now, its rows are written within
-        SETTLE_SOON_S with the others (one statement per table for them all, in a commit it
-        shares with mail). Not for a webhook with due deliveries its cap kept back: that
-        settle refills the cap, so it is written now (False)."""
-        hook_id = due.webhook_id
-        if hook_id in self._backlog or self._loop is None:
-            return False
+    def recorded(self, dues: list[Due]) -> None:
+        """The delivery child wrote these (``record_delivered``): their leases are gone."""
+        backlog = False
         with self._lock:
-            self._leased[hook_id] = max(0, self._leased.get(hook_id, 0) - 1)
-            self._unsettled[hook_id] = self._unsettled.get(hook_id, 0) + 1
-        self._soon.append(_Soon(hook_id, outcome))
-        if len(self._soon) >= _SOON_MAX:
-            self._write_soon()
-        elif self._soon_timer is None:
-            self._soon_timer = self._loop.call_later(SETTLE_SOON_S, self._write_soon)
-        return True
+            for due in dues:
+                hook_id = due.webhook_id
+                self._leased[hook_id] = max(0, self._leased.get(hook_id, 0) - 1)
+                backlog = backlog or hook_id in self._backlog
+        if backlog and self.wake is not None:
+            self.wake()  # a round takes what HELD_MAX kept back
 
-    def _write_soon(self) -> None:
-        if self._soon_timer is not None:
-            self._soon_timer.cancel()
-            self._soon_timer = None
-        if self._soon:
-            batch, self._soon = self._soon, []
-            task = asyncio.ensure_future(self._write(batch))
-            self._writes.add(task)
-            task.add_done_callback(self._writes.discard)
-
-    async def _write(self, batch: list[_Soon]) -> None:
-        try:
-            await self._shared(self._settle_soon_rows, batch)
-        except StorageError as exc:
-            # Not recorded: when their leases end they are delivered again (at least once).
-            warn("webhook_settle_failed", deliveries=len(batch), error=type(exc).__name__)
-            self._uncount(batch)
-
-    async def flush(self) -> None:
-        """Write the delivered attempts that wait (before the store closes)."""
-        self._write_soon()
-        await asyncio.gather(*self._writes, return_exceptions=True)
-
-    def _uncount(self, batch: list[_Soon]) -> None:
-        with self._lock:
-            for soon in batch:
-                if soon.counted:
-                    soon.counted = False
-                    self._unsettled[soon.hook_id] -= 1
-
-    def _settle_soon_rows(self, db: sqlite3.Connection, batches: list[list[_Soon]]) -> None:
-        for batch in batches:
-            self._uncount(batch)  # their rows free their leases in this write
-        self._settle_rows(db, [s.outcome for b in batches for s in b], release=False)
-
-    def _settle_rows(
-        self, db: sqlite3.Connection, outcomes: list[Outcome], release: bool = True
-    ) -> None:
-        """Write the attempts; ``release``: free their in-flight slots too (settle_soon freed
-        them when they ended)."""
+    def _settle_rows(self, db: sqlite3.Connection, outcomes: list[Outcome]) -> None:
+        """Write the attempts, and free their leases."""
         ids = [o.delivery_id for o in outcomes]
         marks = ",".join("?" * len(ids))
         rows = {
@@ -399,9 +395,8 @@ class SQLiteWebhooks:
             )
             updates.append((made.state.value, made.attempt, made.next_attempt_at, row["seq"]))
             hook_id = row["webhook_id"]
-            if release:
-                with self._lock:
-                    self._leased[hook_id] = max(0, self._leased.get(hook_id, 0) - 1)
+            with self._lock:
+                self._leased[hook_id] = max(0, self._leased.get(hook_id, 0) - 1)
             freed[hook_id] = max(made.at, freed.get(hook_id, made.at))
             if made.disable or made.state is DeliveryState.FAILED:
                 more.append((row, made, ended))
