@@ -54,28 +54,30 @@ def delivered(
     ids: EventIds, message_id: str, inbox_id: str, run_id: str, subject: str, received_at: float
 ) -> LiveEvent:
     """A message delivered to a run's inbox."""
+    stamp = rfc3339(received_at)
     data = {
         "message_id": message_id,
         "inbox_id": inbox_id,
         "run_id": run_id,
         "caught": False,
         "subject": subject,
-        "received_at": rfc3339(received_at),
+        "received_at": stamp,
     }
-    return LiveEvent("message", ids.of_message(message_id), run_id, received_at, data)
+    return LiveEvent("message", ids.of_message(message_id), run_id, received_at, data, stamp)
 
 
 def caught(ids: EventIds, caught_id: str, subject: str, received_at: float) -> LiveEvent:
     """Caught mail: no run (only readers of every run, and an admin's unfiltered webhooks)."""
+    stamp = rfc3339(received_at)
     data = {
         "message_id": caught_id,
         "inbox_id": None,
         "run_id": None,
         "caught": True,
         "subject": subject,
-        "received_at": rfc3339(received_at),
+        "received_at": stamp,
     }
-    return LiveEvent("message", ids.of_message(caught_id), None, received_at, data)
+    return LiveEvent("message", ids.of_message(caught_id), None, received_at, data, stamp)
 
 
 def of_incoming(incoming: Incoming, ids: EventIds) -> list[LiveEvent]:

@@ -67,14 +67,18 @@ class LiveEvent:
     run_id: str | None  # None: caught mail (or a ping)
     at: float  # when it happened: the body's timestamp
     data: dict[str, Any]
+    stamp: str | None = None  # ``at`` as RFC 3339, when its maker had it already
 
     def body(self) -> str:
         """The delivery's body: ``{"type", "id", "timestamp", "data"}``, compact JSON."""
-        return json.dumps(
-            {"type": self.type, "id": self.id, "timestamp": rfc3339(self.at), "data": self.data},
-            separators=(",", ":"),
-            ensure_ascii=False,
+        stamp = self.stamp or rfc3339(self.at)
+        return _COMPACT.encode(
+            {"type": self.type, "id": self.id, "timestamp": stamp, "data": self.data}
         )
+
+
+# json.dumps with these arguments makes an encoder per call: one, made once.
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 @dataclass(frozen=True, slots=True)
