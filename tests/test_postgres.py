@@ -4,6 +4,7 @@ commit order, wake-ups through LISTEN/NOTIFY with a catch-up, and driver errors 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Iterable
 
 import asyncpg
@@ -356,6 +357,29 @@ def test_one_replica_sweeps_at_a_time(pg_dsn: str) -> None:
             await b.close()
 
     assert asyncio.run(scenario()) == (True, False, True)
+
+
+def test_a_pool_connection_goes_back_without_a_reset_round_trip(pg_dsn: str) -> None:
+    """A statement on the store's pool stays its connection's last query: no reset query
+    (asyncpg's default: a round trip per use) follows it."""
+
+    async def scenario() -> list[str]:
+        store = PostgresStore(pg_dsn)
+        await store.open()
+        watcher = await asyncpg.connect(pg_dsn)
+        try:
+            probe = f"SELECT 'probe {uuid.uuid4().hex}'"
+            await store.fetch("probe", probe)
+            rows = await watcher.fetch(
+                "SELECT query FROM pg_stat_activity "
+                "WHERE application_name = 'runsink' AND pid <> pg_backend_pid()"
+            )
+            return [r[0] for r in rows if r[0] == probe]
+        finally:
+            await watcher.close()
+            await store.close()
+
+    assert len(asyncio.run(scenario())) == 1
 
 
 def test_a_body_of_the_largest_allowed_size_is_stored_as_bytea(pg_dsn: str) -> None:
