@@ -36,8 +36,8 @@ class WebhookStore(Protocol):
     # webhook's next due deliveries to the worker (``hand``; SQLite, PostgreSQL): the end of
     # an attempt then needs no round for the per-webhook cap.
     refills: bool
-    # Set by a store that writes delivered attempts later, many in one statement (SQLite,
-    # PostgreSQL): ``settle_soon(due, outcome)`` frees the attempt's slot in this process at
+    # Set by a store that writes delivered attempts later, many in one statement
+    # (PostgreSQL): ``settle_soon(due, outcome)`` frees the attempt's slot in this process at
     # once and records it within ``SETTLE_SOON_S`` (at least once: a crash before that sends
     # it again). On PostgreSQL its lease (the fleet's in-flight count) holds its slot of the
     # webhook's cap until the write, which refills it. False: not taken (the worker settles
