@@ -99,11 +99,12 @@ def test_postgres_delivered_attempts_hold_the_cap_until_written_together_then_re
     asyncio.run(scenario())
 
 
-def test_postgres_a_direct_settle_writes_the_waiting_ones_and_close_writes_the_rest(
-    pg_dsn: str,
+def test_postgres_a_direct_settle_is_written_alone_or_with_those_waiting(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A settle written now (an attempt made in the server) takes the delivered attempts
-    that wait with it; close() writes what still waits: reopened, none is pending."""
+    """A settle (an attempt made in the server) with nothing waiting is written at once; one
+    beside delivered attempts that wait joins them and returns once they are written (8 make
+    a write at once); close() writes what still waits: reopened, none is pending."""
 
     async def scenario() -> None:
         handed: list[Due] = []
@@ -111,14 +112,22 @@ def test_postgres_a_direct_settle_writes_the_waiting_ones_and_close_writes_the_r
         run_id = new_run_id()
         hook = _hook(events=("run_event",), run_id=run_id)
         await store.webhooks.create_webhook(hook)
-        await _events(store, run_id, 3)
+        await _events(store, run_id, IN_FLIGHT_MAX)
+        monkeypatch.setattr(pg_webhooks, "SETTLE_SOON_S", 60.0)  # no write by the timer
+        await store.webhooks.settle(_delivered(handed[0]))
+        assert await _states(store, hook.webhook_id) == {handed[0].delivery_id}
+        await _events(store, run_id, 2)  # one handed over (the slot written free), one kept
         soon = store.webhooks.settle_soon
-        assert soon is not None and soon(handed[0], _delivered(handed[0]))
-        await store.webhooks.settle(_delivered(handed[1]))
-        rows = await store.webhooks.deliveries(hook.webhook_id, None, 20)
-        done = {r.delivery_id for r in rows if r.state is DeliveryState.DELIVERED}
-        assert done == {handed[0].delivery_id, handed[1].delivery_id}
-        assert soon(handed[2], _delivered(handed[2]))
+        assert soon is not None and len(handed) == IN_FLIGHT_MAX + 1
+        assert soon(handed[1], _delivered(handed[1]))
+        joined = asyncio.create_task(store.webhooks.settle(_delivered(handed[2])))
+        assert await _states(store, hook.webhook_id) == {handed[0].delivery_id}
+        assert not joined.done()  # it waits with the other for their write
+        assert all(soon(due, _delivered(due)) for due in handed[3:9])  # eight: written now
+        await joined
+        assert await _states(store, hook.webhook_id) == {d.delivery_id for d in handed[:9]}
+        [last] = handed[9:]  # refilled by that write
+        assert soon(last, _delivered(last))
         await store.close()
         again = await _opened(pg_dsn, None)
         try:
@@ -127,6 +136,12 @@ def test_postgres_a_direct_settle_writes_the_waiting_ones_and_close_writes_the_r
             await again.close()
 
     asyncio.run(scenario())
+
+
+async def _states(store: PostgresStore, webhook_id: str) -> set[str]:
+    """The webhook's deliveries listed delivered."""
+    rows = await store.webhooks.deliveries(webhook_id, None, 50)
+    return {r.delivery_id for r in rows if r.state is DeliveryState.DELIVERED}
 
 
 _CRASH = """

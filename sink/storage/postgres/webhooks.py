@@ -31,12 +31,13 @@ pending delivery of the fleet due at once (``resume``): after a restart each get
 within seconds.
 
 Settles (migration ``015_settle_delivered.sql``): delivered attempts are written together,
-one call for many (``settle_soon``: within ``SETTLE_SOON_S``, or at once when all 8 of a
-webhook's in-flight attempts wait; an attempt made in the server is written at once, with
-those waiting). Until then each keeps its lease, so the cap holds fleet-wide; the write frees
-them and, with their webhooks locked, leases what of those webhooks is due to this worker
-(a refill), so deliveries the cap kept back from a commit's hand-off wake nobody. A retry's
-or a failure's settle is its own transaction, as before, and wakes the worker.
+one call for many (``settle_soon``: within ``SETTLE_SOON_S``, or at once when 8 wait, as all
+of a webhook's in-flight attempts may; an attempt made in the server is written at once when
+alone, else with those waiting, its settle returning once they are written). Until then each
+keeps its lease, so the cap holds fleet-wide; the write frees them and, with their webhooks
+locked, leases what of those webhooks is due to this worker (a refill), so deliveries the cap
+kept back from a commit's hand-off wake nobody. A retry's or a failure's settle is its own
+transaction, as before, and wakes the worker.
 """
 
 from __future__ import annotations
@@ -142,7 +143,6 @@ LIMIT $3
 """
 
 SETTLE_SOON_S = 0.1  # a delivered attempt is written this late at most, with the others
-_SOON_MAX = 256  # ... or as soon as this many wait
 
 # Delivered attempts, written together (migration 015): those it could not settle (s_missed:
 # settled already, or ended by a 410 meanwhile) and, with a cap, what it leased to refill
@@ -295,10 +295,10 @@ class PostgresWebhooks:
         # What each handed-over delivery in flight carries, written with its settle (a retry
         # sends the same bytes; a failure's run event names the event).
         self._made: dict[str, tuple[str, str]] = {}
-        # Delivered attempts not written yet (settle_soon), with their webhooks; how many of
-        # each webhook's wait; the timer that writes them; the writes under way.
-        self._soon: list[tuple[str, Outcome]] = []
-        self._soon_of: dict[str, int] = {}
+        # Delivered attempts not written yet (settle_soon, and settles that joined them); what
+        # those settles wait for (their write); the timer that writes them; the writes under way.
+        self._soon: list[Outcome] = []
+        self._soon_done: asyncio.Future[None] | None = None
         self._soon_timer: asyncio.TimerHandle | None = None
         self._writes: set[asyncio.Task[None]] = set()
         self.settle_soon: Callable[[Due, Outcome], bool] | None = self._settle_soon
@@ -316,9 +316,9 @@ class PostgresWebhooks:
             self._soon_timer.cancel()
             self._soon_timer = None
         if self._soon:
-            batch, self._soon, self._soon_of = self._soon, [], {}
-            with contextlib.suppress(StorageError):  # sent again after the restart
-                await self._settle_delivered([o for _, o in batch], refill=False)
+            batch, done = self._soon, self._soon_done
+            self._soon, self._soon_done = [], None
+            await self._write(batch, done, refill=False)  # (not written: sent after the restart)
         await asyncio.gather(*self._writes, return_exceptions=True)
         await self._let_go()
 
@@ -600,38 +600,47 @@ class PostgresWebhooks:
 
     def _settle_soon(self, due: Due, outcome: Outcome) -> bool:
         """A delivered attempt: written within SETTLE_SOON_S with the others that end near it
-        (one statement per table for them all), or at once when all 8 of its webhook's
-        in-flight attempts wait so (the write refills them). Its lease, the fleet's count of
+        (one statement per table for them all), or at once when 8 wait (all of a webhook's
+        in-flight attempts may: the write refills them). Its lease, the fleet's count of
         in-flight attempts, holds its slot until then: the cap stays exact across replicas."""
-        hook_id = due.webhook_id
-        self._soon.append((hook_id, outcome))
-        waiting = self._soon_of[hook_id] = self._soon_of.get(hook_id, 0) + 1
-        if waiting >= IN_FLIGHT_MAX or len(self._soon) >= _SOON_MAX:
+        self._queue(outcome)
+        return True
+
+    def _queue(self, outcome: Outcome) -> None:
+        self._soon.append(outcome)
+        if len(self._soon) >= IN_FLIGHT_MAX:
             self._write_soon()
         elif self._soon_timer is None:
             loop = asyncio.get_running_loop()
             self._soon_timer = loop.call_later(SETTLE_SOON_S, self._write_soon)
-        return True
 
     def _write_soon(self) -> None:
         if self._soon_timer is not None:
             self._soon_timer.cancel()
             self._soon_timer = None
         if self._soon:
-            outcomes = [o for _, o in self._soon]
-            self._soon, self._soon_of = [], {}
-            write = asyncio.create_task(self._write(outcomes))
+            write = asyncio.create_task(self._write(self._soon, self._soon_done))
+            self._soon, self._soon_done = [], None
             self._writes.add(write)
             write.add_done_callback(self._writes.discard)
 
-    async def _write(self, outcomes: list[Outcome]) -> None:
+    async def _write(
+        self, outcomes: list[Outcome], done: asyncio.Future[None] | None, refill: bool = True
+    ) -> None:
+        """Write a batch; ``done`` tells the settles that joined it how it went."""
         try:
-            await self._settle_delivered(outcomes)
+            await self._settle_delivered(outcomes, refill)
         except StorageError as exc:
             # Not recorded: when their leases end they are delivered again (at least once).
             warn("webhook_settle_failed", deliveries=len(outcomes), error=type(exc).__name__)
+            if done is not None:
+                done.set_exception(exc)
+                done.exception()  # (told to whoever waits; none may, once cancelled)
             if self.wake is not None:
                 self.wake()
+            return
+        if done is not None:
+            done.set_result(None)
 
     async def _settle_delivered(self, outcomes: list[Outcome], refill: bool = True) -> None:
         """Write delivered attempts (one call, migration 015) and, with ``refill``, hand the
@@ -695,14 +704,17 @@ class PostgresWebhooks:
 
     async def settle(self, outcome: Outcome) -> None:
         if outcome.state is DeliveryState.DELIVERED and not outcome.disable:
-            # With the delivered attempts that wait (settle_soon), written now; the write
-            # refills the webhook's freed slot.
-            batch = [o for _, o in self._soon] + [outcome]
-            if self._soon_timer is not None:
-                self._soon_timer.cancel()
-                self._soon_timer = None
-            self._soon, self._soon_of = [], {}
-            await self._settle_delivered(batch)
+            # Alone (sparse mail): written now, so whoever lists the deliveries once the
+            # receiver answered sees it. Beside delivered attempts that wait (a stream): with
+            # them, returning once they are written. Either write refills the freed slot.
+            if not self._soon:
+                await self._settle_delivered([outcome])
+                return
+            if self._soon_done is None:
+                self._soon_done = asyncio.get_running_loop().create_future()
+            done = self._soon_done
+            self._queue(outcome)
+            await asyncio.shield(done)
             return
         event_id, body = self._made.pop(outcome.delivery_id, (None, None))
         await self._settle_one(outcome, event_id, body)
