@@ -20,6 +20,7 @@ import pytest
 from sink import clock, logs
 from sink.webhook_signature import new_secret
 from sink.webhooks.model import Webhook, new_webhook_id
+from sink.webhooks.port import IN_FLIGHT_MAX
 from tests.inproc import InProcess
 from tests.support import create_inbox, new_run_id
 from tests.webhook_receiver import Received, Receiver
@@ -129,6 +130,35 @@ def test_a_retry_keeps_its_time_beside_a_backlog_at_its_cap(start: Start) -> Non
     ended = sorted(r.at for r in rows)
     after = [b.wall - a for a, b in zip(ended, got[1:], strict=False)]
     assert min(after) >= 1.0 and statistics.median(after) <= 1.1, after  # (a load spike: one)
+
+
+def test_a_stream_of_mail_has_at_most_eight_attempts_in_flight_at_its_receiver(
+    start: Start,
+) -> None:
+    """Twenty mails in one go to a webhook whose receiver holds each request 0.3 s: the
+    receiver sees 8 requests at once and never more (SQLite hands all twenty over in their
+    commits: the worker keeps the cap), and every mail is delivered once."""
+    server = start()
+    secret = new_secret()
+    most: list[int] = [0]
+
+    def answer(_n: int) -> tuple[int, float]:
+        most[0] = max(most[0], receiver.in_flight)
+        return 200, 0.3
+
+    receiver = Receiver(secret, answer=answer).start()
+    try:
+        run_id = new_run_id()
+        _webhook(server, receiver.url, secret, run_id=run_id)
+        with server.http() as client:
+            inbox = create_inbox(client, run_id)
+        for n in range(20):
+            server.send(inbox["address"], subject=f"Mail {n}")
+        got = receiver.until(lambda got: len(got) >= 20)
+    finally:
+        receiver.stop()
+    assert most[0] == IN_FLIGHT_MAX
+    assert len({g.webhook_id for g in got}) == 20 and all(g.verified for g in got)
 
 
 def test_410_disables_the_webhook_at_once(start: Start) -> None:

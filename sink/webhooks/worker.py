@@ -113,10 +113,9 @@ class Worker:
 
     def hand(self, dues: list[Due]) -> None:
         """Deliveries the store leased to this worker in the commit that wrote them: their
-        first attempts start now, without a round."""
-        if not self._stopped:  # else: a restart frees their leases
-            for due in dues:
-                self._start(due)
+        first attempts start now, without a round (stopped: a restart frees their leases)."""
+        for due in dues:
+            self._start(due)
 
     async def run(self, stopping: asyncio.Event) -> None:
         woken = True  # the first round takes what the process before left pending
@@ -188,6 +187,8 @@ class Worker:
 
     def _start(self, due: Due) -> None:
         """Attempt it now if its webhook has room under the cap, else after those before it."""
+        if self._stopped:
+            return  # (an attempt cancelled at the stop makes room: a restart frees the lease)
         hook_id = due.webhook_id
         flying = self._flying.get(hook_id, 0)
         if flying >= IN_FLIGHT_MAX:
