@@ -114,8 +114,9 @@ class Worker:
     def hand(self, dues: list[Due]) -> None:
         """Deliveries the store leased to this worker in the commit that wrote them: their
         first attempts start now, without a round (stopped: a restart frees their leases)."""
+        alone = len(dues) == 1
         for due in dues:
-            self._start(due)
+            self._start(due, alone)
 
     async def run(self, stopping: asyncio.Event) -> None:
         woken = True  # the first round takes what the process before left pending
@@ -168,7 +169,7 @@ class Worker:
                 taken = await self._store.take_due(now, room)
             self._capped = looking and len(taken) >= room
             for due in taken:
-                self._start(due)
+                self._start(due, len(taken) == 1)
             # Sleep until the next delivery that can be taken: a webhook's backlog at its cap
             # waits for one of its attempts to end, which wakes the worker (``_waiting``).
             ahead = await self._store.next_due(self._clock.now())
@@ -185,8 +186,9 @@ class Worker:
             return 0.0 if taken else _IDLE_S
         return min(wait, LOOK_S)
 
-    def _start(self, due: Due) -> None:
-        """Attempt it now if its webhook has room under the cap, else after those before it."""
+    def _start(self, due: Due, alone: bool = False) -> None:
+        """Attempt it now if its webhook has room under the cap, else after those before it.
+        ``alone``: the only one a commit or a round gave (not one of a batch)."""
         if self._stopped:
             return  # (an attempt cancelled at the stop makes room: a restart frees the lease)
         hook_id = due.webhook_id
@@ -196,10 +198,10 @@ class Worker:
             self._queued_n += 1
             return
         self._flying[hook_id] = flying + 1
-        # With nothing in flight the attempt is made here, at once: sparse mail gets the
-        # lowest latency (no hop through the child). Beside others (a stream of mail) it goes
-        # to the child, off the loop that takes the mail.
-        if self._child is not None and (self._sent or self._tasks):
+        # Alone with nothing in flight the attempt is made here, at once: sparse mail gets the
+        # lowest latency (no hop through the child). Beside others, or one of a batch (a
+        # stream of mail) it goes to the child, off the loop that takes the mail.
+        if self._child is not None and (not alone or self._sent or self._tasks):
             self._keys += 1
             key = str(self._keys)
             self._sent[key] = (due, time.monotonic())
