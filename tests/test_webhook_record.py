@@ -69,7 +69,7 @@ def test_record_delivered_writes_what_is_still_pending_at_that_attempt(tmp_path:
             finally:
                 child.close()
             assert written == {ok.delivery_id}
-            store.webhooks.recorded([ok])
+            store.webhooks.recorded([ok], clock.now())
             rows = await store.webhooks.deliveries(hook.webhook_id, None, 10)
             states = {(r.delivery_id, r.attempt): (r.state, r.status_code) for r in rows}
             assert states[(ok.delivery_id, 1)] == (DeliveryState.DELIVERED, 204)
@@ -171,3 +171,42 @@ def test_what_the_child_holds_when_the_server_stops_is_written_before_it_exits(
     finally:
         again.stop()
         receiver.stop()
+
+
+def test_what_the_child_writes_makes_room_for_what_its_webhook_held_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A webhook may hold HELD_MAX handed-over deliveries (8 here): twenty mails hand 8 over;
+    once the child says it wrote them, the next 8 due are leased and handed over in one
+    write, not left to worker rounds that the cap would keep to a few at a time."""
+    monkeypatch.setattr("sink.storage.sqlite.webhooks.HELD_MAX", 8)
+
+    async def scenario() -> None:
+        store = SQLiteStore(tmp_path / "runsink.db")
+        await store.open()
+        try:
+            handed: list[Due] = []
+            store.webhooks.hand = handed.extend
+            run_id = new_run_id()
+            hook = _hook(events=("message",), run_id=run_id)
+            await store.webhooks.create_webhook(hook)
+            for _ in range(20):
+                await _mail(store, run_id)
+            assert len(handed) == 8
+            child = sqlite3.connect(tmp_path / "runsink.db", isolation_level=None)
+            try:
+                at = clock.now()
+                record_delivered(child, [Delivered(d.delivery_id, 1, 204, at) for d in handed])
+            finally:
+                child.close()
+            store.webhooks.recorded(list(handed), clock.now())
+            deadline = time.monotonic() + 10
+            while len(handed) < 16:
+                assert time.monotonic() < deadline, len(handed)
+                await asyncio.sleep(0.01)
+            assert len({d.delivery_id for d in handed}) == 16
+            assert await store.webhooks.take_due(clock.now() + 3600, 100) == []  # the 8 held fill the cap
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())

@@ -216,7 +216,7 @@ class MemoryWebhooks:
     async def reclaim(self, now: float) -> int:
         return 0  # one process owns the rows
 
-    def recorded(self, dues: list[Due]) -> None:
+    def recorded(self, dues: list[Due], now: float) -> None:
         pass  # (child_db is None: never called)
 
     async def next_due(self, now: float) -> NextDue:

@@ -86,9 +86,10 @@ class WebhookStore(Protocol):
         ``webhook_failed`` run event for its run, in the same commit); ``disable`` sets the
         webhook's ``disabled_at`` and fails its other pending deliveries."""
 
-    def recorded(self, dues: list[Due]) -> None:
+    def recorded(self, dues: list[Due], now: float) -> None:
         """The delivery child wrote these delivered attempts (``child_db``): their leases
-        are gone with that write; what the store counts of them goes too."""
+        are gone with that write; what the store counts of them goes too, and what they held
+        back is leased to the worker (``now``: the worker's clock)."""
 
     async def next_due(self, now: float) -> NextDue:
         """When the earliest pending delivery is due (leased ones: when their lease ends), and

@@ -289,7 +289,7 @@ class Worker:
             self._tasks.add(task)
             task.add_done_callback(self._ended)
         if dues:
-            self._store.recorded(dues)
+            self._store.recorded(dues, self._clock.now())
             self._after_delivered()
 
     def _resend(self) -> None:

@@ -816,7 +816,7 @@ class PostgresWebhooks:
 
         await self._transaction("settle", work)
 
-    def recorded(self, dues: list[Due]) -> None:
+    def recorded(self, dues: list[Due], now: float) -> None:
         pass  # (child_db is None: never called)
 
     async def next_due(self, now: float) -> NextDue:

@@ -30,7 +30,9 @@ from dataclasses import replace
 from typing import Any, NamedTuple
 
 from sink import event_shapes
+from sink.errors import StorageError
 from sink.event_ids import EventIds
+from sink.logs import warn
 from sink.storage.base import Event, Incoming
 from sink.storage.sqlite.writer import note
 from sink.webhooks.model import (
@@ -70,6 +72,7 @@ _LISTING = LISTING.replace("{P1}", "?").replace("{P2}", "?")
 # at most (the rest wait here, pending, for a round to take them).
 HELD_UNTIL = 1e12
 HELD_MAX = 1024
+_REFILL_MAX = 256  # leased by one refill
 
 
 class Delivered(NamedTuple):
@@ -141,6 +144,7 @@ class SQLiteWebhooks:
         self._lock = threading.Lock()
         # Webhooks with due deliveries HELD_MAX kept back (a settle then refills at once).
         self._backlog: set[str] = set()
+        self._refills: set[asyncio.Task[None]] = set()  # (kept: not GC'd)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.wake: Callable[[], None] | None = None  # the delivery worker's, once it runs
         self.hand: Callable[[list[Due]], None] | None = None  # the worker's: attempt these now
@@ -346,16 +350,32 @@ class SQLiteWebhooks:
         # per table), as group commit does for mail.
         await self._shared(self._settle_rows, outcome)
 
-    def recorded(self, dues: list[Due]) -> None:
-        """The delivery child wrote these (``record_delivered``): their leases are gone."""
-        backlog = False
+    def recorded(self, dues: list[Due], now: float) -> None:
+        """The delivery child wrote these (``record_delivered``): their leases are gone; a
+        webhook whose due deliveries HELD_MAX kept back gets them now (``_refill``)."""
+        backlog: set[str] = set()
         with self._lock:
             for due in dues:
                 hook_id = due.webhook_id
                 self._leased[hook_id] = max(0, self._leased.get(hook_id, 0) - 1)
-                backlog = backlog or hook_id in self._backlog
-        if backlog and self.wake is not None:
-            self.wake()  # a round takes what HELD_MAX kept back
+                if hook_id in self._backlog:
+                    backlog.add(hook_id)
+        if backlog:
+            task = asyncio.ensure_future(self._refill_now(backlog, now))
+            self._refills.add(task)
+            task.add_done_callback(self._refills.discard)
+
+    async def _refill_now(self, hook_ids: set[str], now: float) -> None:
+        def work(db: sqlite3.Connection) -> None:
+            for hook_id in hook_ids:
+                self._refill(db, hook_id, now)
+
+        try:
+            await self._transaction(work)
+        except StorageError as exc:  # a round takes them instead
+            warn("webhook_refill_failed", error=type(exc).__name__)
+            if self.wake is not None:
+                self.wake()
 
     def _settle_rows(self, db: sqlite3.Connection, outcomes: list[Outcome]) -> None:
         """Write the attempts, and free their leases."""
@@ -417,10 +437,11 @@ class SQLiteWebhooks:
                 self._refill(db, hook_id, now)
 
     def _refill(self, db: sqlite3.Connection, hook_id: str, now: float) -> None:
-        """Lease what of this webhook is due and its cap has room for, to this process's
-        worker once this commit is durable (as the hand-off of new deliveries)."""
+        """Lease what of this webhook is due, up to what it may hold (HELD_MAX, _REFILL_MAX at
+        a time), to this process's worker once this commit is durable (as the hand-off of new
+        deliveries; the worker keeps the cap)."""
         hook = self._hooks.get(hook_id)
-        room = IN_FLIGHT_MAX - self._leased.get(hook_id, 0)
+        room = min(_REFILL_MAX, HELD_MAX - self._leased.get(hook_id, 0))
         if hook is None or hook.disabled_at is not None or room <= 0:
             return
         rows = db.execute(_DUE_OF_ONE, (hook_id, now, room)).fetchall()
@@ -428,7 +449,7 @@ class SQLiteWebhooks:
             self._backlog.discard(hook_id)  # all it had due is in flight now
         if not rows:
             return
-        lease_until = now + LEASE_S
+        lease_until = HELD_UNTIL
         dues = [
             Due(
                 r["delivery_id"],
