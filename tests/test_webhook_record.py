@@ -205,7 +205,7 @@ def test_what_the_child_writes_makes_room_for_what_its_webhook_held_back(
                 assert time.monotonic() < deadline, len(handed)
                 await asyncio.sleep(0.01)
             assert len({d.delivery_id for d in handed}) == 16
-            assert await store.webhooks.take_due(clock.now() + 3600, 100) == []  # the 8 held fill the cap
+            assert await store.webhooks.take_due(clock.now() + 3600, 100) == []  # (8 held: the cap)
         finally:
             await store.close()
 
