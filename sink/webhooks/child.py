@@ -363,7 +363,15 @@ def main() -> None:
         os.nice(NICE)
     db = sys.argv[2] if len(sys.argv) > 2 else ""
     delay = float(sys.argv[3]) if len(sys.argv) > 3 else RECORD_S
-    asyncio.run(_serve(db, delay))
+    # Its stderr is the server's log: whatever a library says there is a JSON line too.
+    from sink.logs import setup
+
+    setup("warning")
+    if db:  # imported now, not in the loop's first turn that needs it (a 0.1 s stall)
+        import sink.storage.sqlite.webhooks  # noqa: F401
+    # Not asyncio's debug mode, even when the server runs in it (PYTHONASYNCIODEBUG): its
+    # notes on the child's slow turns are not the server's.
+    asyncio.run(_serve(db, delay), debug=False)
 
 
 if __name__ == "__main__":
