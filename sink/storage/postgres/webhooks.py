@@ -146,16 +146,10 @@ SETTLE_SOON_S = 0.1  # a delivered attempt is written this late at most, with th
 
 # Delivered attempts, written together (migration 015): those it could not settle (s_missed:
 # settled already, or ended by a 410 meanwhile) and, with a cap, what it leased to refill
-# their webhooks, with the events row (EVENT_SELECT's columns) of each whose body is not made
-# yet (in the same round trip).
-_SETTLE_DELIVERED = f"""
-WITH s AS (
-    SELECT * FROM runsink_settle_delivered($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-), ev AS (
-    {EVENT_SELECT} WHERE e.id IN (SELECT s_row FROM s WHERE s_body IS NULL)
+# their webhooks.
+_SETTLE_DELIVERED = (
+    "SELECT * FROM runsink_settle_delivered($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
 )
-SELECT s.*, ev.* FROM s LEFT JOIN ev ON ev.id = s.s_row AND s.s_body IS NULL
-"""
 
 # An attempt that did not fail the delivery, recorded unless settled already (its lease ran
 # out and another attempt was made): the delivery's row and the attempt's in one statement.
@@ -675,13 +669,14 @@ class PostgresWebhooks:
                 await self._settle_one(outcome, event_id, body)
         leased = [r for r in rows if r["s_missed"] is None]
         if leased:
-            self.handed(self._refilled(leased, now + LEASE_S))
+            self.handed(await self._refilled(leased, now + LEASE_S))
 
-    def _refilled(self, rows: list[Record], lease_until: float) -> list[Due]:
+    async def _refilled(self, rows: list[Record], lease_until: float) -> list[Due]:
         """The deliveries a settle leased, as the worker attempts them: a body not made yet
         is made from its events row (kept, and written with its settle, as a hand-over's); one
         whose event is gone is left to its lease (then take_due fails it)."""
-        made = self._made_of(r for r in rows if r["s_body"] is None and r["id"] is not None)
+        missing = sorted({int(r["s_row"]) for r in rows if r["s_body"] is None})
+        made = await self._live(missing) if missing else {}
         dues: list[Due] = []
         for r in rows:
             event_id, body = r["s_event_id"], r["s_body"]
