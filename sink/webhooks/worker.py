@@ -268,9 +268,7 @@ class Worker:
         if outcome.state is DeliveryState.DELIVERED and soon is not None and soon(due, outcome):
             self._after_delivered()
             return
-        task = asyncio.create_task(self._settle(outcome), name=f"settle {due.delivery_id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._ended)
+        self._settle_in_task(outcome)
 
     def _recorded(self, keys: list[str], written: bool) -> None:
         """The child wrote these delivered attempts (``written``), or could not: they are
@@ -285,12 +283,16 @@ class Worker:
                 dues.append(due)
                 continue
             outcome = self._outcome(due, status, None)
-            task = asyncio.create_task(self._settle(outcome), name=f"settle {due.delivery_id}")
-            self._tasks.add(task)
-            task.add_done_callback(self._ended)
+            self._settle_in_task(outcome)
         if dues:
             self._store.recorded(dues, self._clock.now())
             self._after_delivered()
+
+    def _settle_in_task(self, outcome: Outcome) -> None:
+        """Settle it in a task of its own, kept with the attempts in flight until it ends."""
+        task = asyncio.create_task(self._settle(outcome), name=f"settle {outcome.delivery_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._ended)
 
     def _resend(self) -> None:
         """A child runs: the attempts that waited for it, or that the one before left
