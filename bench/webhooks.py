@@ -55,6 +55,7 @@ from ingest import settle  # a search: the index catches up before the other ser
 from sink.client import WebhookVerificationError, verify_webhook
 from tests.pg_cluster import Cluster  # the same server the test suite starts
 
+POSTER = Path(__file__).resolve().parent / "_poster.py"
 MESSAGE_BYTES = 4096
 DEADLINE_S = 30.0  # the longest any one event may take to arrive before the run gives up
 POLICIES = """
@@ -83,6 +84,8 @@ class Receiver:
     server: asyncio.Server | None = None
     handlers: set[asyncio.Task[None]] = field(default_factory=set)
     hold: bool = False  # read every request, answer none (the attempts time out)
+    sample: bytes = b""  # a delivery's body, for the HTTP floor's poster
+    floor: int = 0  # the poster's POSTs (``webhook-id: floor_...``), verified too, not deliveries
 
     @property
     def url(self) -> str:
@@ -131,7 +134,12 @@ class Receiver:
         except WebhookVerificationError:
             self.refused += 1
             return b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n"
+        if headers.get("webhook-id", "").startswith("floor_"):
+            self.floor += 1
+            self.changed.set()
+            return b"HTTP/1.1 204 No Content\r\n\r\n"
         self.deliveries += 1
+        self.sample = body
         self.ids.add(event.id)
         message_id = event.data.get("message_id")
         if event.type == "message" and isinstance(message_id, str):
@@ -301,6 +309,13 @@ class Ingest:
     plain_busy: list[float] = field(default_factory=list)  # the machine's busy cores, sending
     hooked_busy: list[float] = field(default_factory=list)
     delivered: int = 0
+    # The HTTP floor: the server without a webhook, beside a poster (``_poster.py``, not
+    # runsink) making as many signed POSTs a second to the receiver as the webhook's
+    # deliveries came in that round.
+    floor: list[float] = field(default_factory=list)
+    floor_ratios: list[float] = field(default_factory=list)  # floor / without
+    beyond_floor: list[float] = field(default_factory=list)  # with a webhook / floor
+    poster_us: list[float] = field(default_factory=list)  # the poster's CPU per POST
 
 
 async def measure_ingest(
@@ -376,9 +391,18 @@ async def measure_ingest(
             figures.hooked.append(rates[hooked.name])
             ratio = rates[hooked.name] / rates[plain.name] if rates[plain.name] else 0.0
             figures.ratios.append(ratio)
+            floor = ""
+            if not hold:
+                beside = await _beside_poster(
+                    plain, targets[plain.name], duration, receiver, rates[hooked.name], figures
+                )
+                figures.floor.append(beside)
+                figures.floor_ratios.append(beside / rates[plain.name])
+                figures.beyond_floor.append(rates[hooked.name] / beside if beside else 0.0)
+                floor = f"; without beside the HTTP floor {beside:6.0f}/s"
             print(
                 f"  round {repeat + 1}/{repeats}: without {rates[plain.name]:6.0f}/s, "
-                f"with a webhook {rates[hooked.name]:6.0f}/s, ratio {ratio:.3f}",
+                f"with a webhook {rates[hooked.name]:6.0f}/s, ratio {ratio:.3f}{floor}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -386,6 +410,43 @@ async def measure_ingest(
         return figures
     finally:
         await receiver.close()
+
+
+async def _beside_poster(
+    server: ServerProcess,
+    target: str,
+    duration: float,
+    receiver: Receiver,
+    rate: float,
+    figures: Ingest,
+) -> float:
+    """Messages/s into ``server`` (no webhook on its run) while ``_poster.py``, a process of
+    its own at the delivery child's priority, POSTs ``rate`` signed deliveries a second to
+    the receiver: what the deliveries' HTTP work alone (made and answered on this machine)
+    costs ingest, whoever makes it."""
+    loop = asyncio.get_running_loop()
+    with tempfile.NamedTemporaryFile(suffix=".json") as body:
+        body.write(receiver.sample)
+        body.flush()
+        poster = await asyncio.create_subprocess_exec(
+            sys.executable, str(POSTER), receiver.url, receiver.secret, str(rate), body.name
+        )
+        try:
+            before = receiver.floor
+            await _until(receiver.changed, lambda: receiver.floor > before, "the poster's first")
+            cpu_before = _own_cpu_s(poster.pid)
+            posted = receiver.floor
+            result = await loop.run_in_executor(
+                None,
+                lambda: run_sender(server.smtp_port, target, 8, duration, server_pid=server.pid),
+            )
+            posts = max(1, receiver.floor - posted)
+            figures.poster_us.append((_own_cpu_s(poster.pid) - cpu_before) / posts * 1e6)
+        finally:
+            poster.kill()
+            await poster.wait()
+    await loop.run_in_executor(None, settle, server, int(result["sent"]))
+    return float(result["rate"])
 
 
 def _own_cpu_s(pid: int) -> float:
@@ -450,6 +511,17 @@ def report(
         f"machine's {os.cpu_count()} cores busy {median(ingest.plain_busy):.2f} without, "
         f"{median(ingest.hooked_busy):.2f} with (everything on it)"
     )
+    if ingest.floor:
+        print(
+            f"the HTTP floor (the same rounds): without a webhook, beside a process that is not "
+            f"runsink making as many signed POSTs a second to the receiver as the webhook's "
+            f"deliveries came (the child's own code and priority, {median(ingest.poster_us):.0f} "
+            f"µs per POST): {median(ingest.floor):.0f} msg/s, ratio to without "
+            f"{median(ingest.floor_ratios):.3f} (rounds {min(ingest.floor_ratios):.3f}-"
+            f"{max(ingest.floor_ratios):.3f}); with a webhook against the floor "
+            f"{median(ingest.beyond_floor):.3f} (rounds {min(ingest.beyond_floor):.3f}-"
+            f"{max(ingest.beyond_floor):.3f})"
+        )
     print()
     within = hook_p50 <= 2 * sse_p50
     print(
@@ -476,6 +548,11 @@ def report(
             "receiver_cpu_us_per_delivery": median(ingest.receiver_us),
             "busy_cores_without": median(ingest.plain_busy),
             "busy_cores_with": median(ingest.hooked_busy),
+            "http_floor": median(ingest.floor) if ingest.floor else None,
+            "http_floor_ratio": median(ingest.floor_ratios) if ingest.floor else None,
+            "http_floor_ratios": ingest.floor_ratios,
+            "with_against_floor": median(ingest.beyond_floor) if ingest.floor else None,
+            "poster_cpu_us_per_post": median(ingest.poster_us) if ingest.floor else None,
         },
     }
 
