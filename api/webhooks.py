@@ -60,7 +60,7 @@ async def create_webhook(request: Request) -> Response:
         by_admin=scope.kind is Kind.ADMIN,
     )
     await _store(request).create_webhook(hook)
-    out = CreatedWebhookOut(**_webhook_out(hook).model_dump(), secret=hook.secret)
+    out = CreatedWebhookOut(**_webhook_out(hook, whole=True).model_dump(), secret=hook.secret)
     return JSONResponse(out.model_dump(mode="json"), status_code=201)
 
 
@@ -172,12 +172,14 @@ def _limit(request: Request) -> int:
 # -- output ------------------------------------------------------------------------------
 
 
-def _webhook_out(hook: Webhook) -> WebhookOut:
+def _webhook_out(hook: Webhook, whole: bool = False) -> WebhookOut:
+    """``whole``: the URL as given (the create's answer, where the secret is shown too);
+    otherwise without its password (``user:***@``): lists and reads never show secrets."""
     from api.schemas import WebhookOut
 
     return WebhookOut(
         webhook_id=hook.webhook_id,
-        url=hook.url,
+        url=hook.url if whole else webhook_calls.shown_url(hook.url),
         events=list(hook.events),
         run_id=hook.run_id,
         run_glob=hook.run_glob,

@@ -76,7 +76,8 @@ def url_problem(url: str) -> str | None:
 
 
 def shown_url(url: str) -> str:
-    """The URL without its password (``user:***@``), for a page; the API gives it whole."""
+    """The URL without its password (``user:***@``): as lists, reads and the run page show
+    it (only the create's answer gives it whole, as it gives the secret)."""
     parts = urlsplit(url)
     if parts.password is None:
         return url

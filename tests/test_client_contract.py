@@ -465,6 +465,19 @@ def test_a_resend_is_counted_and_order_newest_takes_it(world: World) -> None:
 RECEIVER = "http://127.0.0.1:9/hooks"  # nothing listens: the server's attempts fail
 
 
+def test_a_webhook_url_password_is_shown_only_at_create(world: World) -> None:
+    """The URL's password, like the secret, is in the create's answer only: a read or a list
+    shows ``user:***@`` (the fake as the server)."""
+    made = world.sink.create_webhook("http://ci:hunter2@127.0.0.1:9/hooks", run_id=new_run_id())
+    try:
+        assert made.url == "http://ci:hunter2@127.0.0.1:9/hooks"
+        listed = [h.url for h in world.sink.list_webhooks() if h.webhook_id == made.webhook_id]
+        got = world.sink.get_webhook(made.webhook_id).url
+        assert [*listed, got] == ["http://ci:***@127.0.0.1:9/hooks"] * 2
+    finally:
+        world.sink.delete_webhook(made.webhook_id)
+
+
 def test_webhook_create_list_get_delete(world: World) -> None:
     """A webhook is shown with its secret once, listed and read without it, then deleted."""
     run_id = new_run_id()

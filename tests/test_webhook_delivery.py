@@ -453,9 +453,9 @@ def test_a_url_with_user_and_password_sends_them_as_basic_auth(
     start: Start, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A webhook created with ``user:password@`` in its URL (percent-escapes in both) is
-    answered 201 and read back as given; each attempt carries ``Authorization: Basic`` of the
-    decoded pair, a request line and Host without them, and a signature that verifies; no
-    log line names the URL, the password or the header."""
+    answered 201 with it as given (read back as ``user:***@``); each attempt carries
+    ``Authorization: Basic`` of the decoded pair, a request line and Host without them, and a
+    signature that verifies; no log line names the URL, the password or the header."""
     output = io.StringIO()
     monkeypatch.setattr(logs._OUTPUT, "stream", output)
     monkeypatch.setattr(logs._OUTPUT, "level", logging.DEBUG)
@@ -470,7 +470,8 @@ def test_a_url_with_user_and_password_sends_them_as_basic_auth(
             assert made.status_code == 201, made.text
             hook = made.json()
             assert hook["url"] == url
-            assert client.get(f"/v1/webhooks/{hook['webhook_id']}").json()["url"] == url
+            read = client.get(f"/v1/webhooks/{hook['webhook_id']}").json()["url"]
+            assert read == f"http://ci%40bot:***@127.0.0.1:{receiver.port}/hook?x=1"
         receiver.secret = hook["secret"]
         _mail(server, run_id)
         got = receiver.until(lambda got: len(got) >= 2)

@@ -139,10 +139,30 @@ def test_events_are_kept_in_the_contract_order_without_repeats(app: App) -> None
 )
 def test_any_http_host_is_accepted(app: App, url: str) -> None:
     """Loopback, private and plain names, with or without ``user:password@`` (sent as Basic
-    auth): only the scheme and a host are checked, and the URL reads back as given."""
+    auth): only the scheme and a host are checked, and the create's answer gives the URL as
+    given (reads hide a password: the test below)."""
     hook = created(app, url=url)
     assert hook["url"] == url
-    assert app.call("admin", "GET", f"/v1/webhooks/{hook['webhook_id']}").json()["url"] == url
+    assert app.call("admin", "GET", f"/v1/webhooks/{hook['webhook_id']}").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://user:pw@127.0.0.1/hooks", "http://user:***@127.0.0.1/hooks"),
+        ("https://ci%40bot:p%3Ass@10.0.0.7:8443/x?y=1", "https://ci%40bot:***@10.0.0.7:8443/x?y=1"),
+        ("http://deploy@127.0.0.1:9000/", "http://deploy@127.0.0.1:9000/"),
+        ("http://127.0.0.1:9000/", "http://127.0.0.1:9000/"),
+    ],
+)
+def test_lists_and_reads_never_show_a_url_password(app: App, url: str, shown: str) -> None:
+    """A URL's password is a secret: shown only in the create's answer (with the signing
+    secret); GET and the list show it as ``user:***@`` (contract: lists never show secrets)."""
+    hook = created(app, url=url)
+    assert hook["url"] == url
+    assert app.call("admin", "GET", f"/v1/webhooks/{hook['webhook_id']}").json()["url"] == shown
+    listed = app.call("admin", "GET", "/v1/webhooks").json()["webhooks"]
+    assert [h["url"] for h in listed if h["webhook_id"] == hook["webhook_id"]] == [shown]
 
 
 @pytest.mark.parametrize(

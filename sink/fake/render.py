@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sink import agent, errors, guidance
+from sink import agent, errors, guidance, webhook_calls
 from sink import envelope as domain
 from sink.client import errors as client
 from sink.client.models import (
@@ -227,10 +227,11 @@ def report(result: agent.RunReport) -> RunReport:
 
 
 def webhook(hook: webhooks.Webhook, *, with_secret: bool = False) -> Webhook:
-    """A webhook as ``api/webhooks.py`` answers it (the secret only when it was created)."""
+    """A webhook as ``api/webhooks.py`` answers it (the secret, and the URL's password, only
+    when it was created)."""
     data: dict[str, Any] = {
         "webhook_id": hook.webhook_id,
-        "url": hook.url,
+        "url": hook.url if with_secret else webhook_calls.shown_url(hook.url),
         "events": list(hook.events),
         "run_id": hook.run_id,
         "run_glob": hook.run_glob,
