@@ -319,7 +319,12 @@ class Ingest:
 
 
 async def measure_ingest(
-    plain: ServerProcess, hooked: ServerProcess, duration: float, repeats: int, hold: bool = False
+    plain: ServerProcess,
+    hooked: ServerProcess,
+    duration: float,
+    repeats: int,
+    hold: bool = False,
+    raw: bool = False,
 ) -> Ingest:
     """Messages/s over 8 connections into a run without a webhook and one with one. ``hold``:
     the webhook's receiver never answers, so its deliveries are written to the outbox and at
@@ -394,7 +399,7 @@ async def measure_ingest(
             floor = ""
             if not hold:
                 beside = await _beside_poster(
-                    plain, targets[plain.name], duration, receiver, rates[hooked.name], figures
+                    plain, targets[plain.name], duration, receiver, rates[hooked.name], figures, raw
                 )
                 figures.floor.append(beside)
                 figures.floor_ratios.append(beside / rates[plain.name])
@@ -419,17 +424,19 @@ async def _beside_poster(
     receiver: Receiver,
     rate: float,
     figures: Ingest,
+    raw: bool,
 ) -> float:
     """Messages/s into ``server`` (no webhook on its run) while ``_poster.py``, a process of
     its own at the delivery child's priority, POSTs ``rate`` signed deliveries a second to
     the receiver: what the deliveries' HTTP work alone (made and answered on this machine)
-    costs ingest, whoever makes it."""
+    costs ingest, whoever makes it (``raw``: pre-built requests, the cheapest Python client)."""
     loop = asyncio.get_running_loop()
     with tempfile.NamedTemporaryFile(suffix=".json") as body:
         body.write(receiver.sample)
         body.flush()
+        way = ["--raw"] if raw else []
         poster = await asyncio.create_subprocess_exec(
-            sys.executable, str(POSTER), receiver.url, receiver.secret, str(rate), body.name
+            sys.executable, str(POSTER), receiver.url, receiver.secret, str(rate), body.name, *way
         )
         try:
             before = receiver.floor
@@ -512,11 +519,16 @@ def report(
         f"{median(ingest.hooked_busy):.2f} with (everything on it)"
     )
     if ingest.floor:
+        poster = (
+            "pre-built requests at the child's priority, the cheapest Python client"
+            if args.raw_floor
+            else "the child's own code and priority"
+        )
         print(
             f"the HTTP floor (the same rounds): without a webhook, beside a process that is not "
             f"runsink making as many signed POSTs a second to the receiver as the webhook's "
-            f"deliveries came (the child's own code and priority, {median(ingest.poster_us):.0f} "
-            f"µs per POST): {median(ingest.floor):.0f} msg/s, ratio to without "
+            f"deliveries came ({poster}, {median(ingest.poster_us):.0f} µs per POST): "
+            f"{median(ingest.floor):.0f} msg/s, ratio to without "
             f"{median(ingest.floor_ratios):.3f} (rounds {min(ingest.floor_ratios):.3f}-"
             f"{max(ingest.floor_ratios):.3f}); with a webhook against the floor "
             f"{median(ingest.beyond_floor):.3f} (rounds {min(ingest.beyond_floor):.3f}-"
@@ -592,7 +604,9 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         print(f"servers up in {folder}", file=sys.stderr, flush=True)
         hook_ms, sse_ms = await measure_latency(first, args.count, args.gap)
         rate = await measure_rate(first, args.burst)
-        ingest = await measure_ingest(first, second, args.duration, args.repeats)
+        ingest = await measure_ingest(
+            first, second, args.duration, args.repeats, raw=args.raw_floor
+        )
         summary = report(hook_ms, sse_ms, rate, ingest, args)
         if args.outbox_floor:
             held = await measure_ingest(first, second, args.duration, args.repeats, hold=True)
@@ -622,6 +636,11 @@ def main(argv: list[str] | None = None) -> int:
         "--outbox-floor",
         action="store_true",
         help="also ingest with a webhook whose receiver never answers (the outbox's own cost)",
+    )
+    parser.add_argument(
+        "--raw-floor",
+        action="store_true",
+        help="the HTTP floor's POSTs pre-built (the cheapest client: the receiver's share)",
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
