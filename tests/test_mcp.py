@@ -35,6 +35,7 @@ from sink.mcp.tools import (
     TOOLS,
 )
 from sink.untrusted import wrap
+from tests.inproc import InProcess
 from tests.support import Server, create_inbox, new_run_id, start_server, wait
 
 TOOL_NAMES = [
@@ -240,9 +241,9 @@ TOOL_ERRORS = {
     "create_inbox": ("invalid_request", "policy_forbids", "forbidden_scope", "provider_error"),
     "wait_for_message": ("not_found", "wrong_run", "forbidden_scope", "circuit_open"),
     "read_message": ("not_found", "wrong_run", "forbidden_scope", "circuit_open"),
-    "claim_message": ("not_found", "claimed_by_other_run", "forbidden_scope", "circuit_open"),
+    "claim_message": ("not_found", "invalid_request", "claimed_by_other_run", "circuit_open"),
     "get_run_report": ("not_found", "invalid_request", "forbidden_scope", "provider_error"),
-    "find_mail": ("invalid_request", "forbidden_scope", "provider_timeout", "provider_error"),
+    "find_mail": ("invalid_request", "invalid_cursor", "forbidden_scope", "provider_error"),
 }
 
 
@@ -252,6 +253,35 @@ def test_each_tool_lists_the_errors_it_can_return() -> None:
         listed = tool.description.split("Errors: ", 1)[1]
         for code in TOOL_ERRORS[tool.name]:
             assert code in listed, (tool.name, code)
+
+
+# A call each tool refuses for its arguments alone, whatever the store holds.
+REFUSED_CALLS = [
+    ("create_inbox", {"run_id": "r", "purpose": "a b"}),
+    ("wait_for_message", {"inbox_id": "ib_" + "a" * 20, "cursor": "not-ours"}),
+    ("read_message", {"message_id": "msg_" + "a" * 24, "max_body_chars": 0}),
+    ("claim_message", {"message_id": "msg_" + "a" * 24}),  # no run_id
+    ("claim_message", {"message_id": "msg_" + "a" * 24, "run_id": "a b"}),
+    ("get_run_report", {"run_id": "a b"}),
+    ("find_mail", {"query": "ab"}),
+    ("find_mail", {"query": "welcome", "cursor": "not-ours"}),
+]
+
+
+def test_each_error_a_tool_answers_is_in_its_list(app: InProcess) -> None:
+    """The code of a tool error a tool really answers is named in that tool's description."""
+
+    async def scenario() -> list[tuple[str, str, str]]:
+        async with connect("http", app.url, via=app.async_transport()) as client:
+            described = {tool.name: tool.description for tool in (await client.list_tools()).tools}
+            answered = []
+            for tool, arguments in REFUSED_CALLS:
+                code = (await call_error(client, tool, **arguments))["error"]["code"]
+                answered.append((tool, code, described[tool].split("Errors: ", 1)[1]))
+            return answered
+
+    for tool, code, listed in asyncio.run(scenario()):
+        assert code in listed, (tool, code)
 
 
 def _properties(model: type[BaseModel]) -> set[str]:

@@ -108,8 +108,8 @@ READ_MESSAGE = (
 
 CLAIM_MESSAGE = (
     "Claim a message as this run's evidence, once (this run claiming it again gets the same "
-    "answer, reason already_claimed); then read_message. Errors: not_found, wrong_run, "
-    f"claimed_by_other_run, forbidden_scope; {_AFTER_TROUBLE}. After the lease: reason "
+    "answer, reason already_claimed); then read_message. Errors: not_found, invalid_request, "
+    f"wrong_run, claimed_by_other_run, forbidden_scope; {_AFTER_TROUBLE}. After the lease: reason "
     "lease_expired."
 )
 
@@ -123,7 +123,7 @@ FIND_MAIL = (
     'Search the mail you may see, newest first. query: words, "phrases", to:, from:, '
     "subject:, run:, inbox:, is:caught|unclaimed|claimed, has:attachment, before:/after:, "
     f"-term. limit default {FIND_MAIL_LIMIT} (max {FIND_MAIL_MAX}); cursor: next_cursor. "
-    "Errors: invalid_request, forbidden_scope, provider_timeout, provider_error."
+    "Errors: invalid_request, invalid_cursor, forbidden_scope, provider_timeout, provider_error."
 )
 
 
