@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from sink.webhooks.port import WebhookStore
 
 LIMIT_DEFAULT, LIMIT_MAX = 50, 500
+_REG_NAME = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=%]*")  # RFC 3986 3.2.2, and non-ASCII
+_PORT = re.compile(r"(:[0-9]*)?")
 
 
 def new_webhook(
@@ -72,7 +75,27 @@ def url_problem(url: str) -> str | None:
         return f"the scheme must be http or https, not {parts.scheme[:16]!r}"
     if not parts.hostname:
         return "a host is required (e.g. http://127.0.0.1:9000/hooks)"
+    host = parts.netloc.rpartition("@")[2]
+    if not _is_host(host):
+        return f"{host[:80]!r} is not a host name or address (with an optional :port)"
     return None
+
+
+def _is_host(authority: str) -> bool:
+    """``host[:port]`` as RFC 3986 has it: a bracketed address (urlsplit checked what is
+    inside), or a name whose non-ASCII part has an IDNA form (the delivery sends that)."""
+    if authority.startswith("["):
+        return _PORT.fullmatch(authority.partition("]")[2]) is not None
+    name, colon, port = authority.rpartition(":")
+    if not colon or not (port == "" or port.isdigit()):
+        name = authority
+    if _REG_NAME.fullmatch("".join(c for c in name if c.isascii())) is None:
+        return False
+    try:
+        name.encode("idna")  # labels of 1-63 characters, and an IDNA form for the rest
+    except UnicodeError:
+        return False
+    return True
 
 
 def shown_url(url: str) -> str:

@@ -135,6 +135,9 @@ def test_events_are_kept_in_the_contract_order_without_repeats(app: App) -> None
         "http://user:pw@127.0.0.1/hooks",
         "https://ci%40bot:p%3Ass@10.0.0.7/",
         "http://deploy@127.0.0.1:9000/",
+        "http://web_app:8000/hooks",  # a compose service name may hold an underscore
+        "http://r\u00e9cepteur.test/",  # an international name (sent as its IDNA form)
+        "http://[::1]:/",  # an empty port is the scheme's own (RFC 3986 3.2.3)
     ],
 )
 def test_any_http_host_is_accepted(app: App, url: str) -> None:
@@ -174,6 +177,11 @@ def test_lists_and_reads_never_show_a_url_password(app: App, url: str, shown: st
         ({"url": "127.0.0.1:9000/hooks"}, "url"),
         ({"url": "http://127.0.0.1:99999/"}, "url"),
         ({"url": "http://a b/"}, "url"),
+        ({"url": "http://[::1]x/"}, "url"),
+        ({"url": "http://[::1]:9000x/"}, "url"),
+        ({"url": "http://a<b>/"}, "url"),
+        ({"url": "http://x\\y/"}, "url"),
+        ({"url": "http://r\u00e9..test/"}, "url"),
         ({"url": ""}, "url"),
         ({"url": 5}, "url"),
         ({}, "url"),
