@@ -24,6 +24,7 @@ address of a server bound to every address, where any IP literal is served.
 from __future__ import annotations
 
 import ipaddress
+import re
 import time
 from dataclasses import dataclass
 
@@ -44,16 +45,18 @@ _WILDCARD_BINDS = frozenset({"0.0.0.0", "::", ""})
 _SAFE_METHODS = frozenset({"GET", "HEAD"})
 _DEFAULT_PORTS = {"http": "80", "https": "443"}
 _FORM_TYPE = "application/x-www-form-urlencoded"
+_PORT = re.compile(r"(:[0-9]*)?")
 
 
 def host_name(host: str) -> str:
     """The name in a ``Host`` value, without its port: lowercase, no final dot, no brackets."""
     host = host.strip().lower()
-    if host.startswith("["):
-        return host[1 : host.find("]")] if "]" in host else host
+    if host.startswith("["):  # an IPv6 literal, then nothing or a port; else no address
+        address, bracket, rest = host[1:].partition("]")
+        return address if bracket and _PORT.fullmatch(rest) else host
     name, colon, port = host.rpartition(":")
-    if colon and port.isdigit() and ":" not in name:
-        host = name
+    if colon and _PORT.fullmatch(colon + port) and ":" not in name:
+        host = name  # "name:" too: an empty port is the scheme's own (RFC 3986 3.2.3)
     return host.rstrip(".")
 
 

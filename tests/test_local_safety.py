@@ -68,6 +68,18 @@ def test_loopback_names_and_literals_are_served(server: Server) -> None:
                 assert client.get(path, headers={"Host": host}).status_code == 200, (path, host)
 
 
+def test_a_host_is_a_loopback_literal_only_as_a_whole(server: Server) -> None:
+    """``[::1]`` followed by anything but a port is another name (421); an empty port
+    (``localhost:``, RFC 3986 3.2.3) is the same host and is served."""
+    with server.http() as client:
+        for host in (f"[::1]{REBOUND}", f"[::1].{REBOUND}", "[::1]:80x", "localhost:80x"):
+            response = client.get("/v1/messages", headers={"Host": host})
+            assert response.status_code == 421, (host, response.text)
+        for host in ("localhost:", "127.0.0.1:", "[::1]:"):
+            response = client.get("/v1/messages", headers={"Host": host})
+            assert response.status_code == 200, (host, response.text)
+
+
 def test_the_health_checks_follow_the_host_rule_too(server: Server) -> None:
     """The contract's "on every route": /healthz and /readyz answer 421 to a rebound name."""
     with server.http() as client:
