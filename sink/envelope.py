@@ -140,13 +140,16 @@ def describe(inbox: Inbox, now: float, can_create_another: bool, trace_id: str) 
 
 
 def blocked(view: Envelope, reason: Reason, retry_after: float) -> Envelope:
-    """A call that changed nothing: too early, or the circuit is open."""
+    """A call that changed nothing: too early, or the circuit is open. Its reason is not
+    the last wait's, so it shows no mismatch's mail (only evidence_mismatch answers do)."""
     return replace(
         view,
         status=Status.BLOCKED,
         next_action=NextAction.WAIT_THEN_RETRY,
         reason=reason,
         retry_after=max(0.1, seconds_up(retry_after)),
+        unmatched=(),
+        rescan_cursor=None,
     )
 
 

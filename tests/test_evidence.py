@@ -210,6 +210,25 @@ def test_a_mismatch_shows_what_it_passed_over_and_the_cursor_to_look_again(
     scenario(backend, work)
 
 
+def test_only_a_mismatch_answer_carries_the_mail_it_passed_over(
+    backend: Backend,  # noqa: F811
+) -> None:
+    """A too-early wait right after a mismatch says too_early, with unmatched [] and no
+    rescan_cursor (contract v3: every answer but evidence_mismatch has neither)."""
+
+    async def work(world: World) -> None:
+        inbox = await world.create()
+        await world.send(inbox.address, "Welcome")
+        missed = await world.wait(inbox.inbox_id, match=Match(subject_contains="code"))
+        assert missed.reason is Reason.EVIDENCE_MISMATCH and missed.unmatched
+        request = WaitRequest(timeout_s=0, run_id=world.run_id)
+        early = await world.agent.wait(inbox.inbox_id, request, None)  # before next_poll_at
+        assert early.reason is Reason.TOO_EARLY
+        assert early.unmatched == () and early.rescan_cursor is None
+
+    scenario(backend, work)
+
+
 # -- near misses ---------------------------------------------------------------------------
 
 
