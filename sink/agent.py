@@ -239,7 +239,9 @@ class Agent:
             trace_id=trace_id,
         )
         capped = policy.capped(request.ttl_s, request.poll_budget)
-        envelope = replace(await self._describe(stored, now, trace_id), replayed=replayed)
+        # A create answer tells no near misses (only wait and get answers do).
+        described = await self._describe(stored, now, trace_id)
+        envelope = replace(described, replayed=replayed, near_misses=())
         envelope = await self._guided(envelope, Call(Tool.CREATE_INBOX, body), stored)
         return Created(envelope, replayed, capped)
 

@@ -170,12 +170,14 @@ def already_claimed(view: Envelope) -> Envelope:
 
 
 def lease_expired(view: Envelope, can_create_another: bool) -> Envelope:
-    """A claim after the lease ended, on an unclaimed message: it claimed nothing."""
+    """A claim after the lease ended, on an unclaimed message: it claimed nothing. A claim
+    answer tells no near misses (only wait and get answers do)."""
     return replace(
         view,
         status=Status.BLOCKED,
         next_action=NextAction.CREATE_NEW_INBOX if can_create_another else NextAction.STOP,
         reason=Reason.LEASE_EXPIRED,
+        near_misses=(),
         retry_after=None,
         message=None,
         claim=None,

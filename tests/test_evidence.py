@@ -261,6 +261,28 @@ def test_mail_to_a_mistyped_address_is_a_near_miss_of_the_inbox(backend: Backend
     scenario(backend, work)
 
 
+def test_only_wait_and_get_answers_carry_near_misses(backend: Backend) -> None:  # noqa: F811
+    """A replayed create and a claim after the lease have near_misses [] (contract v3: "its
+    wait and get answers carry near_misses ... other answers have near_misses: []"), and the
+    late claim's hint says it came after the lease."""
+
+    async def work(world: World) -> None:
+        inbox = await world.create()
+        await world.send(typo_of(inbox.address), "Your code 123456")
+        await world.send(inbox.address, "Welcome")
+        assert (await world.get(inbox.inbox_id)).near_misses  # a get tells it
+        replayed = await world.create()
+        assert replayed.inbox_id == inbox.inbox_id and replayed.near_misses == ()
+        page = await world.agent.messages(inbox.inbox_id, None, 50, world.run_id)
+        (delivery,) = page.messages
+        world.clock.advance(3600)  # past the lease
+        late = await world.agent.claim(delivery.message_id, world.run_id, None)
+        assert late.reason is Reason.LEASE_EXPIRED and late.near_misses == ()
+        assert late.hint is not None and "after the inbox's lease ended" in late.hint
+
+    scenario(backend, work)
+
+
 def test_near_misses_follow_the_rules_of_the_contract(backend: Backend) -> None:  # noqa: F811
     """Within 2 edits (a swap is one; +tag and case are none; the domain may be off by 2),
     after the inbox was created, of a live inbox only; newest first, at most 3."""
