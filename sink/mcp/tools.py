@@ -100,8 +100,8 @@ WAIT_FOR_MESSAGE = (
 READ_MESSAGE = (
     "A message's evidence: codes (likeliest first), links (action links first), attachment "
     "metadata, content_flags (facts, not verdicts) and, under untrusted, the sender's from "
-    "(not verified), from_name and subject. include_body / include_html add the text / "
-    "HTML, cut to max_body_chars (default 4000); none by default. Consumes nothing. Also "
+    f"(not verified), from_name and subject. {SENTENCE} include_body / include_html add the "
+    "text / HTML, cut to max_body_chars (default 4000); none by default. Consumes nothing. Also "
     "reads caught mail (a cm_ id from find_mail; no run_id). Errors: "
     f"not_found, invalid_request, wrong_run, forbidden_scope, {_AFTER_TROUBLE}."
 )
@@ -161,7 +161,7 @@ def _values(words: tuple[StrEnum, ...]) -> list[str]:
 _RUN_ID = _string()  # the instructions say what it is; the server checks its form
 _INBOX_ID = _string()
 _MESSAGE_ID = _string()
-_NEEDLE = {"type": "string", "minLength": 1, "maxLength": 512}
+_NEEDLE = _string()  # 1-512 characters: the server checks (invalid_request names the field)
 _WHOLE = {"type": "integer", "minimum": 1}
 
 _MATCH = {
