@@ -88,37 +88,79 @@ def record_delivered(db: sqlite3.Connection, batch: list[Delivered]) -> set[str]
     """Write delivered attempts in one transaction of ``db`` (the delivery child's own
     connection to the store's file): the ids written. One whose row changed meanwhile (a
     410 ended it, its attempt was made again) is not: the server settles those."""
-    ids = [d.delivery_id for d in batch]
+    outcomes = [
+        Outcome(d.delivery_id, d.attempt, d.at, d.status_code, None, DeliveryState.DELIVERED)
+        for d in batch
+    ]
     db.execute("BEGIN IMMEDIATE")
     try:
-        marks = ",".join("?" * len(ids))
-        rows = {
-            r[1]: r
-            for r in db.execute(
-                "SELECT seq, delivery_id, webhook_id, attempts FROM webhook_deliveries "
-                f"WHERE delivery_id IN ({marks}) AND state = 'pending'",
-                ids,
-            ).fetchall()
-        }
-        written = [(d, rows[d.delivery_id]) for d in batch if d.delivery_id in rows]
-        written = [(d, r) for d, r in written if r[3] + 1 == d.attempt]
-        db.executemany(
-            "INSERT INTO webhook_attempts (delivery_seq, attempt, webhook_id, state, "
-            "status_code, error, at, next_attempt_at) VALUES (?, ?, ?, 'delivered', ?, NULL, ?, "
-            "NULL)",
-            [(r[0], d.attempt, r[2], d.status_code, d.at) for d, r in written],
-        )
-        db.executemany(
-            "UPDATE webhook_deliveries SET state = 'delivered', attempts = ?, lease_until = 0 "
-            "WHERE seq = ?",
-            [(d.attempt, r[0]) for d, r in written],
-        )
+        written = write_attempts(db, outcomes, ended_too=False)
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:
             db.execute("ROLLBACK")
         raise
-    return {d.delivery_id for d, _ in written}
+    return {row["delivery_id"] for row, _, _ in written}
+
+
+Written = tuple[Any, Outcome, bool]  # (the delivery's row, the attempt as written, ended)
+
+
+def write_attempts(
+    db: sqlite3.Connection, outcomes: list[Outcome], ended_too: bool
+) -> list[Written]:
+    """Inside a transaction of ``db``: write each attempt whose
+    delivery still waits for it (its row pending, at the attempt before it) and settle the
+    row; the rows written, with the attempt as written and whether a 410 had ended the
+    delivery while it was in flight (``ended_too``: such an attempt is written as ``late``
+    says; otherwise it is left, as any other whose row changed)."""
+    ids = [o.delivery_id for o in outcomes]
+    marks = ",".join("?" * len(ids))
+    reading = db.cursor()
+    reading.row_factory = sqlite3.Row  # (whatever the connection's: the child's, the writer's)
+    rows = {
+        r["delivery_id"]: r
+        for r in reading.execute(
+            "SELECT seq, delivery_id, webhook_id, attempts, state, run_id "
+            f"FROM webhook_deliveries WHERE delivery_id IN ({marks})",
+            ids,
+        ).fetchall()
+    }
+    written: list[Written] = []
+    for outcome in outcomes:
+        row = rows.pop(outcome.delivery_id, None)
+        if row is None or row["attempts"] + 1 != outcome.attempt:
+            continue  # settled already (its lease ran out and another attempt was made)
+        ended = row["state"] == "failed"  # by a 410 while this attempt was in flight
+        if row["state"] != "pending" and not (ended and ended_too):
+            continue
+        written.append((row, late(outcome) if ended else outcome, ended))
+    db.executemany(
+        "INSERT INTO webhook_attempts (delivery_seq, attempt, webhook_id, state, "
+        "status_code, error, at, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (
+                row["seq"],
+                made.attempt,
+                row["webhook_id"],
+                made.state.value,
+                made.status_code,
+                made.error,
+                made.at,
+                made.next_attempt_at,
+            )
+            for row, made, _ in written
+        ],
+    )
+    db.executemany(
+        "UPDATE webhook_deliveries SET state = ?, attempts = ?, lease_until = 0, "
+        "next_attempt_at = COALESCE(?, next_attempt_at) WHERE seq = ?",
+        [
+            (made.state.value, made.attempt, made.next_attempt_at, row["seq"])
+            for row, made, _ in written
+        ],
+    )
+    return written
 
 
 class SQLiteWebhooks:
@@ -379,59 +421,14 @@ class SQLiteWebhooks:
 
     def _settle_rows(self, db: sqlite3.Connection, outcomes: list[Outcome]) -> None:
         """Write the attempts, and free their leases."""
-        ids = [o.delivery_id for o in outcomes]
-        marks = ",".join("?" * len(ids))
-        rows = {
-            r["delivery_id"]: r
-            for r in db.execute(
-                "SELECT seq, delivery_id, webhook_id, attempts, state, run_id "
-                f"FROM webhook_deliveries WHERE delivery_id IN ({marks})",
-                ids,
-            ).fetchall()
-        }
-        attempts: list[tuple[Any, ...]] = []
-        updates: list[tuple[Any, ...]] = []
-        more: list[tuple[Any, Outcome, bool]] = []  # failed or gone: more to record
         freed: dict[str, float] = {}  # webhooks with a lease freed: when (their clock)
-        for outcome in outcomes:
-            row = rows.pop(outcome.delivery_id, None)
-            if row is None or row["attempts"] + 1 != outcome.attempt:
-                continue  # settled already (its lease ran out and another attempt was made)
-            ended = row["state"] == "failed"  # by a 410 while this attempt was in flight
-            if row["state"] != "pending" and not ended:
-                continue
-            made = late(outcome) if ended else outcome
-            attempts.append(
-                (
-                    row["seq"],
-                    made.attempt,
-                    row["webhook_id"],
-                    made.state.value,
-                    made.status_code,
-                    made.error,
-                    made.at,
-                    made.next_attempt_at,
-                )
-            )
-            updates.append((made.state.value, made.attempt, made.next_attempt_at, row["seq"]))
+        for row, made, ended in write_attempts(db, outcomes, ended_too=True):
             hook_id = row["webhook_id"]
             with self._lock:
                 self._leased[hook_id] = max(0, self._leased.get(hook_id, 0) - 1)
             freed[hook_id] = max(made.at, freed.get(hook_id, made.at))
             if made.disable or made.state is DeliveryState.FAILED:
-                more.append((row, made, ended))
-        db.executemany(
-            "INSERT INTO webhook_attempts (delivery_seq, attempt, webhook_id, state, "
-            "status_code, error, at, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            attempts,
-        )
-        db.executemany(
-            "UPDATE webhook_deliveries SET state = ?, attempts = ?, lease_until = 0, "
-            "next_attempt_at = COALESCE(?, next_attempt_at) WHERE seq = ?",
-            updates,
-        )
-        for row, made, ended in more:
-            self._ended(db, row, made, ended)
+                self._ended(db, row, made, ended)  # failed or gone: more to record
         if self.hand is not None:
             for hook_id, now in freed.items():
                 self._refill(db, hook_id, now)
