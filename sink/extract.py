@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from urllib.parse import unquote, urlsplit
 
-from sink.visibility import PAGE, hidden_selectors, hiding
+from sink.visibility import PAGE_SEEN, Seen, hidden_selectors, hiding
 
 # Transactional mail is small (Gmail clips HTML at 102 KB); a body this long is not one, and
 # html.parser costs microseconds per tag, so extraction looks at this much and no more.
@@ -151,8 +151,8 @@ class _Rendered:
 @dataclass(slots=True)
 class _Open:
     tag: str
-    hides: bool
-    background: str | None  # the colour behind this element's text (None: not known)
+    hides: bool  # all it holds, whatever is set inside it
+    seen: Seen  # what it passes on (colours, font size, visibility), which may be set again
 
 
 class _Renderer(HTMLParser):
@@ -167,14 +167,25 @@ class _Renderer(HTMLParser):
         self._href: str | None = None
         self._label: list[str] = []
         self._text: list[str] = []
+        self._pictured = False  # the open link holds an image
+        self._unseen_text = False  # the open link holds text a reader would not see
         self._open: list[_Open] = []
-        self._hiding = 0  # open elements that hide what they hold
+        self._hiding = 0  # open elements that hide all they hold
         self._style: list[str] | None = None  # a <style> block being read
         self._hidden_classes: set[str] = set()
         self._hidden_ids: set[str] = set()
 
+    def _unseen(self) -> bool:
+        """Whether a reader would not see the text that comes now."""
+        return bool(self._hiding) or (bool(self._open) and self._open[-1].seen.unseen)
+
+    def _gone(self) -> bool:
+        """Whether a reader would see nothing at all here, images included (an image shows
+        whatever the text's size or colour)."""
+        return bool(self._hiding) or (bool(self._open) and self._open[-1].seen.invisible)
+
     def _out(self) -> list[str]:
-        return self.hidden_pieces if self._hiding else self.pieces
+        return self.hidden_pieces if self._unseen() else self.pieces
 
     def handle_starttag(
         self, tag: str, attrs: list[tuple[str, str | None]], closed: bool = False
@@ -186,20 +197,20 @@ class _Renderer(HTMLParser):
         if self._skip:
             return
         values = {name: value or "" for name, value in attrs}
-        background = self._open[-1].background if self._open else PAGE
-        hides, background = hiding(tag, values, background, self._hidden_classes,
-                                    self._hidden_ids)  # fmt: skip
+        outer = self._open[-1].seen if self._open else PAGE_SEEN
+        hides, seen = hiding(tag, values, outer, self._hidden_classes,
+                             self._hidden_ids)  # fmt: skip
         if tag not in _VOID and not closed:
-            self._open.append(_Open(tag, hides, background))
+            self._open.append(_Open(tag, hides, seen))
             self._hiding += hides
-        elif hides:  # an <img hidden>: nothing of it is seen
+        elif hides or seen.invisible:  # an <img hidden>: nothing of it is seen
             return
         if tag in _BLOCK:
             self._out().append("\n")
             self._pre += tag == "pre"
         elif tag in _CELL:
             self._out().append(" ")
-        if self._hiding:  # links and images nobody sees are no evidence
+        if self._gone():  # links and images nobody sees are no evidence
             return
         for name in ("alt", "title", "aria-label"):
             if values.get(name) and len(self.attributes) < 1000:
@@ -216,6 +227,7 @@ class _Renderer(HTMLParser):
             alt = values.get("alt", "")
             if self._href is not None:
                 self._label.append(alt)
+                self._pictured = True
             if values.get("src"):
                 self.anchors.append(_Anchor(values["src"], alt, image=True))
 
@@ -255,7 +267,9 @@ class _Renderer(HTMLParser):
         if not self._pre:  # in HTML a newline in the source is just a space
             data = data.translate(_SOURCE_BREAKS)
         self._out().append(data)
-        if self._href is not None and not self._hiding:
+        if self._href is not None and self._unseen():
+            self._unseen_text = self._unseen_text or bool(data.strip())
+        elif self._href is not None:
             self._label.append(data)
             self._text.append(data)
 
@@ -263,10 +277,14 @@ class _Renderer(HTMLParser):
         if self._href is not None:
             label = " ".join(" ".join(self._label).split())
             text = " ".join("".join(self._text).split())
-            self.anchors.append(_Anchor(self._href, label, image=False, text=text))
+            # A link whose only text is too small or coloured away, with no image, is unseen.
+            if text or self._pictured or not self._unseen_text:
+                self.anchors.append(_Anchor(self._href, label, image=False, text=text))
         self._href = None
         self._label = []
         self._text = []
+        self._pictured = False
+        self._unseen_text = False
 
 
 def _render(html: str) -> _Rendered:

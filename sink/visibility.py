@@ -2,9 +2,11 @@
 
 ``sink.extract``'s renderer asks ``hiding`` about every element it opens; text inside one
 that hides is no source of codes or links (it is reported apart, as hidden text). What
-hides: ``display:none``, ``visibility:hidden``, a zero font size, ``opacity:0``, a zero
-height or width with ``overflow:hidden``, off-screen positions and indents, the ``hidden``
-attribute, classes and ids a top-level ``<style>`` rule hides, and text coloured like the
+hides all an element holds: ``display:none``, ``opacity:0``, a zero height or width with
+``overflow:hidden``, off-screen positions and indents, the ``hidden`` attribute, classes
+and ids a top-level ``<style>`` rule hides. What hides text until a descendant sets it
+again, as CSS inherits it (``Seen``): ``visibility:hidden``, a zero font size (email
+templates zero it on a column and size the text inside), and text coloured like the
 background it sits on (mail is read on white unless it paints another). Every function is
 linear in its input and never raises.
 """
@@ -12,8 +14,10 @@ linear in its input and never raises.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 PAGE = "#ffffff"  # mail is read on white unless it says otherwise
+ALIKE = 8  # text whose colour is this close to its background's, in each channel, is unseen
 _SIMPLE_SELECTOR = re.compile(r"(?:[a-z][a-z0-9]*)?([.#])([\w-]+)", re.IGNORECASE)
 OFF_SCREEN = 500  # pixels (or any unit) left of or above the page: not on any screen
 _CLIPPED_AWAY = re.compile(r"rect\(\s*0(?:px)?[\s,]+0(?:px)?[\s,]+0(?:px)?[\s,]+0(?:px)?\s*\)")
@@ -83,44 +87,109 @@ def declarations(style: str) -> dict[str, str]:
     return found
 
 
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """What an element passes on to what it holds, which a descendant may set again: the
+    colour behind its text (None: not known, an image), the text's colour (None: the
+    default, or one not known), a zero font size, ``visibility: hidden``."""
+
+    background: str | None = PAGE
+    ink: str | None = None
+    tiny: bool = False
+    invisible: bool = False
+
+    @property
+    def unseen(self) -> bool:
+        """Whether text with these properties is kept from a reader."""
+        return self.tiny or self.invisible or _alike(self.ink, self.background)
+
+
+PAGE_SEEN = Seen()
+
+
 def hiding(
     tag: str,
     attrs: dict[str, str],
-    background: str | None,
+    outer: Seen,
     hidden_classes: set[str],
     hidden_ids: set[str],
-) -> tuple[bool, str | None]:
-    """Whether an element hides its text from a reader, and the colour behind its text."""
+) -> tuple[bool, Seen]:
+    """Whether an element hides all it holds (nothing inside can show again), and what it
+    passes on (``Seen``: whether its own text is seen, which a descendant may change)."""
     style = declarations(attrs.get("style", "")) if "style" in attrs else {}
     painted = attrs.get("bgcolor") or style.get("background-color") or style.get("background")
-    if painted:
+    background = outer.background
+    if painted and _background(painted) != "transparent":
         background = _background(painted)
-    if "hidden" in attrs or hides(style):
-        return True, background
-    if hidden_classes and any(c in hidden_classes for c in attrs.get("class", "").lower().split()):
-        return True, background
-    if hidden_ids and attrs.get("id", "").lower() in hidden_ids:
-        return True, background
     ink = style.get("color") or (attrs.get("color") if tag == "font" else None)
-    if ink and background is not None:
-        colour = _colour(ink)
-        if colour == "transparent" or (colour is not None and colour == background):
-            return True, background
+    size = style.get("font-size")
+    visibility = style.get("visibility")
+    seen = Seen(
+        background=background,
+        ink=_colour(ink) if ink else outer.ink,
+        tiny=outer.tiny if size is None else _tiny(size, outer.tiny),
+        invisible=outer.invisible if visibility is None else visibility in _INVISIBLE,
+    )
     if tag == "font" and attrs.get("size", "").strip() in ("0", "-7"):
-        return True, background
-    return False, background
+        seen = Seen(seen.background, seen.ink, True, seen.invisible)
+    if "hidden" in attrs or _hides_all(style):
+        return True, seen
+    if hidden_classes and any(c in hidden_classes for c in attrs.get("class", "").lower().split()):
+        return True, seen
+    if hidden_ids and attrs.get("id", "").lower() in hidden_ids:
+        return True, seen
+    return False, seen
+
+
+_INVISIBLE = ("hidden", "collapse")
+_RELATIVE = ("em", "%", "ex", "ch")  # font sizes relative to the enclosing one
+
+
+def _tiny(size: str, inside_tiny: bool) -> bool:
+    """Whether a font-size declaration makes text too small to see (a size relative to a
+    zero one stays zero)."""
+    found = _LENGTH.match(size.strip())
+    if found is None:
+        return inside_tiny
+    try:
+        value = float(found.group(1))
+    except ValueError:
+        return inside_tiny
+    if found.group(2) in _RELATIVE:
+        return inside_tiny or value == 0
+    return value < 1
+
+
+def _alike(ink: str | None, background: str | None) -> bool:
+    """Whether text of colour ``ink`` on ``background`` is unseen: transparent, or within
+    ``ALIKE`` of it in each channel."""
+    if ink == "transparent":
+        return True
+    if ink is None or background is None or background == "transparent":
+        return False
+    return all(
+        abs(int(ink[i : i + 2], 16) - int(background[i : i + 2], 16)) <= ALIKE for i in (1, 3, 5)
+    )
 
 
 def hides(style: dict[str, str]) -> bool:
-    """Whether these declarations keep an element's text from being seen."""
+    """Whether these declarations keep an element's text from being seen (as a class rule
+    says them: for whatever the element holds)."""
     if not style:
         return False
-    if style.get("display") == "none" or style.get("visibility") in ("hidden", "collapse"):
+    if style.get("visibility") in _INVISIBLE:
         return True
-    if style.get("mso-hide") == "all" or _length(style.get("opacity")) == 0:
+    size = style.get("font-size")
+    return (size is not None and _tiny(size, False)) or _hides_all(style)
+
+
+def _hides_all(style: dict[str, str]) -> bool:
+    """Whether these declarations hide all an element holds, whatever is set inside it."""
+    if not style:
+        return False
+    if style.get("display") == "none" or style.get("mso-hide") == "all":
         return True
-    size = _length(style.get("font-size"))
-    if size is not None and size < 1:
+    if _length(style.get("opacity")) == 0:
         return True
     clipped = style.get("overflow") == "hidden"
     if clipped and any(_length(style.get(k)) == 0 for k in ("max-height", "height", "width")):

@@ -405,6 +405,38 @@ def test_media_rules_and_painted_buttons_hide_nothing() -> None:
     assert evidence.links == ("https://app.test/verify",)
 
 
+def test_text_sized_or_shown_again_inside_a_zeroed_wrapper_is_seen() -> None:
+    """A template's font-size:0 column (MJML, Foundation) with sized text inside, and
+    visibility or colour set again by a child, show their text, codes and links: a child
+    sets what CSS inherits; only what hides all it holds (display:none...) stays hidden."""
+    column = (
+        '<td style="font-size:0px;padding:20px 0"><div style="font-size:0px;display:inline-block">'
+        '<div style="font-size:13px;color:#000000">Your verification code is 482913</div>'
+        '<a href="https://app.test/verify" style="font-size:13px;color:#fff;background:#414141">'
+        "Verify</a></div></td>"
+    )
+    evidence = extract_evidence(None, column)
+    assert evidence.hidden_text is None and [c.value for c in evidence.codes] == ["482913"]
+    assert evidence.links == ("https://app.test/verify",)
+    for html in (
+        '<div style="visibility:hidden"><span style="visibility:visible">Code 551177</span></div>',
+        '<div style="color:#fff"><span style="color:#333">Code 551177</span></div>',
+    ):
+        evidence = extract_evidence(None, html)
+        assert [c.value for c in evidence.codes] == ["551177"] and evidence.hidden_text is None
+
+
+def test_text_nearly_the_colour_of_its_background_is_hidden() -> None:
+    """#fefefe on the white page, and a link whose only text is sized away, are unseen."""
+    html = (
+        '<p style="color:#fefefe">Your code is 999999</p><p>Your code is 482913</p>'
+        '<div style="font-size:0"><a href="https://evil.example/x">go</a></div>'
+    )
+    evidence = extract_evidence(None, html)
+    assert [c.value for c in evidence.codes] == ["482913"] and evidence.links == ()
+    assert evidence.hidden_text == "Your code is 999999\n\ngo"
+
+
 def test_a_right_to_left_override_is_read_as_shown() -> None:
     """ "\u202e319284\u202c" shows as 482913, and zero-width characters are not there."""
     assert find_codes("Your code is \u202e319284\u202c", None) == ("482913",)

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from sink.visibility import PAGE, css_rules, declarations, hidden_selectors, hides, hiding
+from sink.visibility import (
+    PAGE_SEEN,
+    Seen,
+    css_rules,
+    declarations,
+    hidden_selectors,
+    hides,
+    hiding,
+)
 
 
 @pytest.mark.parametrize(
@@ -39,15 +47,30 @@ def test_these_declarations_do_not_hide(style: str) -> None:
 
 
 def test_text_coloured_like_its_background_is_hidden() -> None:
-    """White on the white page, or #111 on rgb(17,17,17), hides; white on blue does not."""
-    assert hiding("span", {"style": "color:#FFF"}, PAGE, set(), set())[0]
-    assert hiding("span", {"style": "color:#111"}, "#111111", set(), set())[0]
-    hidden, background = hiding("td", {"bgcolor": "#1a73e8"}, PAGE, set(), set())
-    assert not hidden and background == "#1a73e8"
-    assert not hiding("a", {"style": "color:#ffffff"}, background, set(), set())[0]
+    """White on the white page, or #111 on rgb(17,17,17), is unseen; white on blue is not."""
+    assert hiding("span", {"style": "color:#FFF"}, PAGE_SEEN, set(), set())[1].unseen
+    dark = Seen(background="#111111")
+    assert hiding("span", {"style": "color:#111"}, dark, set(), set())[1].unseen
+    hidden, button = hiding("td", {"bgcolor": "#1a73e8"}, PAGE_SEEN, set(), set())
+    assert not hidden and button.background == "#1a73e8"
+    assert not hiding("a", {"style": "color:#ffffff"}, button, set(), set())[1].unseen
     # an image behind the text: its colour is not known, so nothing is taken as hidden
-    _, unknown = hiding("td", {"style": "background:url(x.png)"}, PAGE, set(), set())
-    assert unknown is None and not hiding("p", {"style": "color:#fff"}, unknown, set(), set())[0]
+    _, unknown = hiding("td", {"style": "background:url(x.png)"}, PAGE_SEEN, set(), set())
+    assert unknown.background is None
+    assert not hiding("p", {"style": "color:#fff"}, unknown, set(), set())[1].unseen
+
+
+def test_what_a_child_sets_again_shows_and_what_hides_all_does_not() -> None:
+    """A zero font size, visibility:hidden and a colour are inherited until a child sets
+    them again; display:none hides all its element holds."""
+    _, zeroed = hiding("td", {"style": "font-size:0px"}, PAGE_SEEN, set(), set())
+    assert zeroed.unseen
+    assert not hiding("div", {"style": "font-size:13px"}, zeroed, set(), set())[1].unseen
+    assert hiding("span", {"style": "font-size:1.2em"}, zeroed, set(), set())[1].unseen
+    _, invisible = hiding("div", {"style": "visibility:hidden"}, PAGE_SEEN, set(), set())
+    assert not hiding("b", {"style": "visibility:visible"}, invisible, set(), set())[1].unseen
+    hidden_for_good, _ = hiding("div", {"style": "display:none"}, PAGE_SEEN, set(), set())
+    assert hidden_for_good
 
 
 def test_style_sheets_hide_by_class_and_id_outside_media_rules() -> None:
