@@ -254,10 +254,14 @@ def _claim_hint(envelope: Envelope) -> str:
 def _proceed_hint(envelope: Envelope) -> str:
     newer = envelope.newer_matching or 0
     if newer > 0:
+        then = (
+            "this inbox has expired, so use this one's"
+            if envelope.state is State.EXPIRED  # no wait, nor claim, reaches the newer one now
+            else "if this one's is refused, wait again with order newest"
+        )
         return (
             f"This run claimed a message, but {_count(newer, 'newer matching mail')} arrived "
-            "after it (a resend): the newest usually holds the valid code; if this one's is "
-            "refused, wait again with order newest."
+            f"after it (a resend): the newest usually holds the valid code; {then}."
         )
     if envelope.reason is Reason.ALREADY_CLAIMED:
         return (

@@ -194,6 +194,17 @@ def test_proceed_reads_the_claimed_message() -> None:
     )
 
 
+def test_a_resend_after_an_expired_claim_is_not_told_to_wait() -> None:
+    """proceed on an expired inbox with a newer matching mail: the hint tells the resend but
+    not to wait again (an expired inbox cannot be waited on, nor its newer mail claimed)."""
+    expired = inbox(state=State.EXPIRED, reason=Reason.LEASE, evidence=evidence(claimed=True))
+    resend = replace(view(expired), newer_matching=1)
+    assert resend.next_action is NextAction.PROCEED
+    guided = guide(resend, Call(Tool.CLAIM_MESSAGE, {}), known())
+    assert guided.hint is not None and "resend" in guided.hint
+    assert "wait" not in guided.hint and "expired" in guided.hint
+
+
 @pytest.mark.parametrize("reason", [Reason.TOO_EARLY, Reason.CIRCUIT_OPEN, Reason.PROVIDER_TIMEOUT])
 def test_wait_then_retry_repeats_this_call_as_given(reason: Reason) -> None:
     """wait_then_retry: the tool of this call with this call's own arguments, all of them."""
