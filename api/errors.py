@@ -47,6 +47,9 @@ def error_response(
     body = ErrorOut(
         error=ErrorBody(code=code, message=message, details=details or {}), **guided.fields()
     )
+    if guided.retry_after is not None and not retry_header:
+        # Whenever retry_after is set, Retry-After carries it (whole seconds, rounded up).
+        headers = {**(headers or {}), "Retry-After": str(math.ceil(guided.retry_after))}
     return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
 
 

@@ -11,6 +11,7 @@ slip past. ``sink/mcp`` is left out: its tool errors go to MCP hosts, never to t
 from __future__ import annotations
 
 import ast
+import json
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -140,3 +141,15 @@ def test_the_python_client_knows_every_error_code() -> None:
     """sink.client's ERROR_CODES lists every code the server can answer with."""
     missing = server_error_codes() - set(client_errors.ERROR_CODES)
     assert not missing, f"add to sink/client/errors.py ERROR_CODES: {sorted(missing)}"
+
+
+def test_an_error_that_says_retry_after_carries_the_header() -> None:
+    """internal_error (500) says retry_after: Retry-After comes with it, as the envelope
+    section asks of every retry_after (it came only where the caller gave the header)."""
+    from api.errors import error_response
+
+    response = error_response(500, "internal_error", "the server failed; retry")
+    assert json.loads(bytes(response.body))["retry_after"] == 1.0
+    assert response.headers["retry-after"] == "1"
+    refused = error_response(422, "invalid_request", "x: missing")  # no retry_after, no header
+    assert "retry-after" not in refused.headers
