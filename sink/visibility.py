@@ -122,11 +122,12 @@ def hiding(
     if painted and _background(painted) != "transparent":
         background = _background(painted)
     ink = style.get("color") or (attrs.get("color") if tag == "font" else None)
+    inherited_ink = None if tag == "a" and "href" in attrs else outer.ink  # the link colour
     size = style.get("font-size")
     visibility = style.get("visibility")
     seen = Seen(
         background=background,
-        ink=_colour(ink) if ink else outer.ink,
+        ink=_colour(ink) if ink else inherited_ink,
         tiny=outer.tiny if size is None else _tiny(size, outer.tiny),
         invisible=outer.invisible if visibility is None else visibility in _INVISIBLE,
     )

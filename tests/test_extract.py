@@ -426,6 +426,18 @@ def test_text_sized_or_shown_again_inside_a_zeroed_wrapper_is_seen() -> None:
         assert [c.value for c in evidence.codes] == ["551177"] and evidence.hidden_text is None
 
 
+def test_a_link_shows_in_the_link_colour_whatever_the_text_colour_around_it() -> None:
+    """A link takes the reader's link colour, not the colour of the text around it: white
+    text around a blue link on white hides the text, not the link."""
+    html = (
+        '<div style="color:#ffffff">Your code is 999999 '
+        '<a href="https://app.test/verify">Verify</a></div><p>Your code is 482913</p>'
+    )
+    evidence = extract_evidence(None, html)
+    assert evidence.links == ("https://app.test/verify",)
+    assert [c.value for c in evidence.codes] == ["482913"]
+
+
 def test_text_nearly_the_colour_of_its_background_is_hidden() -> None:
     """#fefefe on the white page, and a link whose only text is sized away, are unseen."""
     html = (
