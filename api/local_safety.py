@@ -84,6 +84,8 @@ class HostRule:
     @classmethod
     def of(cls, bound: str, allowed: tuple[str, ...]) -> HostRule:
         bound_name = host_name(bound)
+        if (address := _ip(bound_name)) is not None:
+            bound_name = str(address)  # as serves() writes a Host's address: fd00::2
         names = set(_LOOPBACK_NAMES) | {bound_name}
         suffixes = []
         for entry in allowed:

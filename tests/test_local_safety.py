@@ -221,3 +221,12 @@ def test_a_server_bound_to_every_address_serves_a_probe_by_its_container_address
     assert not everywhere.serves(f"{REBOUND}:8025")
     loopback = HostRule.of("127.0.0.1", ())
     assert loopback.serves("127.0.0.1:8025") and not loopback.serves("172.17.0.2:8025")
+
+
+def test_the_bound_address_is_served_however_it_is_written() -> None:
+    """Bound to an IPv6 address written long (``fd00:0:0:0::2``), a browser's short form of it
+    (``[fd00::2]``, any case) is the same address and is served; its neighbour is not."""
+    bound = HostRule.of("FD00:0:0:0::2", ())
+    for host in ("[fd00::2]:8025", "[FD00::2]", "[fd00:0:0:0:0:0:0:2]:1"):
+        assert bound.serves(host), host
+    assert not bound.serves("[fd00::3]:8025")
