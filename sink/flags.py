@@ -42,7 +42,7 @@ _ADDRESSES_AI = re.compile(
     r"(?:to|for))\s+(?:the\s+|any\s+|all\s+)?(?:ai|llm|assistant|agent|model|bot|chatbot|gpt"
     r"|claude|copilot|gemini)s?\b"
     r"|\b(?:ai|llm|autonomous|browsing|coding|email)\s+(?:agents?|assistants?)\s*[:,]"
-    r"|\blanguage\s+models?\b|\bjailbreak|\bdeveloper\s+mode\b"
+    r"|\bjailbreak|\bdeveloper\s+mode\b"
     r"|\b(?:do\s+not|don'?t|never)\s+(?:tell|inform|alert|mention\s+(?:this\s+)?to)\s+the\s+user"
     r"|\bwithout\s+(?:telling|informing|asking)\s+the\s+user",
     re.IGNORECASE,

@@ -47,6 +47,7 @@ def test_text_that_speaks_to_a_model_is_flagged(text: str) -> None:
         "Your travel agent booked flight AI 302.",
         "Follow the instructions on the previous page to finish signing up.",
         "Our system detected a new device.",
+        "Learn how large language models power our new search.",
     ],
 )
 def test_ordinary_words_raise_nothing(text: str) -> None:
