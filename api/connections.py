@@ -41,6 +41,7 @@ from http import HTTPStatus
 from typing import Any, cast
 
 import h11
+from starlette.types import Scope
 from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
@@ -54,6 +55,16 @@ MAX_TARGET_BYTES = 8 * 1024
 8000 octets."""
 MAX_HEAD_BYTES = 16 * 1024
 """The request line and header fields together (h11's default incomplete-event limit)."""
+
+
+def head_bytes(scope: Scope) -> int:
+    """A request's head as it came: the request line, the header fields and the blank line
+    (what ``MAX_HEAD_BYTES`` bounds, as h11 counts a head that is still incomplete)."""
+    query = scope["query_string"]
+    target = len(scope.get("raw_path") or b"") + (len(query) + 1 if query else 0)
+    line = len(scope["method"]) + 1 + target + len(" HTTP/1.1\r\n")
+    return line + sum(len(name) + len(value) + 4 for name, value in scope["headers"]) + 2
+
 
 _LINGER_S = 1.0
 _LINGER_BYTES = 1024 * 1024

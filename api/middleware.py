@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import API_FAILURES_PER_MINUTE, Authority, Refused, Throttled
 from api.calls import route_call
-from api.connections import MAX_HEAD_BYTES, MAX_TARGET_BYTES, OVERFLOW_SCOPE_KEY
+from api.connections import MAX_HEAD_BYTES, MAX_TARGET_BYTES, OVERFLOW_SCOPE_KEY, head_bytes
 from api.context import KEY as CONTEXT
 from api.context import RequestContext
 from api.endpoints import OPEN_PATHS
@@ -158,18 +158,18 @@ def _early_refusal(scope: Scope, path: str, overflow: bool) -> tuple[str, Respon
         # A connection past the cap, read only so that health checks still answer.
         message = "too many open connections; retry shortly"
         return "over_capacity", _closing(503, "over_capacity", message, {"Retry-After": "1"})
-    head_bytes = sum(len(name) + len(value) + 4 for name, value in scope["headers"])
-    if head_bytes > MAX_HEAD_BYTES:
-        # h11 refuses a head over its buffer only while the head is incomplete; one that
-        # arrives whole in a single read is measured here (api/connections.py).
-        message = f"the request head is over {MAX_HEAD_BYTES} bytes"
-        return "header_too_large", _closing(431, "header_too_large", message)
     query = scope["query_string"]
     target_bytes = len(scope.get("raw_path") or b"") + (len(query) + 1 if query else 0)
     if target_bytes > MAX_TARGET_BYTES:
         # Longer targets than h11's buffer are answered in api/connections.py.
         message = f"the request target is over {MAX_TARGET_BYTES} bytes"
         return "uri_too_long", _closing(414, "uri_too_long", message)
+    if head_bytes(scope) > MAX_HEAD_BYTES:
+        # The whole head, its target included (a long target is 414 above). h11 refuses a
+        # head over its buffer only while it is incomplete; one that arrives whole in a
+        # single read is measured here (api/connections.py).
+        message = f"the request head is over {MAX_HEAD_BYTES} bytes"
+        return "header_too_large", _closing(431, "header_too_large", message)
     return None
 
 

@@ -32,7 +32,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import hangup
 from api.auth import Authority, grant_of
-from api.connections import MAX_HEAD_BYTES, MAX_TARGET_BYTES, OVERFLOW_SCOPE_KEY, LongPollGate
+from api.connections import (
+    MAX_HEAD_BYTES,
+    MAX_TARGET_BYTES,
+    OVERFLOW_SCOPE_KEY,
+    LongPollGate,
+    head_bytes,
+)
 from api.context import KEY as CONTEXT
 from api.context import RequestContext, context_of
 from api.endpoints import WAIT
@@ -190,7 +196,7 @@ class WaitPath:
     def _takes(self, scope: Scope, headers: Headers) -> bool:
         if scope.get(OVERFLOW_SCOPE_KEY):
             return False  # past the connection cap: the edge keeps it for health checks (503)
-        if sum(len(name) + len(value) + 4 for name, value in scope["headers"]) > MAX_HEAD_BYTES:
+        if head_bytes(scope) > MAX_HEAD_BYTES:
             return False  # the edge answers 431
         if self._authority.keyring.configured and "authorization" not in headers:
             return False  # perhaps a browser session: the UI's gate knows those

@@ -501,6 +501,23 @@ def test_a_whole_oversized_head_in_one_read_is_431_too(server: Server) -> None:
     assert re.search(rb'"code": ?"header_too_large"', body) and headers["x-trace-id"]
 
 
+def _head(size: int, target: bytes) -> bytes:
+    """A GET of ``target`` whose head (request line, fields, blank line) is ``size`` bytes."""
+    start = b"GET " + target + b" HTTP/1.1\r\nHost: localhost\r\nX-Pad: "
+    return start + b"p" * (size - len(start) - 4) + b"\r\n\r\n"
+
+
+def test_the_head_limit_counts_the_request_line_too(server: Server) -> None:
+    """A head of 16 KiB with a 6 KB target is served; one byte more is 431, though its fields
+    alone are under 16 KiB (the contract's limit is on the whole head, as h11 counts it)."""
+    target = b"/healthz?" + b"q" * 6_000
+    for size, expected in ((16 * 1024, 200), (16 * 1024 + 1, 431)):
+        with _connect(server.http_port) as sock:
+            sock.sendall(_head(size, target))
+            status, _, body, _ = _read_response(sock)
+        assert status == expected, (size, body[:200])
+
+
 def test_a_malformed_request_is_400_with_a_trace(server: Server) -> None:
     """A request h11 cannot parse gets the JSON 400, and an X-Trace-Id like every answer."""
     with _connect(server.http_port) as sock:
