@@ -37,7 +37,7 @@ from api.endpoints import FORM_PATHS
 from api.errors import error_response
 from api.middleware import begin, outgoing, record
 from api.ui.access import same_origin
-from sink.config import Settings
+from sink.config import Settings, browser_origin
 from sink.metrics import Metrics
 
 _LOOPBACK_NAMES = frozenset({"localhost"})
@@ -131,7 +131,7 @@ class WriteRule:
                 # (the UI's), and say where it came from in a header no page can set.
                 and not (origin == "null" and site == "same-origin")
             )
-            if cross and (origin is None or _origin(origin) not in self.allowed_origins):
+            if cross and (origin is None or browser_origin(origin) not in self.allowed_origins):
                 where = "from another site" if origin is None else f"from {origin[:100]!r}"
                 return 403, "cross_site_request", _cross_site(where)
         if _has_body(headers):
@@ -149,13 +149,9 @@ class WriteRule:
         return None
 
 
-def _origin(value: str) -> str:
-    return value.strip().lower().rstrip("/")
-
-
 def _same_origin(origin: str, host: str | None) -> bool:
     """The page that sent it was served by this very authority (scheme's port included)."""
-    scheme, sep, authority = _origin(origin).partition("://")
+    scheme, sep, authority = origin.strip().lower().rstrip("/").partition("://")
     if not sep or host is None:
         return False  # "null" (a sandboxed frame, a file), or no Host to compare with
     default = _DEFAULT_PORTS.get(scheme)

@@ -398,9 +398,21 @@ def _allowed_host(source: str, text: str) -> str:
     return name
 
 
+_DEFAULT_PORTS = {"http": ":80", "https": ":443"}
+
+
+def browser_origin(text: str) -> str:
+    """An origin as a browser's ``Origin`` header spells it: lowercase, no final slash, and
+    no port when it is the scheme's own (RFC 6454 6.1): ``https://app.test:443/`` is
+    ``https://app.test``."""
+    origin = text.strip().lower().rstrip("/")
+    default_port = _DEFAULT_PORTS.get(origin.partition("://")[0])
+    return origin.removesuffix(default_port) if default_port else origin
+
+
 def _allowed_origin(source: str, text: str) -> str:
     """``scheme://host[:port]``, as a browser's ``Origin`` header spells it."""
-    origin = text.strip().lower().rstrip("/")
+    origin = browser_origin(text)
     url = urlsplit(origin)
     try:
         url.port  # noqa: B018 - raises ValueError for a port out of range

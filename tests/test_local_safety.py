@@ -101,6 +101,8 @@ def allowing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "*.fleet.test",
         "--allowed-origins",
         "http://localhost:3000",
+        "--allowed-origins",
+        "https://app.fleet.test:443/",
         env={"RUNSINK_ALLOWED_HOSTS": "ignored.example"},
     )
     yield running
@@ -204,6 +206,19 @@ def test_allowed_origins_may_write(allowing: Server) -> None:
         assert client.post("/v1/inboxes", json=create, headers=allowed).status_code == 201
         other = {"Origin": "http://localhost:3001"}
         assert client.post("/v1/inboxes", json=create, headers=other).status_code == 403
+
+
+def test_an_allowed_origin_is_the_one_a_browser_sends(allowing: Server) -> None:
+    """--allowed-origins https://app.fleet.test:443/ is the origin a browser sends as
+    https://app.fleet.test (no default port, no slash); another port of it is not."""
+    with allowing.http() as client:
+        for origin, status in (
+            ("https://app.fleet.test", 201),
+            ("https://app.fleet.test:8443", 403),
+        ):
+            create = {"run_id": new_run_id("xs"), "purpose": "p"}
+            response = client.post("/v1/inboxes", json=create, headers={"Origin": origin})
+            assert response.status_code == status, (origin, response.text)
 
 
 def test_mcp_get_stream_is_405(server: Server) -> None:
