@@ -43,6 +43,7 @@ from api.views import (
     search_out,
     wait_request,
 )
+from api.waitpath import long_poll_refused
 from sink import scopes
 from sink.envelope import Envelope
 from sink.errors import InvalidRequest, RunsinkError
@@ -132,7 +133,19 @@ class AgentBackend:
             if given.run_id is not None:
                 self._authority.check_run(self._grant, scopes.WAIT, given.run_id)
             request = wait_request(given, given.run_id)
-            return self._envelope(await self._agent.wait(inbox_id, request, self._trace))
+            # A long-poll here holds its HTTP connection as /v1/inboxes/{id}/wait does: the
+            # same cap keeps connections free for short requests.
+            state = state_of(self._request)
+            long_poll = request.timeout_s is None or request.timeout_s > 0
+            if long_poll and not state.long_polls.enter():
+                call = self._context.call
+                refused = long_poll_refused(state.long_polls, state.runtime.metrics, call)
+                return _json_of(refused.body)
+            try:
+                return self._envelope(await self._agent.wait(inbox_id, request, self._trace))
+            finally:
+                if long_poll:
+                    state.long_polls.leave()
 
         return await self._answer(wait())
 

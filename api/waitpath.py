@@ -49,6 +49,7 @@ from api.replies import envelope_response
 from sink import ids, scopes
 from sink.agent import Agent, WaitRequest, wait_call
 from sink.errors import NotFound, RequestTooLarge, RunsinkError
+from sink.guidance import Call
 from sink.metrics import Metrics
 
 ROUTE = WAIT.path
@@ -84,14 +85,8 @@ class WaitEndpoint:
         # An omitted timeout_s long-polls (the policy's long_poll_max_s).
         long_poll = wait.timeout_s is None or wait.timeout_s > 0
         if long_poll and not gate.enter():
-            self._metrics.refused("http", "too_many_long_polls")
-            return error_response(
-                503,
-                "over_capacity",
-                f"{gate.limit} waits are already in progress; retry shortly",
-                headers={"Retry-After": "1"},
-                call=wait_call(inbox_id, wait),  # repeat this very wait
-            )
+            # Repeat this very wait.
+            return long_poll_refused(gate, self._metrics, wait_call(inbox_id, wait))
         envelope = None
         try:
             work = self._agent.wait(inbox_id, wait, context.explicit_trace)
@@ -129,6 +124,19 @@ class WaitEndpoint:
             # A run the caller names must be within its token's scope.
             self._authority.check_run(grant_of(scope), scopes.WAIT, run_id)
         return wait_request(given, run_id)
+
+
+def long_poll_refused(gate: LongPollGate, metrics: Metrics, call: Call | None) -> Response:
+    """503 ``over_capacity`` for a wait past the long-poll cap, on either way in (this
+    route, or ``wait_for_message`` at ``/mcp``): both hold an HTTP connection alike."""
+    metrics.refused("http", "too_many_long_polls")
+    return error_response(
+        503,
+        "over_capacity",
+        f"{gate.limit} waits are already in progress; retry shortly",
+        headers={"Retry-After": "1"},
+        call=call,
+    )
 
 
 _CLOSE = (b"connection", b"close")

@@ -7,6 +7,7 @@ import json
 import signal
 import socket
 import sys
+import threading
 import time
 import typing
 from collections.abc import AsyncIterator
@@ -526,6 +527,55 @@ def test_mcp_command_refuses_a_url_that_is_not_http() -> None:
     from api.cli import main
 
     assert main(["mcp", "--url", "ftp://example.test"]) == 2
+
+
+def test_mcp_waits_share_the_long_poll_cap(tmp_path: Path, policy_file: str) -> None:
+    """A long-poll over /mcp counts against the HTTP long-poll cap and is refused past it
+    (tool error over_capacity, wait_then_retry), so MCP waits cannot take every connection."""
+    server = start_server(tmp_path, "--policy-file", policy_file, "--http-max-connections", "12")
+    limit = next(e for e in server.log_lines() if e.get("event") == "connection_caps")[
+        "max_long_polls"
+    ]
+    with server.http() as client:
+        held = [create_inbox(client, new_run_id("cap")) for _ in range(limit + 1)]
+
+    def hold(inbox_id: str) -> None:
+        with server.http() as own:
+            own.post(f"/v1/inboxes/{inbox_id}/wait", json={"timeout_s": 10})
+
+    threads = [threading.Thread(target=hold, args=(i["inbox_id"],)) for i in held[1:limit]]
+
+    async def scenario() -> tuple[int, dict[str, Any]]:
+        async with connect("http", server.url) as client:
+            over_mcp = asyncio.ensure_future(
+                call(client, "wait_for_message", inbox_id=held[0]["inbox_id"], timeout_s=10)
+            )
+            for thread in threads:
+                thread.start()
+            await asyncio.to_thread(_until_long_polls, server, limit)
+            with server.http() as http:
+                refused_http = http.post(
+                    f"/v1/inboxes/{held[-1]['inbox_id']}/wait", json={"timeout_s": 10}
+                ).status_code
+            refused_mcp = await call_error(
+                client, "wait_for_message", inbox_id=held[-1]["inbox_id"], timeout_s=10
+            )
+            over_mcp.cancel()
+            return refused_http, refused_mcp
+
+    try:
+        refused_http, refused_mcp = asyncio.run(scenario())
+    finally:
+        server.stop()  # answers the waits in progress
+    for thread in threads:
+        thread.join(LOOP_DEADLINE_S)
+    assert refused_http == 503  # the MCP wait took its place under the cap
+    assert refused_mcp["error"]["code"] == "over_capacity"
+    assert (refused_mcp["next_action"], refused_mcp["next_tool"]) == (
+        "wait_then_retry",
+        "wait_for_message",
+    )
+    assert refused_mcp["next_arguments"] == {"inbox_id": held[-1]["inbox_id"], "timeout_s": 10}
 
 
 def test_abandoned_long_poll_is_cancelled(server: Server) -> None:
