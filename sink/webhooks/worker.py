@@ -183,7 +183,9 @@ class Worker:
             return LOOK_S
         wait = next_at - self._clock.now()
         if wait <= 0:
-            return 0.0 if taken else _IDLE_S
+            # Not looking: this round woke a moment before the next was due (a timer can end
+            # early: uvloop's count whole ms from the loop's cached time), and it is due now.
+            return 0.0 if taken or not looking else _IDLE_S
         return min(wait, LOOK_S)
 
     def _start(self, due: Due, alone: bool = False) -> None:
