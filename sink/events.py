@@ -289,22 +289,32 @@ class Hub:
         return Batch([e.frame for e in mine], closed=subscriber.ended)
 
     async def wait(self, subscriber: Subscriber, idle_s: float) -> Batch:
-        """The next batch, or an empty one after ``idle_s`` seconds (time for a keep-alive)."""
-        group = self._groups.get(subscriber.run_id)
-        if (
-            group is not None
-            and not subscriber.fresh
-            and not subscriber.gone
-            and not subscriber.ended
-            and not self._closed
-            and subscriber.cursor >= group.last_seq
-        ):
-            if group.changed is None:
-                group.changed = asyncio.get_running_loop().create_future()
-            done, _ = await asyncio.wait({group.changed}, timeout=idle_s)
-            if not done:
-                return Batch([], closed=self._closed or subscriber.gone, idle=True)
-        return self.read(subscriber)
+        """The next batch, or an empty one once ``idle_s`` seconds pass with nothing for this
+        subscriber (time for a keep-alive). Events it does not see (other runs', for a
+        ``runs:`` reader) wake it but do not put its keep-alive off."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + idle_s
+        while True:
+            group = self._groups.get(subscriber.run_id)
+            if (
+                group is not None
+                and not subscriber.fresh
+                and not subscriber.gone
+                and not subscriber.ended
+                and not self._closed
+                and subscriber.cursor >= group.last_seq
+            ):
+                if group.changed is None:
+                    group.changed = loop.create_future()
+                left = max(0.0, deadline - loop.time())
+                done, _ = await asyncio.wait({group.changed}, timeout=left)
+                if not done:
+                    return Batch([], closed=self._closed or subscriber.gone, idle=True)
+            batch = self.read(subscriber)
+            if batch.frames or batch.closed:
+                return batch
+            if loop.time() >= deadline:
+                return Batch([], idle=True)
 
     def close(self) -> None:
         """Shutdown: every open stream ends."""

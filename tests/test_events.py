@@ -157,6 +157,31 @@ def test_one_wake_up_per_group_however_many_events() -> None:
     asyncio.run(scenario())
 
 
+def test_a_reader_whose_events_are_filtered_out_still_gets_its_keep_alive() -> None:
+    """Other runs' events wake a runs: reader but do not hold back its idle keep-alive."""
+
+    async def scenario() -> None:
+        hub = Hub()
+        reader = hub.subscribe(None, glob="team-a-*")
+        hub.read(reader)
+
+        async def busy() -> None:
+            while True:
+                hub.record([_event("team-b-1", "breaker_opened")])
+                await asyncio.sleep(0.01)
+
+        noise = asyncio.ensure_future(busy())
+        try:
+            batch = await asyncio.wait_for(hub.wait(reader, idle_s=0.2), 5)
+        finally:
+            noise.cancel()
+        assert batch.idle and not batch.frames
+        hub.record([_event("team-a-1", "breaker_opened")])
+        assert len((await hub.wait(reader, idle_s=5)).frames) == 1
+
+    asyncio.run(scenario())
+
+
 def test_a_reader_that_leaves_stops_waiting() -> None:
     """leave() ends that reader's wait at once; unsubscribe forgets it."""
 
