@@ -146,6 +146,13 @@ class Ingest:
                 run_id = route.run_id
         return self._faults.take(step, run_id)
 
+    def fault_deadline_s(self, routes: Iterable[Route | None]) -> float:
+        """How long an injected ``timeout`` holds this SMTP step: the ``provider_deadline_s``
+        of the first routed recipient's policy (the one whose run the fault is matched on),
+        else the default policy's (caught mail, a connection)."""
+        name = next((r.policy_name for r in routes if r is not None), None)
+        return self._settings.policy(name or self._settings.default_policy).provider_deadline_s
+
     async def deliver(
         self,
         mail_from: str,

@@ -283,6 +283,38 @@ def test_smtp_faults_answer_451(app: InProcess) -> None:
     assert smtplib  # the module is the client under test's peer
 
 
+def test_smtp_timeout_faults_hold_until_the_policy_deadline(tmp_path: Path) -> None:
+    """An SMTP `timeout` fault holds the reply for the provider deadline of the policy in
+    play (the recipient's inbox, else the default policy's for a connection), then fails."""
+    import socket
+
+    policies = tmp_path / "policies.toml"
+    policies.write_text("[policy.patient]\npoll_interval_s = [0]\nprovider_deadline_s = 3.0\n")
+    app = InProcess(
+        tmp_path / "s", "--policy-file", str(policies), "--enable-faults",
+        "--default-policy", "patient",
+    )  # fmt: skip
+    try:
+        with app.http() as client:
+            inbox = create_inbox(client, new_run_id("deadline"))
+            _fault(client, target="smtp.connect", mode="timeout", count=1)
+            started = time.monotonic()
+            with socket.create_connection(("127.0.0.1", app.smtp_port), timeout=30) as sock:
+                greeting = sock.recv(100)
+            connect_held = time.monotonic() - started
+            _fault(client, target="smtp.rcpt", mode="timeout", count=1)
+            with app.smtp() as smtp:
+                smtp.ehlo()
+                smtp.mail("a@app.test")
+                started = time.monotonic()
+                code, _ = smtp.rcpt(inbox["address"])
+                rcpt_held = time.monotonic() - started
+    finally:
+        app.stop()
+    assert greeting.startswith(b"421 ") and connect_held >= 3.0
+    assert code == 451 and rcpt_held >= 3.0
+
+
 def test_failure_taxonomy_leads_to_three_different_actions(app: InProcess) -> None:
     """Provider trouble -> wait_then_retry; no evidence -> wait_for_message/verify_trigger;
     invalid evidence -> stop or create_new_inbox."""

@@ -30,7 +30,6 @@ from sink.smtp.tls import log_failure
 
 TEMPORARY = "451 4.3.0 Temporary failure: please try again later"
 NO_SPACE = "452 4.3.1 Insufficient system storage: please try again later"
-_FAULT_TIMEOUT_S = 2.0  # how long an injected SMTP "timeout" holds the reply
 
 _RCPT_REPLIES = {
     Verdict.ACCEPT: "250 2.1.5 OK",
@@ -81,7 +80,7 @@ class Handler:
     async def refuses_connection(self) -> bool:
         """True when an injected ``smtp.connect`` fault refuses this connection."""
         fault = self._ingest.fault("smtp.connect", ())
-        return fault is not None and await _acted_out(fault)
+        return fault is not None and await _acted_out(fault, self._ingest.fault_deadline_s(()))
 
     async def handle_EHLO(
         self,
@@ -130,8 +129,9 @@ class Handler:
             recipient = await self._ingest.route(address, _declared_size(envelope.mail_options))
         except Exception as exc:  # storage trouble: this RCPT may be tried again
             return self._trouble("rcpt", exc)
-        fault = self._ingest.fault("smtp.rcpt", (recipient.route,))
-        if fault is not None and await _acted_out(fault):
+        routes = (recipient.route,)
+        fault = self._ingest.fault("smtp.rcpt", routes)
+        if fault is not None and await _acted_out(fault, self._ingest.fault_deadline_s(routes)):
             return TEMPORARY
         if recipient.verdict is Verdict.UNKNOWN:
             self._metrics.message("rejected")
@@ -153,8 +153,9 @@ class Handler:
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         recipients = self._recipients.get(envelope, [])
-        fault = self._ingest.fault("smtp.data", [r.route for r in recipients])
-        if fault is not None and await _acted_out(fault):
+        routes = [r.route for r in recipients]
+        fault = self._ingest.fault("smtp.data", routes)
+        if fault is not None and await _acted_out(fault, self._ingest.fault_deadline_s(routes)):
             return TEMPORARY
         raw = envelope.original_content or b""
         limit = self.limits.max_header_fields
@@ -197,17 +198,18 @@ class Handler:
         return NO_SPACE if isinstance(error, StoreFull) else TEMPORARY
 
 
-async def _acted_out(fault: Fault) -> bool:
+async def _acted_out(fault: Fault, deadline_s: float) -> bool:
     """Act out the injected fault Ingest chose for this step; True when the step fails.
 
-    A delay holds the reply and lets the step go on; a timeout holds it, then fails it.
+    A delay holds the reply and lets the step go on; a timeout holds it until the policy's
+    provider deadline (``deadline_s``), then fails it.
     """
     if fault.mode == "delay":
         if fault.delay_s:
             await asyncio.sleep(fault.delay_s)
         return False
     if fault.mode == "timeout":
-        await asyncio.sleep(_FAULT_TIMEOUT_S)
+        await asyncio.sleep(deadline_s)
     return True
 
 
