@@ -132,13 +132,13 @@ class Ingest:
         ``smtp.data``) for mail to these recipients, or None; the caller acts it out.
 
         Never when one of them is under a policy without faults (``production``); caught
-        mail (no route) follows the default policy. A run's fault hits mail whose first
-        routed recipient is in that run.
+        mail (no route) and a connection (no recipient yet) follow the default policy. A
+        run's fault hits mail whose first routed recipient is in that run.
         """
         if self._faults is None or self._faults.is_empty:
             return None  # the usual case, and nothing to look at
         run_id = None
-        for route in routes:
+        for route in list(routes) or [None]:
             name = self._settings.default_policy if route is None else route.policy_name
             if not self._settings.policy(name).allow_faults:
                 return None

@@ -256,6 +256,24 @@ def test_faults_never_apply_under_production(app: InProcess) -> None:
     assert sorted(f["target"] for f in unused if f["remaining"] == 1) == ["smtp.data", "smtp.rcpt"]
 
 
+def test_connect_faults_follow_the_default_policy(tmp_path: Path) -> None:
+    """An smtp.connect fault (no inbox known yet) follows the default policy, as caught mail
+    does: with --default-policy production it never fires and is not used up."""
+    import socket
+
+    app = InProcess(tmp_path / "s", "--enable-faults", "--default-policy", "production")
+    try:
+        with app.http() as client:
+            _fault(client, target="smtp.connect", mode="error", count=1)
+            with socket.create_connection(("127.0.0.1", app.smtp_port), timeout=30) as sock:
+                greeting = sock.recv(100)
+            (fault,) = client.get("/v1/faults").json()["faults"]
+    finally:
+        app.stop()
+    assert greeting.startswith(b"220 ")
+    assert fault["remaining"] == 1
+
+
 def test_smtp_faults_answer_451(app: InProcess) -> None:
     """smtp.rcpt and smtp.data faults answer 451; the next try goes through."""
     import smtplib
