@@ -122,14 +122,15 @@ async def read_message(request: Request) -> Response:
     result = await _agent(request).read(
         message_id, caller_run(request), _explicit_trace(request), is_agent(request)
     )
-    continue_trace(request.scope, result.trace_id)
+    stored = result.stored
+    continue_trace(request.scope, result.trace_id, stored.run_id, stored.delivery.inbox_id)
     return model_response(message_out(result))
 
 
 async def raw_message(request: Request) -> Response:
     message_id = _message_id(request)
     got = await _agent(request).raw(message_id, caller_run(request), is_agent(request))
-    continue_trace(request.scope, got.trace_id)
+    continue_trace(request.scope, got.trace_id, got.run_id, got.inbox_id)
     return Response(
         got.raw,
         media_type="message/rfc822",
@@ -141,7 +142,7 @@ async def attachment(request: Request) -> Response:
     message_id = _message_id(request)
     index = attachment_index(request)
     got = await _agent(request).raw(message_id, caller_run(request), is_agent(request))
-    continue_trace(request.scope, got.trace_id)
+    continue_trace(request.scope, got.trace_id, got.run_id, got.inbox_id)
     return await attachment_response(got.raw, index)
 
 
@@ -179,7 +180,8 @@ async def run_report(request: Request) -> Response:
 
 
 async def release_run(request: Request) -> Response:
-    await _agent(request).release(_run_path(request), _explicit_trace(request))
+    # The release's log line carries this request's trace (no inbox's trace to continue).
+    await _agent(request).release(_run_path(request), context_of(request.scope).trace)
     return Response(status_code=204)
 
 

@@ -63,8 +63,15 @@ def context_of(scope: Mapping[str, Any]) -> RequestContext:
     return context
 
 
-def continue_trace(scope: Mapping[str, Any], inbox_trace: str) -> None:
-    """A request on an inbox (or its mail) that sent no trace continues the inbox's."""
+def continue_trace(
+    scope: Mapping[str, Any],
+    inbox_trace: str,
+    run_id: str | None = None,
+    inbox_id: str | None = None,
+) -> None:
+    """A request on an inbox (or its mail) that sent no trace continues the inbox's; the run
+    and inbox it answers about, when given, are noted for the access log line."""
     context = context_of(scope)
+    context.note(run_id=run_id, inbox_id=inbox_id)
     if context.explicit_trace is None:
         context.note(trace_id=inbox_trace)

@@ -125,6 +125,8 @@ class ReadResult:
 class RawMessage:
     raw: bytes
     trace_id: str  # the inbox's, as above
+    run_id: str
+    inbox_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -560,7 +562,7 @@ class Agent:
                 f"message {message_id}: its body was released; only metadata is left",
                 {"released_at": rfc3339_or_none(stored.released_at)},
             )
-        return RawMessage(stored.raw, inbox.trace_id)
+        return RawMessage(stored.raw, inbox.trace_id, inbox.run_id, inbox.inbox_id)
 
     async def _readable(self, message_id: str, run_id: str | None) -> tuple[StoredMessage, Inbox]:
         """A message the caller may read: ownership, then the read breaker and faults (a

@@ -693,6 +693,40 @@ def test_reads_of_an_inbox_and_its_mail_continue_the_inbox_trace(server: Server)
     assert logged and logged[0]["trace_id"] == inbox["trace_id"]
 
 
+def test_log_lines_of_reads_and_release_name_their_run_inbox_and_trace(server: Server) -> None:
+    """The access lines of a message's read and raw bytes name its run and inbox as well as
+    the message; the release's line carries the request's trace (the X-Trace-Id it answered)."""
+    with server.http() as client:
+        inbox = create_inbox(client)
+        message_id = _received(server, client, inbox)["message"]["message_id"]
+        client.get(f"/v1/messages/{message_id}")
+        client.get(f"/v1/messages/{message_id}/raw")
+        released = client.delete(f"/v1/runs/{inbox['run_id']}")
+    routes = {"/v1/messages/{message_id}", "/v1/messages/{message_id}/raw"}
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        lines = server.log_lines()
+        reads = [
+            line
+            for line in lines
+            if line.get("event") == "http_request"
+            and line.get("route") in routes
+            and line.get("message_id") == message_id
+        ]
+        release = [
+            line
+            for line in lines
+            if line.get("event") == "run_released" and line.get("run_id") == inbox["run_id"]
+        ]
+        if len(reads) == 2 and release:
+            break
+        time.sleep(0.05)
+    assert len(reads) == 2
+    for line in reads:
+        assert (line.get("run_id"), line.get("inbox_id")) == (inbox["run_id"], inbox["inbox_id"])
+    assert release and release[0].get("trace_id") == released.headers["x-trace-id"]
+
+
 @pytest.mark.parametrize(
     ("traceparent", "kept"),
     [
