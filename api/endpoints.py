@@ -425,6 +425,10 @@ TABLE: tuple[Endpoint, ...] = (
                     "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"},
                 },
                 {
+                    **d.RUN_HEADER,
+                    "description": "Only this run's events, as ?run_id= (both, differently: 422).",
+                },
+                {
                     "name": "Last-Event-ID",
                     "in": "header",
                     "required": False,
@@ -436,7 +440,7 @@ TABLE: tuple[Endpoint, ...] = (
                     "the stream (it does not end until the client leaves)", "text/event-stream"
                 )
             },
-            errors=("401", "422"),
+            errors=("401", "403", "422"),
         ),
     ),
     # -- webhooks -----------------------------------------------------------------------------

@@ -15,10 +15,10 @@ from starlette.types import Receive, Scope, Send
 
 from api.auth import grant_of, implied_run
 from api.context import context_of
+from api.inputs import caller_run
 from api.state import state_of
 from api.streams import StreamGate, holders
-from sink import clock, ids
-from sink.errors import InvalidRequest
+from sink import clock
 from sink.events import Hub, Subscriber
 from sink.scopes import Kind
 
@@ -42,11 +42,8 @@ RECONNECT_MS = 1000  # EventSource's "retry:": reconnect quickly, then resume by
 
 
 async def events(request: Request) -> Response:
-    run_id = request.query_params.get("run_id")
-    if run_id is not None and not ids.RUN_ID.fullmatch(run_id):
-        raise InvalidRequest(
-            "run_id: a run_id is 1-128 chars of A-Za-z0-9._:-", {"field": "run_id"}
-        )
+    # The run named by ?run_id= or X-Run-Id (as for search): checked against the token.
+    run_id = caller_run(request)
     grant = grant_of(request.scope)
     glob = None
     if run_id is None and grant.scope.kind is Kind.RUNS:

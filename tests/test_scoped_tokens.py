@@ -28,7 +28,7 @@ from sink.client import ApiError, Sink
 from sink.storage.base import Event
 from sink.storage.memory import memory_backend
 from tests.inproc import InProcess, Served
-from tests.support import Server, new_run_id, start_server, wait
+from tests.support import Server, create_inbox, new_run_id, start_server, wait
 from tests.test_mcp import connect
 
 ADMIN = "admin-token-for-scope-tests-0001"
@@ -773,6 +773,32 @@ def test_the_web_ui_signs_in_admin_and_read_tokens_only(scoped: InProcess) -> No
         assert client.get(f"/v1/messages/{world.message_id}").status_code == 200
         csrf = {"X-Runsink-CSRF": "irrelevant"}  # refused before or after the CSRF check
         assert client.delete(f"/v1/runs/{world.run_id}", headers=csrf).status_code == 403
+
+
+def test_x_run_id_names_the_run_of_an_event_stream_as_run_id_does(scoped: InProcess) -> None:
+    """GET /v1/events with X-Run-Id streams that run only, as ?run_id= does (it streamed every
+    run); outside a runs: token's scope it is 403, and two different runs named are 422."""
+    mine, other = new_run_id("team-a"), new_run_id("team-a")
+    with scoped.http(headers={**bearer(ADMIN), "X-Run-Id": mine}) as client:
+        with client.stream("GET", "/v1/events") as stream:
+            assert stream.status_code == 200
+            lines = stream.iter_lines()
+            next(lines)  # streaming now
+            with scoped.http(headers=bearer(ADMIN)) as admin:
+                create_inbox(admin, other)
+                ours = create_inbox(admin, mine)
+            seen = ""
+            while ours["inbox_id"] not in seen:
+                seen += next(lines)
+        assert other not in seen
+        with client.stream("GET", "/v1/events", params={"run_id": other}) as twice:
+            assert twice.status_code == 422
+    for token, named, status in ((ADMIN, "not a run", 422), (TEAM_A, new_run_id("team-z"), 403)):
+        with (
+            scoped.http(headers={**bearer(token), "X-Run-Id": named}) as client,
+            client.stream("GET", "/v1/events") as refused,
+        ):
+            assert refused.status_code == status
 
 
 def test_a_run_tokens_event_stream_is_its_own_run(scoped: InProcess) -> None:
