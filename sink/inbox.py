@@ -34,14 +34,26 @@ class Match:
     def needs_body(self) -> bool:
         return bool(self.body_contains)
 
-    def headers_match(self, subject: str, from_addr: str, received_at: float, now: float) -> bool:
+    def headers_match(
+        self,
+        subject: str,
+        from_addr: str,
+        received_at: float,
+        now: float,
+        from_name: str | None = None,
+    ) -> bool:
         if self.max_age_s is not None and now - received_at > self.max_age_s:
             return False
         if self.subject_contains and self.subject_contains.casefold() not in subject.casefold():
             return False
-        return not (
-            self.from_contains and self.from_contains.casefold() not in from_addr.casefold()
-        )
+        return self.from_matches(from_addr, from_name)
+
+    def from_matches(self, from_addr: str, from_name: str | None = None) -> bool:
+        """``from_contains`` is in the From's address, or in its display name when known."""
+        if not self.from_contains:
+            return True
+        needle = self.from_contains.casefold()
+        return needle in from_addr.casefold() or needle in (from_name or "").casefold()
 
     def body_matches(self, body_text: str) -> bool:
         return not self.body_contains or self.body_contains.casefold() in body_text.casefold()

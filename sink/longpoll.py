@@ -19,7 +19,7 @@ from functools import partial
 from sink.clock import Clock
 from sink.guard import Attempt
 from sink.inbox import Delivery, Inbox, Match, ScanResult
-from sink.message import searchable_text
+from sink.message import searchable_text, summarize
 from sink.metrics import Metrics
 from sink.storage.base import Store
 from sink.waiters import Waiters
@@ -51,6 +51,7 @@ class LongPolls:
         self._metrics = metrics
         self._in_flight: dict[str, float] = {}  # inbox_id -> when its wait ends
         self._bodies: OrderedDict[str, str] = OrderedDict()
+        self._names: OrderedDict[str, str] = OrderedDict()  # message_id -> From display name
 
     def busy_until(self, inbox_id: str) -> float | None:
         """When the wait in progress on this inbox ends; None if there is none."""
@@ -59,6 +60,7 @@ class LongPolls:
     def forget_bodies(self) -> None:
         """Evidence was released: no cached text may outlive it."""
         self._bodies.clear()
+        self._names.clear()
 
     async def look(
         self,
@@ -134,11 +136,30 @@ class LongPolls:
 
     async def matches(self, match: Match, delivery: Delivery, now: float) -> bool:
         """Whether a delivery meets the criteria (a body is read once, then cached)."""
-        if not match.headers_match(delivery.subject, delivery.from_addr, delivery.received_at, now):
-            return False
+        subject, from_addr, received_at = delivery.subject, delivery.from_addr, delivery.received_at
+        if not match.headers_match(subject, from_addr, received_at, now):
+            if match.from_matches(from_addr):
+                return False  # the subject or the age failed: no display name helps
+            # The address alone did not do: the display name may (read once, then cached).
+            name = await self._from_name(delivery.message_id)
+            if not match.headers_match(subject, from_addr, received_at, now, name):
+                return False
         if not match.needs_body:
             return True
         return match.body_matches(await self._body_text(delivery.message_id))
+
+    async def _from_name(self, message_id: str) -> str:
+        """The From's decoded display name ("" when none, or once the body is released)."""
+        cached = self._names.get(message_id)
+        if cached is not None:
+            self._names.move_to_end(message_id)
+            return cached
+        raw = await self._store.raw(message_id)
+        name = "" if raw is None else (summarize(raw).from_name or "")
+        self._names[message_id] = name
+        if len(self._names) > _BODY_CACHE:
+            self._names.popitem(last=False)
+        return name
 
     async def _body_text(self, message_id: str) -> str:
         cached = self._bodies.get(message_id)

@@ -443,6 +443,21 @@ def test_match_criteria_are_literal_and_case_insensitive(app: InProcess) -> None
     assert by_body["state"] == "received"
 
 
+def test_from_contains_matches_the_display_name_too(app: InProcess) -> None:
+    """from_contains matches the From's decoded display name as well as its address (as the
+    search's from: does); a needle in neither is a mismatch."""
+    run_id = new_run_id()
+    sender = "=?UTF-8?Q?J=C3=BCrgen_at_Acme?= <noreply@mailer.test>"
+    answers = []
+    with app.http() as client:
+        for n, needle in enumerate(["jürgen AT acme", "NOREPLY@mailer", "globex"]):
+            inbox = create_inbox(client, run_id, purpose=f"from{n}")
+            app.send(inbox["address"], subject="Welcome", sender=sender)
+            match = {"from_contains": needle}
+            answers.append(wait(client, inbox["inbox_id"], match=match).json()["reason"])
+    assert answers == [None, None, "evidence_mismatch"]
+
+
 def test_max_age_ignores_older_mail(app: InProcess) -> None:
     """max_age_s ignores mail received longer ago than that, at the time of the wait."""
     with app.http() as client:
