@@ -578,6 +578,19 @@ def test_mcp_waits_share_the_long_poll_cap(tmp_path: Path, policy_file: str) -> 
     assert refused_mcp["next_arguments"] == {"inbox_id": held[-1]["inbox_id"], "timeout_s": 10}
 
 
+@pytest.mark.parametrize(
+    "body", ["[" * 100_000 + "]" * 100_000, '{"jsonrpc": "2.0", "id": ' + "9" * 5000 + "}"]
+)
+def test_an_unparseable_mcp_body_is_a_json_rpc_parse_error(server: Server, body: str) -> None:
+    """JSON nested too deep or a number too long at /mcp is 400 with a JSON-RPC parse error
+    (the MCP transport's answer; the README's choice), never a 5xx."""
+    headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+    with server.http() as client:
+        answer = client.post("/mcp", content=body, headers=headers)
+    assert answer.status_code == 400
+    assert answer.json()["error"]["code"] == -32700
+
+
 def test_abandoned_long_poll_is_cancelled(server: Server) -> None:
     """A client that gives up on a wait over /mcp ends the long-poll: no poll is recorded."""
     run_id = new_run_id("mcp")
