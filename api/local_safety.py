@@ -35,7 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.context import KEY as CONTEXT
 from api.endpoints import FORM_PATHS
 from api.errors import error_response
-from api.middleware import begin, outgoing, record
+from api.middleware import begin, outgoing, oversized, record
 from api.ui.access import same_origin
 from sink.config import Settings, browser_origin
 from sink.metrics import Metrics
@@ -203,6 +203,8 @@ class LocalSafety:
         await self._refuse(scope, receive, send, headers, error_response(status, code, message))
 
     def _refusal(self, scope: Scope, headers: Headers) -> tuple[int, str, str] | None:
+        if oversized(scope):
+            return None  # 414 or 431 first, from the edge (api/middleware.py)
         host = headers.get("host")
         if not self.hosts.serves(host):
             shown = (host or "")[:100]

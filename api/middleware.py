@@ -151,6 +151,18 @@ class EdgeMiddleware:
         return await authorise(self.authority, scope, headers, context)
 
 
+def target_bytes(scope: Scope) -> int:
+    """The request target's length as it came: the path and the query."""
+    query = scope["query_string"]
+    return len(scope.get("raw_path") or b"") + (len(query) + 1 if query else 0)
+
+
+def oversized(scope: Scope) -> bool:
+    """A target over 8 KiB or a head over 16 KiB: answered 414 or 431 by the edge, before
+    any other rule (as the connection answers those too long for its buffer)."""
+    return target_bytes(scope) > MAX_TARGET_BYTES or head_bytes(scope) > MAX_HEAD_BYTES
+
+
 def _early_refusal(scope: Scope, path: str, overflow: bool) -> tuple[str, Response] | None:
     """(metric reason, answer) for a request refused before the app sees it: one that came
     past the connection cap (health checks aside), a head or a target too long."""
@@ -158,9 +170,7 @@ def _early_refusal(scope: Scope, path: str, overflow: bool) -> tuple[str, Respon
         # A connection past the cap, read only so that health checks still answer.
         message = "too many open connections; retry shortly"
         return "over_capacity", _closing(503, "over_capacity", message, {"Retry-After": "1"})
-    query = scope["query_string"]
-    target_bytes = len(scope.get("raw_path") or b"") + (len(query) + 1 if query else 0)
-    if target_bytes > MAX_TARGET_BYTES:
+    if target_bytes(scope) > MAX_TARGET_BYTES:
         # Longer targets than h11's buffer are answered in api/connections.py.
         message = f"the request target is over {MAX_TARGET_BYTES} bytes"
         return "uri_too_long", _closing(414, "uri_too_long", message)

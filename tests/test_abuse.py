@@ -473,6 +473,25 @@ def test_a_10kb_request_target_is_414(server: Server) -> None:
     assert answer.json()["error"]["code"] == "uri_too_long"
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"Host": "rebound.example"},  # otherwise 421
+        {"Content-Type": "text/plain"},  # otherwise 415
+        {"Origin": "https://cross.example"},  # otherwise 403
+    ],
+)
+def test_a_long_target_is_414_before_the_local_safety_checks(
+    server: Server, fields: dict[str, str]
+) -> None:
+    """A 10 KB target is 414 whatever else the request gets wrong, as a longer one (over the
+    head buffer) is: the size rules come first, at every length."""
+    with server.http() as client:
+        answer = client.post("/v1/inboxes?pad=" + "a" * 10_000, content=b"{}", headers=fields)
+    assert answer.status_code == 414
+    assert answer.json()["error"]["code"] == "uri_too_long"
+
+
 def test_an_oversized_head_is_431(server: Server) -> None:
     """Header fields over 16 KiB in all are 431."""
     with _connect(server.http_port) as sock:
