@@ -35,6 +35,7 @@ from sink.errors import (
     EvidenceReleased,
     ForbiddenScope,
     IdempotencyKeyConflict,
+    InvalidCursor,
     NotFound,
     OwnershipRefused,
     PolicyForbids,
@@ -277,6 +278,8 @@ class Agent:
         self, inbox_id: str, cursor_seq: int | None, request: WaitRequest, trace: str | None
     ) -> Envelope:
         inbox = await self._load(inbox_id)
+        if cursor_seq is not None:
+            await self._check_reached(inbox_id, cursor_seq)
         policy = self._policy(inbox)
         trace_id = trace or inbox.trace_id
         await self._check_owner(request.run_id, inbox, "wait", policy)
@@ -595,6 +598,7 @@ class Agent:
     ) -> MessagePage:
         position = 0 if after is None else ids.decode_cursor(inbox_id, after)
         inbox = await self._load(inbox_id)
+        await self._check_reached(inbox_id, position)
         await self._check_owner(run_id, inbox, "read", self._policy(inbox))
         rows = await self._store.deliveries_after(inbox_id, position, limit + 1)
         page = rows[:limit]
@@ -627,6 +631,13 @@ class Agent:
         log("run_released", run_id=run_id, trace_id=trace, inboxes=len(released))
 
     # -- helpers -------------------------------------------------------------------
+
+    async def _check_reached(self, inbox_id: str, position: int) -> None:
+        """``InvalidCursor`` for a position past the inbox's last delivery: every cursor we
+        issue is at or before it (its creation, a delivery, or just before one), and a made-up
+        one beyond would make every later delivery look already seen."""
+        if position > 0 and not await self._store.deliveries_after(inbox_id, position - 1, 1):
+            raise InvalidCursor(ids.NOT_ISSUED)
 
     async def _check_owner(
         self, run_id: str | None, inbox: Inbox, operation: str, policy: Policy

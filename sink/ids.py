@@ -157,7 +157,7 @@ def decode_list_cursor(kind: str, cursor: str) -> tuple[int, int]:
     return int(found.group(2)), int(found.group(3))
 
 
-_NOT_OURS = "cursor is not one this server issued"
+_NOT_OURS = NOT_ISSUED = "cursor is not one this server issued"
 
 
 def _opened(cursor: str, prefix: str) -> str:

@@ -508,6 +508,32 @@ def test_invalid_cursor_is_400(app: InProcess) -> None:
         assert response.json()["error"]["code"] == "invalid_cursor"
 
 
+def test_a_cursor_past_the_last_delivery_is_400_and_skips_nothing(app: InProcess) -> None:
+    """A cursor in our format for a position this inbox never reached (made up, not issued)
+    is 400 invalid_cursor on wait and list, and moves nothing: the unclaimed mail and the
+    mail that comes later are still found."""
+    import base64
+
+    with app.http() as client:
+        inbox = create_inbox(client)
+        app.send(inbox["address"], subject="first")
+        issued = client.get(f"/v1/inboxes/{inbox['inbox_id']}/messages").json()["next_cursor"]
+        body = f"{inbox['inbox_id']}.999999".encode()
+        made_up = "c1_" + base64.urlsafe_b64encode(body).decode().rstrip("=")
+        refused = [
+            wait(client, inbox["inbox_id"], cursor=made_up),
+            client.get(f"/v1/inboxes/{inbox['inbox_id']}/messages", params={"after": made_up}),
+        ]
+        app.send(inbox["address"], subject="second")
+        unclaimed = wait(client, inbox["inbox_id"]).json()
+        later = wait(client, inbox["inbox_id"], cursor=issued).json()
+    for response in refused:
+        assert response.status_code == 400
+        assert response.json()["error"]["code"] == "invalid_cursor"
+    assert (unclaimed["state"], unclaimed["message"]["subject"]) == ("received", "first")
+    assert (later["state"], later["message"]["subject"]) == ("received", "second")
+
+
 def test_read_message_returns_bodies_links_codes_and_envelope(app: InProcess) -> None:
     """read_message returns text, html, headers, links, codes and the SMTP envelope."""
     run_id = new_run_id()
