@@ -279,7 +279,7 @@ class Agent:
     ) -> Envelope:
         inbox = await self._load(inbox_id)
         if cursor_seq is not None:
-            await self._check_reached(inbox_id, cursor_seq)
+            await self._check_reached(inbox, cursor_seq)
         policy = self._policy(inbox)
         trace_id = trace or inbox.trace_id
         await self._check_owner(request.run_id, inbox, "wait", policy)
@@ -598,7 +598,7 @@ class Agent:
     ) -> MessagePage:
         position = 0 if after is None else ids.decode_cursor(inbox_id, after)
         inbox = await self._load(inbox_id)
-        await self._check_reached(inbox_id, position)
+        await self._check_reached(inbox, position)
         await self._check_owner(run_id, inbox, "read", self._policy(inbox))
         rows = await self._store.deliveries_after(inbox_id, position, limit + 1)
         page = rows[:limit]
@@ -632,11 +632,14 @@ class Agent:
 
     # -- helpers -------------------------------------------------------------------
 
-    async def _check_reached(self, inbox_id: str, position: int) -> None:
+    async def _check_reached(self, inbox: Inbox, position: int) -> None:
         """``InvalidCursor`` for a position past the inbox's last delivery: every cursor we
         issue is at or before it (its creation, a delivery, or just before one), and a made-up
-        one beyond would make every later delivery look already seen."""
-        if position > 0 and not await self._store.deliveries_after(inbox_id, position - 1, 1):
+        one beyond would make every later delivery look already seen. A position at or
+        before the stored cursor was reached: no store call."""
+        if position <= inbox.cursor_seq:
+            return
+        if not await self._store.deliveries_after(inbox.inbox_id, position - 1, 1):
             raise InvalidCursor(ids.NOT_ISSUED)
 
     async def _check_owner(
