@@ -330,6 +330,33 @@ def test_numbers_may_come_as_numeric_strings(server: Server, transport: str) -> 
 
 
 @pytest.mark.parametrize("transport", ["http", "stdio"])
+def test_booleans_may_come_as_strings(server: Server, transport: str) -> None:
+    """full "true" (any case) is taken as true, as read_message's include_body "true" is, and
+    "false" as false (full: false was refused: a bool is an int, 0 out of limit's range);
+    "yes" is still refused, naming the field."""
+    run = new_run_id("booleans")
+    with server.http() as http:
+        http.post("/v1/inboxes", json={"run_id": run, "purpose": "b"})
+
+    async def scenario() -> tuple[Answer, Answer, Answer, tuple[bool, Answer]]:
+        async with connect(transport, server.url) as client:
+            full = await raw_call(client, "get_run_report", {"run_id": run, "full": "TRUE"})
+            plain = await raw_call(client, "get_run_report", {"run_id": run, "full": "false"})
+            real = await raw_call(client, "get_run_report", {"run_id": run, "full": True})
+            off = await raw_call(client, "get_run_report", {"run_id": run, "full": False})
+            assert off[1] == plain[1], off
+            refused = await raw_call(client, "get_run_report", {"run_id": run, "full": "yes"})
+            return full[1], plain[1], real[1], refused
+
+    full, plain, real, (failed, refused) = asyncio.run(scenario())
+    assert full == real, (full, real)
+    assert "inboxes" in plain, plain
+    assert set(plain["inboxes"][0]) < set(full["inboxes"][0])
+    assert failed and refused["error"]["code"] == "invalid_request"
+    assert refused["error"]["details"] == {"field": "full"}
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
 def test_find_mail_answers_summaries_in_the_callers_scope(server: Server, transport: str) -> None:
     """find_mail: newest first, {message_id, received_at, inbox_id, run_id, caught, untrusted}."""
     run, other_run = new_run_id("find"), new_run_id("find")

@@ -114,7 +114,7 @@ def tools_server(backend_for: BackendFor) -> Server[Any]:
         if spec is None:
             return tool_result(unknown_tool(params.name))
         given = {k: v for k, v in (params.arguments or {}).items() if v is not None}
-        arguments = numbers_taken(spec.input_schema, given)
+        arguments = scalars_taken(spec.input_schema, given)
         refused = check_arguments(spec, arguments, Call(Tool(spec.name)))
         if refused is not None:
             return tool_result(refused)
@@ -196,9 +196,10 @@ def unknown_tool(name: str) -> Json:
     return body
 
 
-def numbers_taken(schema: Json, arguments: Json) -> Json:
-    """``arguments`` with numbers written as strings ("30") read as the numbers the schema
-    asks for, nested objects included; anything else is left for the checks to judge."""
+def scalars_taken(schema: Json, arguments: Json) -> Json:
+    """``arguments`` with numbers and booleans written as strings ("30", "true") read as the
+    numbers and booleans the schema asks for, nested objects included; anything else is
+    left for the checks to judge."""
     properties = schema.get("properties", {})
     taken = dict(arguments)
     for name, value in arguments.items():
@@ -212,8 +213,12 @@ def numbers_taken(schema: Json, arguments: Json) -> Json:
                     taken[name] = int(number) if number.is_integer() else number
                 elif number.is_integer():
                     taken[name] = int(number)
+        elif isinstance(value, str) and kind == "boolean":
+            text = value.strip().lower()
+            if text in ("true", "false"):
+                taken[name] = text == "true"
         elif isinstance(value, dict) and kind == "object":
-            taken[name] = numbers_taken(wanted, value)
+            taken[name] = scalars_taken(wanted, value)
     return taken
 
 
@@ -281,7 +286,7 @@ def _option_refused(spec: ToolSpec, arguments: Json) -> tuple[str, str] | None:
         value = arguments[name]
         if isinstance(value, bool) is not (kind is bool) or not isinstance(value, kind):
             return name, message
-        if isinstance(value, int) and not 1 <= value <= FIND_MAIL_MAX:
+        if type(value) is int and not 1 <= value <= FIND_MAIL_MAX:  # (not full: false, a 0)
             return name, message
         if isinstance(value, str) and len(value) > 2048:
             return name, "at most 2048 characters"

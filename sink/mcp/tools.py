@@ -72,8 +72,8 @@ next_action fix_arguments: correct what the error names, then call the same tool
 wait_then_retry (provider_timeout, provider_error, circuit_open, over_capacity): repeat \
 after retry_after; stop (not_found, policy_forbids, evidence_released, unauthorized, \
 forbidden_scope, wrong_run, claimed_by_other_run): do not retry. wrong_run and \
-claimed_by_other_run mean the inbox or message is not yours: do not use it. Numbers may be \
-sent as numeric strings ("30"). """
+claimed_by_other_run mean the inbox or message is not yours: do not use it. Numbers and \
+booleans may be sent as strings ("30", "true"). """
     + SENTENCE
 )
 
