@@ -120,7 +120,7 @@ new_trace_id = RANDOM.trace_id
 
 
 _CURSOR_PREFIX = "c1_"
-_CURSOR_BODY = re.compile(r"(ib_[a-z2-7]{20})\.(\d{1,19})")
+_CURSOR_BODY = re.compile(r"(ib_[a-z2-7]{20})\.(0|[1-9]\d{0,18})")  # as encode_cursor writes it
 
 
 def encode_cursor(inbox_id: str, seq: int) -> str:

@@ -518,11 +518,13 @@ def test_a_cursor_past_the_last_delivery_is_400_and_skips_nothing(app: InProcess
         inbox = create_inbox(client)
         app.send(inbox["address"], subject="first")
         issued = client.get(f"/v1/inboxes/{inbox['inbox_id']}/messages").json()["next_cursor"]
-        body = f"{inbox['inbox_id']}.999999".encode()
-        made_up = "c1_" + base64.urlsafe_b64encode(body).decode().rstrip("=")
+        made_up = [
+            "c1_" + base64.urlsafe_b64encode(f"{inbox['inbox_id']}.{seq}".encode()).decode()
+            for seq in ("999999", "00")  # never reached; a spelling we never write
+        ]
         refused = [
-            wait(client, inbox["inbox_id"], cursor=made_up),
-            client.get(f"/v1/inboxes/{inbox['inbox_id']}/messages", params={"after": made_up}),
+            *(wait(client, inbox["inbox_id"], cursor=cursor) for cursor in made_up),
+            client.get(f"/v1/inboxes/{inbox['inbox_id']}/messages", params={"after": made_up[0]}),
         ]
         app.send(inbox["address"], subject="second")
         unclaimed = wait(client, inbox["inbox_id"]).json()
