@@ -63,9 +63,10 @@ async def events(request: Request) -> Response:
         return refusal
     # EventSource sends Last-Event-ID on its own when it reconnects.
     last = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
-    # A stream of one run for a run-limited token ends with its run; one of every run it may
-    # see (a runs: token naming none) goes on.
-    ends = run_id is not None and StreamGate.ends_on_release(grant)
+    # A stream of one run ends with its run's release, whoever reads it (an admin's, or on a
+    # server without tokens, reconnects and resumes by Last-Event-ID: its grant holds); one of
+    # every run it may see (a runs: token naming none) goes on.
+    ends = run_id is not None
     subscriber = runtime.events.subscribe(run_id, last, ends, glob)
     return _EventStream(
         runtime.events, subscriber, StreamGate.ends_at(grant, clock.now()), gate, shares

@@ -91,8 +91,3 @@ class StreamGate:
         """When a stream opened now must end: its token's expiry, or its maximum life."""
         end = now + MAX_LIFE_S
         return end if grant.expires_at is None else min(end, grant.expires_at)
-
-    @staticmethod
-    def ends_on_release(grant: Grant) -> bool:
-        """A stream of a token limited to runs ends when its run is released."""
-        return _holder(grant) is not None

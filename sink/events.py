@@ -60,7 +60,7 @@ class Subscriber:
     cursor: int  # the last seq this subscriber has been given
     fresh: bool = True  # its first read never waits (a backlog to replay, or a resync)
     gone: bool = False  # its client left: the next wait ends
-    ends_on_release: bool = False  # a run-limited token's stream: ends when its run is released
+    ends_on_release: bool = False  # a stream of one run: ends when its run is released
     glob: str | None = None  # a runs: token's stream of every run it may see (fnmatch)
     ended: bool = False  # its run was released: it reads what is left, then ends
 

@@ -3,6 +3,7 @@ an admin served, and the end of a stream at its token's expiry or its run's rele
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -149,8 +150,9 @@ def test_a_stream_ends_within_a_second_of_its_token_expiry(
 
 
 def test_a_stream_ends_when_its_run_is_released(server: Server, streams: list[Stream]) -> None:
-    """A run token's stream delivers the release (the inbox expired), then ends within 1 s;
-    an admin's stream of the same run goes on."""
+    """A stream of one run delivers the release (the inbox expired), then ends within 1 s,
+    whoever reads it: a run token (which cannot come back) and an admin, or a server without
+    tokens (whose reconnection with Last-Event-ID resumes: its grant holds)."""
     with server.http() as client:
         inbox = create_inbox(client, new_run_id("rel"))
         run_id = inbox["run_id"]
@@ -161,8 +163,19 @@ def test_a_stream_ends_when_its_run_is_released(server: Server, streams: list[St
         assert scoped.status == admin.status == 200
         assert client.delete(f"/v1/runs/{run_id}").status_code == 204
     assert scoped.until_closed(1.0 + 0.5) <= 1.5
-    assert b'"reason":"lease"' in scoped.received or b"expired" in scoped.received
-    admin.sock.settimeout(0.5)
+    assert admin.until_closed(1.0 + 0.5) <= 1.5
+    for ended in (scoped, admin):
+        assert b'"reason":"lease"' in ended.received or b"expired" in ended.received
+    refused = Stream(server.http_port, token=token)
+    streams.append(refused)
+    assert refused.status == 401
+    ids = re.findall(rb"^id: (\S+)", admin.received, re.MULTILINE)
+    again = Stream(
+        server.http_port, path=f"/v1/events?run_id={run_id}&last_event_id={ids[-1].decode()}"
+    )
+    streams.append(again)
+    assert again.status == 200
+    again.sock.settimeout(0.5)
     with pytest.raises(TimeoutError):
-        while admin.sock.recv(65536):  # still open: nothing but what it was sent
+        while again.sock.recv(65536):  # open: the release was before its Last-Event-ID
             pass
