@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import partial
@@ -150,25 +151,36 @@ class LongPolls:
 
     async def _from_name(self, message_id: str) -> str:
         """The From's decoded display name ("" when none, or once the body is released)."""
-        cached = self._names.get(message_id)
-        if cached is not None:
-            self._names.move_to_end(message_id)
-            return cached
-        raw = await self._store.raw(message_id)
-        name = "" if raw is None else (summarize(raw).from_name or "")
-        self._names[message_id] = name
-        if len(self._names) > _BODY_CACHE:
-            self._names.popitem(last=False)
-        return name
+        return await self._kept(self._names, message_id, _display_name, in_thread=False)
 
     async def _body_text(self, message_id: str) -> str:
-        cached = self._bodies.get(message_id)
+        return await self._kept(self._bodies, message_id, searchable_text, in_thread=True)
+
+    async def _kept(
+        self,
+        cache: OrderedDict[str, str],
+        message_id: str,
+        make: Callable[[bytes], str],
+        in_thread: bool,
+    ) -> str:
+        """What ``make`` draws from a message's bytes ("" once they are released): read once,
+        then kept in ``cache`` among the _BODY_CACHE most recently used."""
+        cached = cache.get(message_id)
         if cached is not None:
-            self._bodies.move_to_end(message_id)
+            cache.move_to_end(message_id)
             return cached
         raw = await self._store.raw(message_id)
-        text = "" if raw is None else await asyncio.to_thread(searchable_text, raw)
-        self._bodies[message_id] = text
-        if len(self._bodies) > _BODY_CACHE:
-            self._bodies.popitem(last=False)
-        return text
+        if raw is None:
+            value = ""
+        elif in_thread:  # (a whole body's text: off the loop)
+            value = await asyncio.to_thread(make, raw)
+        else:
+            value = make(raw)
+        cache[message_id] = value
+        if len(cache) > _BODY_CACHE:
+            cache.popitem(last=False)
+        return value
+
+
+def _display_name(raw: bytes) -> str:
+    return summarize(raw).from_name or ""
