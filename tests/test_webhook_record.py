@@ -35,6 +35,28 @@ def _until(done: Callable[[], object], what: str, deadline_s: float = 20.0) -> N
         time.sleep(0.02)
 
 
+async def _handing(store: SQLiteStore, mails: int) -> tuple[Webhook, list[Due]]:
+    """A webhook of a new run, and ``mails`` messages to that run: the deliveries their
+    commits hand over (the list goes on growing as the store hands more)."""
+    handed: list[Due] = []
+    store.webhooks.hand = handed.extend
+    run_id = new_run_id()
+    hook = _hook(events=("message",), run_id=run_id)
+    await store.webhooks.create_webhook(hook)
+    for _ in range(mails):
+        await _mail(store, run_id)
+    return hook, handed
+
+
+def _written_by_a_child(path: Path, batch: list[Delivered]) -> set[str]:
+    """``record_delivered`` on a connection of its own, as the delivery child writes."""
+    child = sqlite3.connect(path, isolation_level=None)
+    try:
+        return record_delivered(child, batch)
+    finally:
+        child.close()
+
+
 def test_record_delivered_writes_what_is_still_pending_at_that_attempt(tmp_path: Path) -> None:
     """From a second connection (the child's): a handed-over delivery is written delivered
     with its attempt row; one whose attempt number moved on, and one a settle failed
@@ -44,30 +66,20 @@ def test_record_delivered_writes_what_is_still_pending_at_that_attempt(tmp_path:
         store = SQLiteStore(tmp_path / "runsink.db")
         await store.open()
         try:
-            handed: list[Due] = []
-            store.webhooks.hand = handed.extend
-            run_id = new_run_id()
-            hook = _hook(events=("message",), run_id=run_id)
-            await store.webhooks.create_webhook(hook)
-            for _ in range(3):
-                await _mail(store, run_id)
+            hook, handed = await _handing(store, mails=3)
             ok, moved, failed = handed
             await store.webhooks.settle(
                 Outcome(failed.delivery_id, 1, clock.now(), 500, "http_500", DeliveryState.FAILED)
             )
-            child = sqlite3.connect(tmp_path / "runsink.db", isolation_level=None)
-            try:
-                at = clock.now()
-                written = record_delivered(
-                    child,
-                    [
-                        Delivered(ok.delivery_id, 1, 204, at),
-                        Delivered(moved.delivery_id, 2, 204, at),
-                        Delivered(failed.delivery_id, 1, 204, at),
-                    ],
-                )
-            finally:
-                child.close()
+            at = clock.now()
+            written = _written_by_a_child(
+                tmp_path / "runsink.db",
+                [
+                    Delivered(ok.delivery_id, 1, 204, at),
+                    Delivered(moved.delivery_id, 2, 204, at),
+                    Delivered(failed.delivery_id, 1, 204, at),
+                ],
+            )
             assert written == {ok.delivery_id}
             store.webhooks.recorded([ok], clock.now())
             rows = await store.webhooks.deliveries(hook.webhook_id, None, 10)
@@ -185,20 +197,12 @@ def test_what_the_child_writes_makes_room_for_what_its_webhook_held_back(
         store = SQLiteStore(tmp_path / "runsink.db")
         await store.open()
         try:
-            handed: list[Due] = []
-            store.webhooks.hand = handed.extend
-            run_id = new_run_id()
-            hook = _hook(events=("message",), run_id=run_id)
-            await store.webhooks.create_webhook(hook)
-            for _ in range(20):
-                await _mail(store, run_id)
+            _, handed = await _handing(store, mails=20)
             assert len(handed) == 8
-            child = sqlite3.connect(tmp_path / "runsink.db", isolation_level=None)
-            try:
-                at = clock.now()
-                record_delivered(child, [Delivered(d.delivery_id, 1, 204, at) for d in handed])
-            finally:
-                child.close()
+            at = clock.now()
+            _written_by_a_child(
+                tmp_path / "runsink.db", [Delivered(d.delivery_id, 1, 204, at) for d in handed]
+            )
             store.webhooks.recorded(list(handed), clock.now())
             deadline = time.monotonic() + 10
             while len(handed) < 16:
