@@ -286,7 +286,6 @@ class _Recorder:
             self._db = sqlite3.connect(
                 self._path, isolation_level=None, check_same_thread=False, timeout=5.0
             )
-            self._db.row_factory = sqlite3.Row
             # A delivered attempt lost to a power cut is made again: no fsync of its own
             # (the server's next commit carries it to the disk).
             self._db.execute("PRAGMA synchronous = NORMAL")
